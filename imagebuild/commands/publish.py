@@ -1,0 +1,83 @@
+"""`imagebuild publish IMAGE... --registry HOST[:PORT]/NAMESPACE [--report FILE]`
+
+Pushes tested images (a passing smoke report for the exact engine image id) and checks through the
+registry's HTTP API that it holds the digest the engine pushed. Dated immutable tag first, floating
+tag after it: see imagebuild/publish.py for why.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ..errors import ImagebuildError
+
+
+def configure(parser) -> None:
+    from ..cli import add_matrix_option
+
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image ids from the matrix")
+    parser.add_argument("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE",
+                        help="where to push, e.g. localhost:5000/hpc")
+    parser.add_argument("--report", metavar="FILE",
+                        help="the smoke report to trust (one IMAGE only; default "
+                             ".imagebuild/reports/<image-id>.json)")
+    parser.add_argument("--reports-dir", metavar="DIR", default=None,
+                        help="folder of smoke reports (default .imagebuild/reports)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_matrix_option(parser)
+
+
+def lookup_images(matrix: str, names: list[str]) -> dict:
+    """ImageSpecs by id for ``names`` (in order), through imagebuild.images.load_images."""
+    try:
+        from ..images import load_images
+    except ImportError as exc:
+        raise ImagebuildError(f"image lookup is not available yet (imagebuild.images: {exc})") from None
+    specs = load_images(matrix)
+    missing = [n for n in names if n not in specs]
+    if missing:
+        known = ", ".join(sorted(specs)) or "none"
+        raise ImagebuildError(f"unknown image {missing[0]!r} (known: {known})", file=matrix)
+    return {n: specs[n] for n in names}
+
+
+def run(args) -> int:
+    from .. import publish
+    from ..engines import connect
+
+    target = publish.parse_target(args.registry)
+    if args.report and len(args.images) != 1:
+        raise ImagebuildError("--report names the report of one image; give one IMAGE", argument="--report")
+    specs = lookup_images(args.matrix, list(dict.fromkeys(args.images)))
+    reports_dir = args.reports_dir or publish.REPORTS_DIR
+    # every report is checked before anything is pushed: one untested image stops the whole run
+    reports = {}
+    for image_id in specs:
+        path = args.report or publish.default_report_path(image_id, reports_dir)
+        reports[image_id] = (publish.load_report(path), str(path))
+    client = connect()
+    credentials = publish.find_credentials(target.host)
+    from docker.errors import ImageNotFound
+    for image_id, spec in specs.items():
+        try:
+            engine_id = client.images.get(spec.local_ref).id
+        except ImageNotFound:
+            raise ImagebuildError(f"image {spec.local_ref} is not in the engine; build it first") from None
+        report, source = reports[image_id]
+        publish.check_report(report, engine_id, name=image_id, source=source)
+    api = publish.RegistryAPI(target.host, credentials)
+    results = []
+    for image_id, spec in specs.items():
+        report, source = reports[image_id]
+        result = publish.publish_image(
+            client, image_id=image_id, local_ref=spec.local_ref, tags=list(spec.tags), target=target,
+            report=report, report_source=source, credentials=credentials, api=api,
+            progress=None if args.json else (lambda msg: print(msg, file=sys.stderr)))
+        results.append(result)
+        if not args.json:
+            for tag in result.tags:
+                print(f"{tag.reference}@{tag.digest}")
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2, sort_keys=True))
+    return 0

@@ -1,0 +1,495 @@
+"""Publish tested images to a registry and prove the registry holds what the engine pushed.
+
+Only an image whose smoke report passed *for that exact engine image id* is pushed. The report is
+the JSON written by ``imagebuild test --report`` (keys ``image``, ``image_id``, ``passed``); its
+default place is ``.imagebuild/reports/<image-id>.json`` (:data:`REPORTS_DIR`).
+
+Order of tags (decided, so that a failure never leaves a moved floating tag):
+
+1. the registry is reached and the credentials are proven (``GET /v2/``) before anything moves;
+2. the *dated, immutable* tag is pushed first; if the registry already holds that tag with another
+   digest, nothing is pushed (an immutable tag is never overwritten);
+3. its manifest digest is read back through the registry's HTTP API and compared with the digest
+   the engine reports for the push; a mismatch raises RegistryError;
+4. only then is the *floating* (version-derived) tag pushed and checked the same way.
+
+A failure at any step stops there: the floating tag keeps pointing where it pointed before. The
+dated tag names exactly one build, so a dated tag left behind by a failed check points at nothing
+a consumer follows by name.
+
+Credentials come from the environment (``IMAGEBUILD_REGISTRY_USER`` / ``IMAGEBUILD_REGISTRY_PASSWORD``)
+or from the Docker config (``~/.docker/config.json`` ``auths``, base64 ``user:password``). The
+password never appears in output, logs or exception text: every message leaving this module is
+scrubbed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from .errors import ImagebuildError, RegistryError
+
+#: where ``imagebuild test --report`` writes a report by default: ``REPORTS_DIR/<image-id>.json``
+REPORTS_DIR = Path(".imagebuild") / "reports"
+
+USER_ENV = "IMAGEBUILD_REGISTRY_USER"
+PASSWORD_ENV = "IMAGEBUILD_REGISTRY_PASSWORD"
+
+#: manifest media types we accept when reading a digest back (docker v2 schema 2 and OCI)
+MANIFEST_ACCEPT = ", ".join([
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.oci.image.index.v1+json",
+])
+
+# strict patterns: every value that reaches a registry URL, an engine call or a message
+_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
+_PORT = r"(?::[0-9]{1,5})?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+HOST_RE = re.compile(rf"^{_HOST}{_PORT}$")
+NAMESPACE_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
+REPOSITORY_RE = NAMESPACE_RE
+TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+IMAGE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+
+TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class NotTestedError(ImagebuildError):
+    """An image has no passing smoke report for its exact engine image id: it is not published."""
+
+
+# --------------------------------------------------------------------------- targets
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where images go: ``HOST[:PORT]/NAMESPACE``."""
+
+    host: str
+    namespace: str
+
+    def repository(self, image_id: str) -> str:
+        """The repository (without host) for one image: ``NAMESPACE/<image-id>``."""
+        if not IMAGE_ID_RE.match(image_id) or not REPOSITORY_RE.match(f"{self.namespace}/{image_id}"):
+            raise ImagebuildError(f"image id {image_id!r} is not a valid repository name component")
+        return f"{self.namespace}/{image_id}"
+
+    def reference(self, image_id: str) -> str:
+        """The engine's name for the repository: ``HOST[:PORT]/NAMESPACE/<image-id>``."""
+        return f"{self.host}/{self.repository(image_id)}"
+
+
+def parse_target(text: str) -> Target:
+    """``HOST[:PORT]/NAMESPACE`` -> Target, or ImagebuildError naming the argument."""
+    host, sep, namespace = text.partition("/")
+    if not sep or not HOST_RE.match(host) or not NAMESPACE_RE.match(namespace):
+        raise ImagebuildError(
+            f"{text!r} is not HOST[:PORT]/NAMESPACE (lower-case namespace components of "
+            "letters, digits, '.', '_', '-')", argument="--registry")
+    if ":" in host and not 0 < int(host.rsplit(":", 1)[1]) < 65536:
+        raise ImagebuildError(f"port of {host!r} is out of range", argument="--registry")
+    return Target(host=host, namespace=namespace)
+
+
+def is_loopback(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if ":" in host else host
+    return name == "localhost" or name.startswith("127.")
+
+
+# --------------------------------------------------------------------------- credentials
+
+
+@dataclass(frozen=True)
+class Credentials:
+    user: str
+    password: str = field(repr=False)
+    source: str = "environment"
+
+    def auth_config(self) -> dict[str, str]:
+        return {"username": self.user, "password": self.password}
+
+
+def find_credentials(host: str, *, env: dict[str, str] | None = None,
+                     docker_config: str | os.PathLike | None = None) -> Credentials | None:
+    """Credentials for ``host``: the environment first, then the Docker config's ``auths``.
+
+    None when neither has any (anonymous access). A malformed Docker config is an error naming it.
+    """
+    env = os.environ if env is None else env
+    user, password = env.get(USER_ENV), env.get(PASSWORD_ENV)
+    if user and password is not None:
+        return Credentials(user, password, "environment")
+    if docker_config is None:
+        base = env.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
+        docker_config = os.path.join(base, "config.json")
+    path = Path(docker_config)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RegistryError(f"cannot read the Docker config ({type(exc).__name__})", file=str(path)) from None
+    except json.JSONDecodeError as exc:
+        raise RegistryError(f"malformed JSON ({exc.msg})", file=str(path), line=exc.lineno,
+                            column=exc.colno) from None
+    auths = data.get("auths") if isinstance(data, dict) else None
+    if not isinstance(auths, dict):
+        return None
+    for key in (host, f"http://{host}", f"https://{host}", f"https://{host}/v2/", f"http://{host}/v2/"):
+        entry = auths.get(key)
+        if isinstance(entry, dict) and isinstance(entry.get("auth"), str) and entry["auth"]:
+            try:
+                decoded = base64.b64decode(entry["auth"], validate=True).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                raise RegistryError(f"the 'auth' entry for {host} is not base64 of user:password",
+                                    file=str(path)) from None
+            user, sep, password = decoded.partition(":")
+            if not sep or not user:
+                raise RegistryError(f"the 'auth' entry for {host} is not base64 of user:password",
+                                    file=str(path))
+            return Credentials(user, password, str(path))
+    return None
+
+
+def scrub(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every (non-empty) secret replaced by ``***``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+# --------------------------------------------------------------------------- registry HTTP API
+
+
+def _retrying(call: Callable[[], Any], *, what: str, host: str, tries: int, backoff: float,
+              sleep: Callable[[float], None]):
+    """Run ``call`` (returns a requests.Response); retry connection errors, 5xx and 429."""
+    import requests
+
+    last = ""
+    for attempt in range(1, tries + 1):
+        try:
+            response = call()
+        except requests.exceptions.RequestException as exc:
+            last = _describe_exception(exc)
+        else:
+            if response.status_code not in TRANSIENT_STATUS:
+                return response
+            last = f"HTTP {response.status_code}"
+        if attempt < tries:
+            sleep(backoff * (2 ** (attempt - 1)))
+    raise RegistryError(f"registry {host} is unreachable: {what} failed {tries} times ({last})")
+
+
+def _describe_exception(exc: Exception) -> str:
+    text = str(exc)
+    for marker in ("Connection refused", "Connection reset", "timed out", "Name or service not known",
+                   "Temporary failure in name resolution", "No route to host", "certificate verify failed"):
+        if marker.lower() in text.lower():
+            return marker.lower()
+    return type(exc).__name__
+
+
+def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    scheme, _, rest = header.strip().partition(" ")
+    params = dict(re.findall(r'([A-Za-z_]+)="([^"]*)"', rest))
+    return scheme.lower(), params
+
+
+class RegistryAPI:
+    """The parts of the distribution HTTP API that publishing needs: ping with auth, manifest digests.
+
+    Handles the Basic and Bearer challenges; retries transient failures with exponential backoff
+    (``tries`` attempts, waits ``backoff``, 2x``backoff``, ...); 401/403 is never retried.
+    """
+
+    def __init__(self, host: str, credentials: Credentials | None = None, *, scheme: str | None = None,
+                 tries: int = 4, backoff: float = 0.5, timeout: float = 10.0,
+                 sleep: Callable[[float], None] = time.sleep):
+        import requests
+
+        if not HOST_RE.match(host):
+            raise ImagebuildError(f"registry host {host!r} is not HOST[:PORT]")
+        self.host = host
+        self.credentials = credentials
+        self.scheme = scheme or ("http" if is_loopback(host) else "https")
+        self.tries, self.backoff, self.timeout, self._sleep = tries, backoff, timeout, sleep
+        self.session = requests.Session()
+        if is_loopback(host):
+            self.session.trust_env = False  # a proxy never reaches our own loopback registry
+        self._auth_header: dict[str, str] = {}
+
+    @property
+    def _user(self) -> str:
+        return self.credentials.user if self.credentials else "anonymous"
+
+    def _secrets(self) -> list[str]:
+        return [self.credentials.password] if self.credentials else []
+
+    def _get(self, url: str, headers: dict[str, str], what: str, method: str = "GET"):
+        return _retrying(
+            lambda: self.session.request(method, url, headers={**headers, **self._auth_header},
+                                         timeout=self.timeout, allow_redirects=True),
+            what=what, host=self.host, tries=self.tries, backoff=self.backoff, sleep=self._sleep)
+
+    def _refused(self) -> RegistryError:
+        return RegistryError(f"registry {self.host} refused the credentials for {self._user}")
+
+    def _authenticate(self, challenge: str, scope: str | None) -> None:
+        """Answer a WWW-Authenticate challenge; sets the header for later requests."""
+        scheme, params = _parse_challenge(challenge)
+        if self.credentials is None:
+            raise RegistryError(f"registry {self.host} requires credentials: set {USER_ENV} and "
+                                f"{PASSWORD_ENV}, or log in with docker login")
+        if scheme == "basic":
+            token = base64.b64encode(f"{self.credentials.user}:{self.credentials.password}".encode()).decode()
+            self._auth_header = {"Authorization": f"Basic {token}"}
+            return
+        if scheme == "bearer" and params.get("realm", "").startswith(("http://", "https://")):
+            query = {k: v for k, v in (("service", params.get("service")),
+                                       ("scope", scope or params.get("scope"))) if v}
+            response = _retrying(
+                lambda: self.session.get(params["realm"], params=query, timeout=self.timeout,
+                                         auth=(self.credentials.user, self.credentials.password)),
+                what="token request", host=self.host, tries=self.tries, backoff=self.backoff,
+                sleep=self._sleep)
+            if response.status_code in (401, 403):
+                raise self._refused()
+            if response.status_code != 200:
+                raise RegistryError(f"registry {self.host}: token service answered HTTP {response.status_code}")
+            try:
+                body = response.json()
+                token = body.get("token") or body.get("access_token")
+            except ValueError:
+                token = None
+            if not isinstance(token, str) or not token:
+                raise RegistryError(f"registry {self.host}: token service sent no token")
+            self._auth_header = {"Authorization": f"Bearer {token}"}
+            return
+        raise RegistryError(f"registry {self.host} asks for an authentication scheme imagebuild "
+                            f"does not speak ({scheme or 'none'})")
+
+    def _request(self, path: str, *, headers: dict[str, str] | None = None, scope: str | None = None,
+                 what: str, method: str = "GET"):
+        url = f"{self.scheme}://{self.host}{path}"
+        headers = headers or {}
+        try:
+            response = self._get(url, headers, what, method)
+            if response.status_code == 401 and "WWW-Authenticate" in response.headers:
+                self._authenticate(response.headers["WWW-Authenticate"], scope)
+                response = self._get(url, headers, what, method)
+            if response.status_code in (401, 403):
+                raise self._refused()
+            return response
+        except RegistryError as exc:
+            exc.message = scrub(exc.message, self._secrets())
+            raise
+
+    def ping(self) -> None:
+        """Reach ``/v2/`` and prove the credentials (when the registry asks for any)."""
+        response = self._request("/v2/", what="GET /v2/")
+        if response.status_code != 200:
+            raise RegistryError(f"registry {self.host} answered HTTP {response.status_code} on /v2/ "
+                                "(not a distribution registry?)")
+
+    def manifest_digest(self, repository: str, tag: str) -> str | None:
+        """The ``Docker-Content-Digest`` of ``repository:tag``, or None when the tag does not exist."""
+        if not REPOSITORY_RE.match(repository) or not TAG_RE.match(tag):
+            raise ImagebuildError(f"invalid repository or tag {repository!r}:{tag!r}")
+        response = self._request(f"/v2/{repository}/manifests/{tag}",
+                                 headers={"Accept": MANIFEST_ACCEPT},
+                                 scope=f"repository:{repository}:pull",
+                                 what=f"GET manifest {repository}:{tag}")
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise RegistryError(f"registry {self.host} answered HTTP {response.status_code} for "
+                                f"{repository}:{tag}")
+        digest = response.headers.get("Docker-Content-Digest", "")
+        if not DIGEST_RE.match(digest):
+            import hashlib
+            digest = "sha256:" + hashlib.sha256(response.content).hexdigest()
+        return digest
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def default_report_path(image_id: str, reports_dir: str | os.PathLike = REPORTS_DIR) -> Path:
+    if not IMAGE_ID_RE.match(image_id):
+        raise ImagebuildError(f"image id {image_id!r} is not a valid image id")
+    return Path(reports_dir) / f"{image_id}.json"
+
+
+def load_report(path: str | os.PathLike) -> dict:
+    """The smoke report at ``path`` or NotTestedError (missing, unreadable, malformed)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NotTestedError("no smoke report (run `imagebuild test --report` first); not published",
+                             file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise NotTestedError(f"cannot read the smoke report ({type(exc).__name__}); not published",
+                             file=str(path)) from None
+    try:
+        report = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise NotTestedError(f"malformed smoke report ({exc.msg}); not published", file=str(path),
+                             line=exc.lineno, column=exc.colno) from None
+    if not isinstance(report, dict):
+        raise NotTestedError("the smoke report is not a JSON object; not published", file=str(path))
+    return report
+
+
+def check_report(report: dict, engine_image_id: str, *, name: str, source: str = "report") -> None:
+    """Refuse (NotTestedError) unless ``report`` passed for exactly ``engine_image_id``."""
+    reported = report.get("image_id")
+    if reported != engine_image_id:
+        raise NotTestedError(
+            f"{name}: the smoke report is for image {str(reported)[:19]!s}, the engine holds "
+            f"{engine_image_id[:19]}; test this image before publishing", file=source)
+    if report.get("passed") is not True:
+        raise NotTestedError(f"{name}: the smoke report did not pass; not published", file=source)
+
+
+# --------------------------------------------------------------------------- pushing
+
+
+@dataclass(frozen=True)
+class PushedTag:
+    reference: str  # HOST/NAMESPACE/ID:TAG
+    digest: str     # sha256:... equal in the engine and the registry
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    image_id: str
+    engine_image_id: str
+    repository: str       # HOST/NAMESPACE/ID
+    digest: str
+    tags: tuple[PushedTag, ...]
+
+    def as_dict(self) -> dict:
+        return {"image": self.image_id, "image_id": self.engine_image_id, "repository": self.repository,
+                "digest": self.digest, "tags": [t.reference for t in self.tags]}
+
+
+def order_tags(tags: list[str]) -> list[str]:
+    """Push order: the dated immutable tag (last in ImageSpec.tags) first, floating tags after it."""
+    if not tags:
+        raise ImagebuildError("an image has no tags to publish")
+    for tag in tags:
+        if not TAG_RE.match(tag):
+            raise ImagebuildError(f"tag {tag!r} is not a valid tag")
+    return [tags[-1], *tags[:-1]]
+
+
+def _engine_push(client, repository: str, tag: str, credentials: Credentials | None,
+                 secrets: list[str]) -> str | None:
+    """Push one tag through the engine; the digest it reports (stream ``aux``), or RegistryError."""
+    from docker.errors import APIError
+
+    kwargs: dict[str, Any] = {"stream": True, "decode": True}
+    if credentials is not None:
+        kwargs["auth_config"] = credentials.auth_config()
+    digest = None
+    try:
+        for event in client.api.push(repository, tag=tag, **kwargs):
+            if not isinstance(event, dict):
+                continue
+            if "error" in event:
+                text = scrub(str(event.get("error", "")).splitlines()[0] if event.get("error") else "", secrets)
+                host = repository.split("/", 1)[0]
+                low = text.lower()
+                if "unauthorized" in low or "authentication required" in low or "denied" in low \
+                        or "no basic auth credentials" in low:
+                    user = credentials.user if credentials else "anonymous"
+                    raise RegistryError(f"registry {host} refused the credentials for {user} ({text})")
+                raise RegistryError(f"pushing {repository}:{tag} failed: {text}")
+            aux = event.get("aux")
+            if isinstance(aux, dict) and DIGEST_RE.match(str(aux.get("Digest", ""))):
+                digest = aux["Digest"]
+    except APIError as exc:
+        raise RegistryError(scrub(f"pushing {repository}:{tag} failed: {exc.explanation or exc}",
+                                  secrets)) from None
+    return digest
+
+
+def _engine_repo_digest(client, repository: str, local_ref: str) -> str | None:
+    image = client.images.get(local_ref)
+    for entry in image.attrs.get("RepoDigests") or []:
+        name, _, digest = entry.partition("@")
+        if name == repository and DIGEST_RE.match(digest):
+            return digest
+    return None
+
+
+def publish_image(client, *, image_id: str, local_ref: str, tags: list[str], target: Target,
+                  report: dict, report_source: str = "report", credentials: Credentials | None = None,
+                  api: RegistryAPI | None = None,
+                  progress: Callable[[str], None] | None = None) -> PublishResult:
+    """Push ``local_ref`` as ``target/<image_id>:<tag>`` for every tag, in the safe order.
+
+    ``client`` is a docker SDK client; ``report`` the smoke report of the image (checked against the
+    engine's image id before anything happens); ``api`` the registry HTTP API used to read digests
+    back (built from ``target`` and ``credentials`` when None).
+    """
+    from docker.errors import ImageNotFound
+
+    say = progress or (lambda _msg: None)
+    secrets = [credentials.password] if credentials else []
+    ordered = order_tags(list(tags))
+    repository_path = target.repository(image_id)
+    repository = target.reference(image_id)
+    try:
+        image = client.images.get(local_ref)
+    except ImageNotFound:
+        raise ImagebuildError(f"image {local_ref} is not in the engine; build it first") from None
+    engine_id = image.id
+    check_report(report, engine_id, name=image_id, source=report_source)
+
+    api = api or RegistryAPI(target.host, credentials)
+    api.ping()
+
+    dated = ordered[0]
+    existing = api.manifest_digest(repository_path, dated)
+    if existing is not None and existing != _engine_repo_digest(client, repository, local_ref):
+        # an immutable tag is never moved: refuse before anything is pushed
+        raise RegistryError(f"immutable tag {repository}:{dated} already exists with digest {existing}, "
+                            "which is not this image; nothing pushed")
+
+    pushed: list[PushedTag] = []
+    digest_of_image: str | None = None
+    for tag in ordered:
+        image.tag(repository, tag=tag)
+        say(f"pushing {repository}:{tag}")
+        engine_digest = _engine_push(client, repository, tag, credentials, secrets)
+        engine_digest = engine_digest or _engine_repo_digest(client, repository, local_ref)
+        if engine_digest is None:
+            raise RegistryError(f"the engine reported no digest for {repository}:{tag}")
+        registry_digest = api.manifest_digest(repository_path, tag)
+        if registry_digest != engine_digest:
+            raise RegistryError(
+                f"registry {target.host} holds {registry_digest or 'nothing'} for {repository_path}:{tag}, "
+                f"the engine pushed {engine_digest}; floating tags were not moved")
+        if digest_of_image is not None and engine_digest != digest_of_image:
+            raise RegistryError(f"{repository}:{tag} got digest {engine_digest}, the first tag "
+                                f"{digest_of_image}")
+        digest_of_image = engine_digest
+        pushed.append(PushedTag(f"{repository}:{tag}", engine_digest))
+        say(f"verified {repository}:{tag} {engine_digest}")
+    assert digest_of_image is not None
+    return PublishResult(image_id=image_id, engine_image_id=engine_id, repository=repository,
+                         digest=digest_of_image, tags=tuple(pushed))

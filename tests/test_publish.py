@@ -1,0 +1,357 @@
+"""Publishing against a real registry (Debian's docker-registry, htpasswd auth, started here on a
+free loopback port) and the real Docker engine. The only fake is the tiny HTTP server of the
+digest-mismatch case, which a real registry cannot be made to produce."""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import types
+import uuid
+
+import pytest
+import requests
+
+from imagebuild import cli, publish
+from imagebuild.errors import ImagebuildError, RegistryError
+
+from conftest import need
+
+BASE = "imagebuild/base:debian-bookworm"
+USER, PASSWORD = "ci-user", "Pw-9f3kQz7-not-in-output"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    binary = shutil.which("docker-registry")
+    if binary is None:
+        need("docker-registry (Debian package docker-registry)", "not on PATH")
+    if shutil.which("htpasswd") is None:
+        need("htpasswd (Debian package apache2-utils)", "not on PATH")
+    root = tmp_path_factory.mktemp("registry")
+    htpasswd = subprocess.run(["htpasswd", "-Bbn", USER, PASSWORD], check=True, capture_output=True,
+                              text=True).stdout
+    (root / "htpasswd").write_text(htpasswd)
+    port = free_port()
+    (root / "config.yml").write_text(f"""version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: {root / 'data'}
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:{port}
+auth:
+  htpasswd:
+    realm: imagebuild-test
+    path: {root / 'htpasswd'}
+""")
+    log = open(root / "registry.log", "wb")
+    proc = subprocess.Popen([binary, "serve", str(root / "config.yml")], stdout=log, stderr=log)
+    host = f"127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            try:
+                if requests.get(f"http://{host}/v2/", timeout=1).status_code == 401:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"docker-registry did not start: {(root / 'registry.log').read_text()[-500:]}")
+        yield host
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def engine(docker_client):
+    try:
+        docker_client.images.get(BASE)
+    except Exception:  # noqa: BLE001
+        need(f"the base image {BASE}", "create it with `imagebuild base` or debootstrap + docker import")
+    return docker_client
+
+
+def build_small(client, name: str) -> str:
+    """A tiny distinct image FROM the local base (seconds); its local ref."""
+    token = uuid.uuid4().hex
+    dockerfile = f"FROM {BASE}\nRUN echo {token} > /token\nLABEL io.imagebuild.image-id={name}\n"
+    ref = f"imagebuild/{name}:test"
+    client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ref, rm=True)
+    return ref
+
+
+def passing_report(client, ref: str, name: str, passed: bool = True) -> dict:
+    return {"image": name, "image_id": client.images.get(ref).id, "passed": passed,
+            "counts": {"passed": 3, "failed": 0 if passed else 1}}
+
+
+CREDS = publish.Credentials(USER, PASSWORD)
+
+
+def api_for(host, creds=CREDS, **kw):
+    return publish.RegistryAPI(host, creds, backoff=0.01, **kw)
+
+
+# ----------------------------------------------------------------------------- pure logic
+
+def test_parse_target_accepts_and_rejects():
+    t = publish.parse_target("localhost:5000/hpc/team")
+    assert (t.host, t.namespace) == ("localhost:5000", "hpc/team")
+    assert t.reference("pt-cu12") == "localhost:5000/hpc/team/pt-cu12"
+    for bad in ("localhost:5000", "host/UPPER", "host/a;rm -rf /", "host/$(id)", "ho st/ns",
+                "host:99999/ns", "host/ns\nx", "host/../ns", ""):
+        with pytest.raises(ImagebuildError):
+            publish.parse_target(bad)
+
+
+def test_order_puts_dated_tag_first():
+    assert publish.order_tags(["2.4.1-cu12", "2.4.1-cu12-20260101"]) == ["2.4.1-cu12-20260101", "2.4.1-cu12"]
+    with pytest.raises(ImagebuildError):
+        publish.order_tags(["ok", "bad tag"])
+
+
+def test_credentials_from_environment_and_docker_config(tmp_path):
+    assert publish.find_credentials("r:1", env={publish.USER_ENV: "u", publish.PASSWORD_ENV: "p"}) \
+        == publish.Credentials("u", "p", "environment")
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"auths": {"r:1": {"auth": base64.b64encode(b"bob:pa:ss").decode()}}}))
+    found = publish.find_credentials("r:1", env={}, docker_config=cfg)
+    assert (found.user, found.password) == ("bob", "pa:ss")
+    assert "pa:ss" not in repr(found)
+    assert publish.find_credentials("other:2", env={}, docker_config=cfg) is None
+    cfg.write_text('{"auths": {\n  "r:1": }')
+    with pytest.raises(RegistryError) as err:
+        publish.find_credentials("r:1", env={}, docker_config=cfg)
+    assert "config.json:2" in str(err.value)
+
+
+def test_transient_failures_are_retried_with_backoff_then_given_up():
+    waits, calls = [], []
+
+    class Resp:
+        def __init__(self, code):
+            self.status_code = code
+
+    codes = iter([503, 429, 200])
+    got = publish._retrying(lambda: calls.append(1) or Resp(next(codes)), what="x", host="h",
+                            tries=4, backoff=0.5, sleep=waits.append)
+    assert got.status_code == 200 and waits == [0.5, 1.0]
+    waits.clear()
+    with pytest.raises(RegistryError, match=r"failed 4 times \(HTTP 502\)"):
+        publish._retrying(lambda: Resp(502), what="x", host="h", tries=4, backoff=0.5, sleep=waits.append)
+    assert waits == [0.5, 1.0, 2.0]
+    # 401 is an answer, not a transient failure: returned at once, never retried
+    waits.clear()
+    assert publish._retrying(lambda: Resp(401), what="x", host="h", tries=4, backoff=0.5,
+                             sleep=waits.append).status_code == 401 and waits == []
+
+
+def test_report_checks(tmp_path):
+    good = {"image": "a", "image_id": "sha256:" + "1" * 64, "passed": True}
+    publish.check_report(good, "sha256:" + "1" * 64, name="a")
+    with pytest.raises(publish.NotTestedError, match="report is for image"):
+        publish.check_report(good, "sha256:" + "2" * 64, name="a")
+    with pytest.raises(publish.NotTestedError, match="did not pass"):
+        publish.check_report({**good, "passed": "yes"}, "sha256:" + "1" * 64, name="a")
+    with pytest.raises(publish.NotTestedError, match="no smoke report"):
+        publish.load_report(tmp_path / "none.json")
+    (tmp_path / "bad.json").write_text("{\n oops")
+    with pytest.raises(publish.NotTestedError) as err:
+        publish.load_report(tmp_path / "bad.json")
+    assert "bad.json:2" in str(err.value)
+    assert publish.default_report_path("pt-cu12") == publish.REPORTS_DIR / "pt-cu12.json"
+
+
+# ----------------------------------------------------------------------------- real registry
+
+@pytest.mark.registry
+@pytest.mark.engine
+def test_push_verify_and_pull_back(engine, registry):
+    ref = build_small(engine, "pub-roundtrip")
+    engine_id = engine.images.get(ref).id
+    target = publish.parse_target(f"{registry}/ci")
+    seen = []
+    result = publish.publish_image(engine, image_id="pub-roundtrip", local_ref=ref,
+                                   tags=["1.0-cpu", "1.0-cpu-20260101"], target=target,
+                                   report=passing_report(engine, ref, "pub-roundtrip"),
+                                   credentials=CREDS, api=api_for(registry), progress=seen.append)
+    # dated tag pushed (and verified) before the floating one
+    assert [t.reference.rsplit(":", 1)[1] for t in result.tags] == ["1.0-cpu-20260101", "1.0-cpu"]
+    assert [m for m in seen if m.startswith("pushing")][0].endswith("1.0-cpu-20260101")
+    api = api_for(registry)
+    for tag in ("1.0-cpu", "1.0-cpu-20260101"):
+        assert api.manifest_digest("ci/pub-roundtrip", tag) == result.digest
+    repo = f"{registry}/ci/pub-roundtrip"
+    assert f"{repo}@{result.digest}" in engine.images.get(ref).attrs["RepoDigests"]
+    # remove every local name of the image, pull it back: same image id
+    for name in (ref, f"{repo}:1.0-cpu", f"{repo}:1.0-cpu-20260101"):
+        engine.images.remove(name)
+    with pytest.raises(Exception):
+        engine.images.get(engine_id)
+    pulled = engine.images.pull(repo, tag="1.0-cpu", auth_config=CREDS.auth_config())
+    assert pulled.id == engine_id
+
+
+@pytest.mark.registry
+@pytest.mark.engine
+def test_refuses_images_without_a_passing_report_for_that_id(engine, registry, tmp_path):
+    ref = build_small(engine, "pub-untested")
+    other = build_small(engine, "pub-other")
+    target = publish.parse_target(f"{registry}/ci")
+    reports = [
+        {**passing_report(engine, ref, "pub-untested"), "passed": False},
+        passing_report(engine, other, "pub-untested"),  # a passing report of ANOTHER image id
+        {"image": "pub-untested", "passed": True},
+    ]
+    for report in reports:
+        with pytest.raises(publish.NotTestedError):
+            publish.publish_image(engine, image_id="pub-untested", local_ref=ref,
+                                  tags=["1", "1-20260101"], target=target, report=report,
+                                  credentials=CREDS, api=api_for(registry))
+    api = api_for(registry)
+    assert api.manifest_digest("ci/pub-untested", "1") is None
+    assert api.manifest_digest("ci/pub-untested", "1-20260101") is None
+
+
+@pytest.mark.registry
+@pytest.mark.engine
+def test_wrong_password_is_one_line_and_never_printed(engine, registry, tmp_path, monkeypatch, capfd):
+    ref = build_small(engine, "pub-auth")
+    wrong = "Wr0ng-pass-Zq81-secret"
+    api = publish.RegistryAPI(registry, publish.Credentials(USER, wrong), backoff=0.01)
+    with pytest.raises(RegistryError) as err:
+        publish.publish_image(engine, image_id="pub-auth", local_ref=ref, tags=["1", "1-20260101"],
+                              target=publish.parse_target(f"{registry}/ci"),
+                              report=passing_report(engine, ref, "pub-auth"),
+                              credentials=publish.Credentials(USER, wrong), api=api)
+    assert str(err.value) == f"registry {registry} refused the credentials for {USER}"
+    # the same through the command line, with the password in the environment
+    run_cli_publish(engine, registry, ref, "pub-auth", tmp_path, monkeypatch, password=wrong)
+    out, errtext = capfd.readouterr()
+    assert wrong not in out + errtext
+    lines = [line for line in errtext.splitlines() if line.strip()]
+    assert lines == [f"imagebuild publish: registry {registry} refused the credentials for {USER}"]
+    assert api_for(registry).manifest_digest("ci/pub-auth", "1") is None
+
+
+def run_cli_publish(engine, registry, ref, name, tmp_path, monkeypatch, password=PASSWORD, tags=None):
+    """`imagebuild publish` in-process; imagebuild.images is replaced by a one-image lookup."""
+    report = tmp_path / f"{name}.json"
+    report.write_text(json.dumps(passing_report(engine, ref, name)))
+    spec = types.SimpleNamespace(id=name, local_ref=ref, tags=tags or ["1", "1-20260101"],
+                                 labels={}, stack={})
+    fake = types.ModuleType("imagebuild.images")
+    fake.load_images = lambda matrix: {name: spec}
+    monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
+    monkeypatch.setenv(publish.USER_ENV, USER)
+    monkeypatch.setenv(publish.PASSWORD_ENV, password)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
+    return cli.main(["publish", name, "--registry", f"{registry}/ci", "--report", str(report)])
+
+
+@pytest.mark.registry
+@pytest.mark.engine
+def test_cli_success_output_holds_no_password(engine, registry, tmp_path, monkeypatch, capfd):
+    ref = build_small(engine, "pub-cli")
+    assert run_cli_publish(engine, registry, ref, "pub-cli", tmp_path, monkeypatch) == 0
+    out, errtext = capfd.readouterr()
+    assert PASSWORD not in out + errtext
+    digest = api_for(registry).manifest_digest("ci/pub-cli", "1")
+    assert out.splitlines() == [f"{registry}/ci/pub-cli:1-20260101@{digest}",
+                                f"{registry}/ci/pub-cli:1@{digest}"]
+
+
+@pytest.mark.engine
+def test_dead_registry_is_retried_then_one_clear_line(engine, tmp_path, monkeypatch, capfd):
+    ref = build_small(engine, "pub-dead")
+    dead = f"127.0.0.1:{free_port()}"  # nothing listens there
+    waits = []
+    api = publish.RegistryAPI(dead, CREDS, backoff=0.01, sleep=waits.append)
+    with pytest.raises(RegistryError) as err:
+        publish.publish_image(engine, image_id="pub-dead", local_ref=ref, tags=["1", "1-20260101"],
+                              target=publish.parse_target(f"{dead}/ci"),
+                              report=passing_report(engine, ref, "pub-dead"), credentials=CREDS, api=api)
+    assert str(err.value) == (f"registry {dead} is unreachable: GET /v2/ failed 4 times "
+                              "(connection refused)")
+    assert waits == [0.01, 0.02, 0.04]  # bounded exponential backoff
+    assert run_cli_publish(engine, dead, ref, "pub-dead", tmp_path, monkeypatch) == 2
+    _out, errtext = capfd.readouterr()
+    assert errtext.strip().splitlines() == [
+        f"imagebuild publish: registry {dead} is unreachable: GET /v2/ failed 4 times (connection refused)"]
+
+
+class _LyingRegistry(http.server.BaseHTTPRequestHandler):
+    """Answers /v2/; a manifest is "not found" the first time it is asked for (before the push),
+    then always carries a digest nothing pushed."""
+
+    WRONG = "sha256:" + "0" * 64
+    seen: set = set()
+
+    def do_GET(self):  # noqa: N802 - http.server API
+        manifest = "/manifests/" in self.path
+        if manifest and self.path not in self.seen:
+            self.seen.add(self.path)
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Docker-Distribution-Api-Version", "registry/2.0")
+        if manifest:
+            self.send_header("Docker-Content-Digest", self.WRONG)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.registry
+@pytest.mark.engine
+def test_digest_mismatch_stops_before_the_floating_tag_moves(engine, registry):
+    target = publish.parse_target(f"{registry}/ci")
+    first = build_small(engine, "pub-mismatch")
+    good = publish.publish_image(engine, image_id="pub-mismatch", local_ref=first,
+                                 tags=["2.0", "2.0-20260101"], target=target,
+                                 report=passing_report(engine, first, "pub-mismatch"),
+                                 credentials=CREDS, api=api_for(registry))
+    second = build_small(engine, "pub-mismatch")  # a new build under the same floating tag
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LyingRegistry)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        liar = publish.RegistryAPI(f"127.0.0.1:{server.server_address[1]}", CREDS, backoff=0.01)
+        with pytest.raises(RegistryError) as err:
+            publish.publish_image(engine, image_id="pub-mismatch", local_ref=second,
+                                  tags=["2.0", "2.0-20260202"], target=target,
+                                  report=passing_report(engine, second, "pub-mismatch"),
+                                  credentials=CREDS, api=liar)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _LyingRegistry.WRONG in str(err.value) and "floating tags were not moved" in str(err.value)
+    assert [p.rsplit("/", 1)[1] for p in sorted(_LyingRegistry.seen)] == ["2.0-20260202"]
+    # the floating tag still names the first, tested-and-verified build
+    assert api_for(registry).manifest_digest("ci/pub-mismatch", "2.0") == good.digest
