@@ -1,0 +1,78 @@
+"""`imagebuild lock [--check] [--lock FILE] [IMAGE...]`
+
+Writes images.lock (resolved stack, Dockerfile sha256, base image id, built image id and a smoke
+report summary per image) or, with --check, prints what drifted and exits 1 when anything did.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import ImagebuildError
+
+
+def configure(parser) -> None:
+    from ..cli import add_matrix_option
+
+    parser.add_argument("images", nargs="*", metavar="IMAGE", help="image ids (default: all)")
+    parser.add_argument("--check", action="store_true",
+                        help="compare with the lock instead of writing it; exit 1 on any drift")
+    parser.add_argument("--lock", default=None, metavar="FILE",
+                        help="the lock file (default: images.lock beside the matrix)")
+    parser.add_argument("--reports-dir", default=None, metavar="DIR",
+                        help="smoke reports (default: .imagebuild/reports beside the matrix)")
+    parser.add_argument("--no-engine", action="store_true",
+                        help="record no base/built image ids (for a machine without an engine)")
+    add_matrix_option(parser)
+
+
+def _all_images(matrix: str, names: list[str]) -> dict:
+    try:
+        from ..images import load_images
+    except ImportError as exc:
+        raise ImagebuildError(f"image lookup is not available yet (imagebuild.images: {exc})") from None
+    specs = load_images(matrix)
+    if not names:
+        return dict(sorted(specs.items()))
+    from .publish import lookup_images
+    return lookup_images(matrix, names)
+
+
+def run(args) -> int:
+    from .. import lockfile
+
+    root = os.path.dirname(os.path.abspath(args.matrix))
+    lock_path = args.lock or os.path.join(root, lockfile.DEFAULT_LOCK)
+    specs = _all_images(args.matrix, list(dict.fromkeys(args.images)))
+    client = None
+    if not args.no_engine:
+        from ..engines import connect
+        client = connect()
+    current = {
+        image_id: lockfile.entry_for_image(client, image_id=image_id, stack=dict(spec.stack),
+                                           local_ref=spec.local_ref, root=root,
+                                           reports_dir=args.reports_dir)
+        for image_id, spec in specs.items()
+    }
+    if args.check:
+        locked = lockfile.read_lock(lock_path)
+        if args.images:
+            locked = {k: v for k, v in locked.items() if k in current}
+        drifted = lockfile.drift_all(locked, current)
+        for image_id, lines in drifted.items():
+            for line in lines:
+                print(f"{image_id}: {line}")
+        if drifted:
+            print(f"{len(drifted)} image(s) drifted from {lock_path}", file=sys.stderr)
+            return 1
+        print(f"{lock_path}: {len(current)} image(s) match")
+        return 0
+    if args.images and os.path.exists(lock_path):
+        # lock only the named images; keep the others as they were
+        merged = lockfile.read_lock(lock_path)
+        merged.update(current)
+        current = merged
+    lockfile.write_lock(lock_path, current)
+    print(f"wrote {lock_path} ({len(current)} image(s))")
+    return 0

@@ -1,0 +1,322 @@
+"""images.lock: what each image was built from and what it proved, so that a later build can say
+exactly what drifted.
+
+The lock is JSON with sorted keys, two-space indent and a trailing newline (same inputs, same
+bytes), written through a temporary file and a rename (never half-written)::
+
+    {
+      "images": {
+        "<image-id>": {
+          "base_image": "sha256:...",          # id/digest of the FROM image
+          "dockerfile_sha256": "<hex>",        # of Dockerfiles/<id>/Dockerfile
+          "image_id": "sha256:..." | null,     # the engine's id of the built image
+          "smoke": {"counts": {"fail": 0, "pass": 9, "skip": 1}, "passed": true,
+                    "report_sha256": "<hex>"} | null,
+          "stack": {"cuda": "12.4.1", "pytorch": "2.4.1", ...}
+        }
+      },
+      "version": 1
+    }
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from .errors import ImagebuildError
+
+LOCK_VERSION = 1
+DEFAULT_LOCK = "images.lock"
+ENTRY_KEYS = ("base_image", "dockerfile_sha256", "image_id", "smoke", "stack")
+STATUSES = ("fail", "pass", "skip")
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_IMAGE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+
+
+class LockError(ImagebuildError):
+    """images.lock is malformed."""
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(chunk)
+    except FileNotFoundError:
+        raise ImagebuildError("file not found (run `imagebuild generate` first?)", file=str(path)) from None
+    except OSError as exc:
+        raise ImagebuildError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
+    return digest.hexdigest()
+
+
+def dockerfile_path(root: str | os.PathLike, image_id: str) -> Path:
+    """Where `imagebuild generate` writes an image's Dockerfile: Dockerfiles/<id>/Dockerfile."""
+    return Path(root) / "Dockerfiles" / image_id / "Dockerfile"
+
+
+def summarize_report(report: dict, raw: bytes) -> dict:
+    """The lock's summary of a smoke report: passed, counts per status, sha256 of its bytes."""
+    summary = report.get("summary")
+    if isinstance(summary, dict):
+        counts = {s: int(summary.get(s, 0)) for s in STATUSES}
+    else:
+        checks = report.get("checks") if isinstance(report.get("checks"), list) else []
+        counts = {s: sum(1 for c in checks if isinstance(c, dict) and c.get("status") == s)
+                  for s in STATUSES}
+    return {"counts": counts, "passed": report.get("passed") is True, "report_sha256": sha256_bytes(raw)}
+
+
+def read_report_summary(path: str | os.PathLike) -> dict | None:
+    """summarize_report of the JSON report at ``path``; None when there is no report yet."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        report = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        line = getattr(exc, "lineno", None)
+        raise ImagebuildError(f"malformed smoke report ({getattr(exc, 'msg', exc)})", file=str(path),
+                              line=line) from None
+    if not isinstance(report, dict):
+        raise ImagebuildError("the smoke report is not a JSON object", file=str(path))
+    return summarize_report(report, raw)
+
+
+def compute_entry(*, stack: dict[str, str], dockerfile_sha256: str, base_image: str | None,
+                  image_id: str | None, smoke: dict | None) -> dict:
+    """One lock entry from plain values (``smoke`` as returned by summarize_report)."""
+    if not _HEX64.match(dockerfile_sha256 or ""):
+        raise ImagebuildError(f"dockerfile_sha256 {dockerfile_sha256!r} is not a sha256 hex digest")
+    return {
+        "base_image": base_image,
+        "dockerfile_sha256": dockerfile_sha256,
+        "image_id": image_id,
+        "smoke": None if smoke is None else {
+            "counts": {s: int(smoke["counts"].get(s, 0)) for s in STATUSES},
+            "passed": bool(smoke["passed"]),
+            "report_sha256": smoke["report_sha256"],
+        },
+        "stack": {str(k): str(v) for k, v in sorted(stack.items())},
+    }
+
+
+def dumps(entries: dict[str, dict]) -> str:
+    return json.dumps({"images": entries, "version": LOCK_VERSION}, indent=2, sort_keys=True) + "\n"
+
+
+def write_lock(path: str | os.PathLike, entries: dict[str, dict]) -> None:
+    """Write the lock atomically (temp file in the same folder, then rename)."""
+    for image_id, entry in entries.items():
+        _check_entry(image_id, entry, str(path))
+    text = dumps(entries)
+    folder = os.path.dirname(os.path.abspath(path)) or "."
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".images.lock.", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _check_entry(image_id: str, entry, where: str) -> None:
+    def bad(why: str) -> LockError:
+        return LockError(f"image {image_id!r}: {why}", file=where)
+
+    if not isinstance(image_id, str) or not _IMAGE_ID.match(image_id):
+        raise LockError(f"invalid image id {image_id!r}", file=where)
+    if not isinstance(entry, dict):
+        raise bad("entry is not an object")
+    missing = [k for k in ENTRY_KEYS if k not in entry]
+    if missing:
+        raise bad(f"missing {', '.join(missing)}")
+    extra = sorted(set(entry) - set(ENTRY_KEYS))
+    if extra:
+        raise bad(f"unknown key {extra[0]!r}")
+    if not isinstance(entry["stack"], dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in entry["stack"].items()):
+        raise bad("stack must map component names to version strings")
+    if not isinstance(entry["dockerfile_sha256"], str) or not _HEX64.match(entry["dockerfile_sha256"]):
+        raise bad("dockerfile_sha256 is not a sha256 hex digest")
+    for key in ("base_image", "image_id"):
+        if entry[key] is not None and not isinstance(entry[key], str):
+            raise bad(f"{key} must be a string or null")
+    smoke = entry["smoke"]
+    if smoke is not None:
+        if not isinstance(smoke, dict) or set(smoke) != {"counts", "passed", "report_sha256"}:
+            raise bad("smoke must be null or {counts, passed, report_sha256}")
+        if not isinstance(smoke["passed"], bool) or not isinstance(smoke["counts"], dict) \
+                or not all(isinstance(v, int) for v in smoke["counts"].values()) \
+                or not isinstance(smoke["report_sha256"], str):
+            raise bad("smoke has values of the wrong type")
+
+
+def read_lock(path: str | os.PathLike) -> dict[str, dict]:
+    """The entries of the lock at ``path`` (image id -> entry); LockError naming the file (and
+    line/column for JSON syntax errors) when it is malformed."""
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LockError("no lock file (write one with `imagebuild lock`)", file=where) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockError(f"cannot read ({type(exc).__name__})", file=where) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LockError(f"malformed JSON ({exc.msg})", file=where, line=exc.lineno, column=exc.colno) from None
+    if not isinstance(data, dict) or set(data) != {"images", "version"}:
+        raise LockError("expected an object with exactly the keys 'images' and 'version'", file=where)
+    if data["version"] != LOCK_VERSION:
+        raise LockError(f"lock version {data['version']!r} is not supported (expected {LOCK_VERSION})",
+                        file=where)
+    if not isinstance(data["images"], dict):
+        raise LockError("'images' is not an object", file=where)
+    for image_id, entry in data["images"].items():
+        _check_entry(image_id, entry, where)
+    return data["images"]
+
+
+def _short(value) -> str:
+    if value is None:
+        return "none"
+    text = str(value)
+    return text[:19] if text.startswith("sha256:") else text
+
+
+#: the inputs of a build: what `build --locked` compares before building
+BUILD_INPUTS = ("stack", "dockerfile_sha256", "base_image")
+
+
+def drift(lock_entry: dict, current: dict, *, only: tuple[str, ...] | None = None) -> list[str]:
+    """Human-readable differences between a locked entry and the current one, in a stable order:
+    stack components (sorted), then Dockerfile, base image, built image, smoke report.
+
+    ``only`` restricts the comparison to some entry keys (e.g. BUILD_INPUTS before a build, when
+    the image and its report do not exist yet).
+    """
+    if only is not None:
+        unknown = set(only) - set(ENTRY_KEYS)
+        if unknown:
+            raise ValueError(f"unknown lock keys {sorted(unknown)}")
+        lock_entry = {k: v for k, v in lock_entry.items() if k in only}
+        current = {k: v for k, v in current.items() if k in only}
+    out: list[str] = []
+    old_stack, new_stack = lock_entry.get("stack") or {}, current.get("stack") or {}
+    for comp in sorted(set(old_stack) | set(new_stack)):
+        old, new = old_stack.get(comp), new_stack.get(comp)
+        if old == new:
+            continue
+        if old is None:
+            out.append(f"{comp} added ({new})")
+        elif new is None:
+            out.append(f"{comp} removed (was {old})")
+        else:
+            out.append(f"{comp} {old} -> {new}")
+    if (only is None or "dockerfile_sha256" in only) and \
+            lock_entry.get("dockerfile_sha256") != current.get("dockerfile_sha256"):
+        out.append("Dockerfile sha256 changed")
+    if (only is None or "base_image" in only) and lock_entry.get("base_image") != current.get("base_image"):
+        out.append(f"base image {_short(lock_entry.get('base_image'))} -> {_short(current.get('base_image'))}")
+    if (only is None or "image_id" in only) and lock_entry.get("image_id") != current.get("image_id"):
+        out.append(f"image {_short(lock_entry.get('image_id'))} -> {_short(current.get('image_id'))}")
+    old_smoke, new_smoke = lock_entry.get("smoke"), current.get("smoke")
+    if old_smoke != new_smoke:
+        if old_smoke is None or new_smoke is None:
+            out.append(f"smoke report {'none' if old_smoke is None else 'present'} -> "
+                       f"{'none' if new_smoke is None else 'present'}")
+        else:
+            if old_smoke.get("passed") != new_smoke.get("passed"):
+                verdict = {True: "passed", False: "failed"}
+                out.append(f"smoke {verdict[bool(old_smoke.get('passed'))]} -> "
+                           f"{verdict[bool(new_smoke.get('passed'))]}")
+            old_c, new_c = old_smoke.get("counts") or {}, new_smoke.get("counts") or {}
+            for status in sorted(set(old_c) | set(new_c)):
+                if old_c.get(status, 0) != new_c.get(status, 0):
+                    out.append(f"smoke {status} {old_c.get(status, 0)} -> {new_c.get(status, 0)}")
+            if old_smoke.get("report_sha256") != new_smoke.get("report_sha256") and not any(
+                    line.startswith("smoke ") for line in out):
+                out.append("smoke report sha256 changed")
+    return out
+
+
+def drift_all(locked: dict[str, dict], current: dict[str, dict]) -> dict[str, list[str]]:
+    """drift per image id over both sides; images only in one side are reported as such."""
+    result: dict[str, list[str]] = {}
+    for image_id in sorted(set(locked) | set(current)):
+        if image_id not in locked:
+            result[image_id] = ["not in the lock"]
+        elif image_id not in current:
+            result[image_id] = ["in the lock but no longer declared"]
+        else:
+            lines = drift(locked[image_id], current[image_id])
+            if lines:
+                result[image_id] = lines
+    return result
+
+
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
+
+
+def base_refs(dockerfile_text: str) -> list[str]:
+    """The external images a Dockerfile starts from, in order (stage names excluded)."""
+    stages: set[str] = set()
+    refs: list[str] = []
+    for line in dockerfile_text.splitlines():
+        match = _FROM.match(line)
+        if not match:
+            continue
+        ref, alias = match.group(1), match.group(2)
+        if ref.lower() not in stages and ref not in refs and ref.lower() != "scratch":
+            refs.append(ref)
+        if alias:
+            stages.add(alias.lower())
+    return refs
+
+
+def entry_for_image(client, *, image_id: str, stack: dict[str, str], local_ref: str,
+                    root: str | os.PathLike = ".", reports_dir: str | os.PathLike | None = None) -> dict:
+    """The current lock entry of one image, read from the repository and the engine.
+
+    ``client`` is a docker SDK client (None: base and built image ids are recorded as null). The
+    base image is the engine id of the first external FROM of the generated Dockerfile.
+    """
+    from .publish import REPORTS_DIR, default_report_path
+
+    path = dockerfile_path(root, image_id)
+    dockerfile_sha = sha256_file(path)
+    refs = base_refs(Path(path).read_text(encoding="utf-8"))
+    base = built = None
+    if client is not None:
+        from docker.errors import ImageNotFound
+
+        if refs:
+            try:
+                base = client.images.get(refs[0]).id
+            except ImageNotFound:
+                base = None
+        try:
+            built = client.images.get(local_ref).id
+        except ImageNotFound:
+            built = None
+    report = default_report_path(image_id, Path(root) / REPORTS_DIR if reports_dir is None else reports_dir)
+    return compute_entry(stack=stack, dockerfile_sha256=dockerfile_sha, base_image=base, image_id=built,
+                         smoke=read_report_summary(report))

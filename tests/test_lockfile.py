@@ -1,0 +1,159 @@
+"""images.lock: pure logic (entries, drift, determinism, malformed files) plus the `lock`
+command over a real engine image."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import types
+
+import pytest
+
+from imagebuild import cli, lockfile
+from imagebuild.errors import ImagebuildError
+
+from conftest import need
+
+SHA_A, SHA_B = "a" * 64, "b" * 64
+
+
+def entry(**over):
+    base = lockfile.compute_entry(
+        stack={"pytorch": "2.4.0", "cuda": "12.4.1", "python": "3.11"}, dockerfile_sha256=SHA_A,
+        base_image="sha256:" + "1" * 64, image_id="sha256:" + "2" * 64,
+        smoke={"counts": {"pass": 9, "fail": 0, "skip": 1}, "passed": True, "report_sha256": SHA_B})
+    base.update(over)
+    return base
+
+
+def test_write_is_deterministic_sorted_and_newline_terminated(tmp_path):
+    entries = {"b-img": entry(), "a-img": entry(stack={"python": "3.12", "cuda": "12.4.1"})}
+    lockfile.write_lock(tmp_path / "one.lock", entries)
+    lockfile.write_lock(tmp_path / "two.lock", dict(reversed(list(entries.items()))))
+    one = (tmp_path / "one.lock").read_bytes()
+    assert one == (tmp_path / "two.lock").read_bytes()
+    assert one.endswith(b"}\n") and not one.endswith(b"\n\n")
+    data = json.loads(one)
+    assert list(data["images"]) == ["a-img", "b-img"]
+    assert list(data["images"]["a-img"]["stack"]) == ["cuda", "python"]
+    assert lockfile.read_lock(tmp_path / "one.lock") == json.loads(one)["images"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp left
+
+
+def test_drift_names_each_difference():
+    old = entry()
+    new = entry(stack={"pytorch": "2.4.1", "python": "3.11", "nccl": "2.21.5"},
+                dockerfile_sha256=SHA_B, image_id="sha256:" + "3" * 64,
+                smoke={"counts": {"pass": 8, "fail": 1, "skip": 1}, "passed": False, "report_sha256": SHA_A})
+    assert lockfile.drift(old, new) == [
+        "cuda removed (was 12.4.1)",
+        "nccl added (2.21.5)",
+        "pytorch 2.4.0 -> 2.4.1",
+        "Dockerfile sha256 changed",
+        "image sha256:222222222222 -> sha256:333333333333",
+        "smoke passed -> failed",
+        "smoke fail 0 -> 1",
+        "smoke pass 9 -> 8",
+    ]
+    assert lockfile.drift(old, entry()) == []
+    # before a build only the inputs count
+    assert lockfile.drift(old, new, only=lockfile.BUILD_INPUTS) == [
+        "cuda removed (was 12.4.1)", "nccl added (2.21.5)", "pytorch 2.4.0 -> 2.4.1",
+        "Dockerfile sha256 changed"]
+    assert lockfile.drift(old, entry(smoke={**old["smoke"], "report_sha256": SHA_A})) == [
+        "smoke report sha256 changed"]
+    assert lockfile.drift_all({"a": old, "gone": old}, {"a": old, "new": old}) == {
+        "gone": ["in the lock but no longer declared"], "new": ["not in the lock"]}
+
+
+@pytest.mark.parametrize("text, where", [
+    ('{"images": {}, "version": 1,\n}', "images.lock:2:1"),
+    ('{"images": [], "version": 1}', "images.lock"),
+    ('{"images": {}, "version": 7}', "images.lock"),
+    ('{"images": {"x": {"stack": {}}}, "version": 1}', "images.lock"),
+    ('{"images": {"bad id;": {}}, "version": 1}', "images.lock"),
+    ("", "images.lock:1:1"),
+])
+def test_malformed_lock_is_one_line_naming_the_file(tmp_path, text, where):
+    path = tmp_path / "images.lock"
+    path.write_text(text)
+    with pytest.raises(lockfile.LockError) as err:
+        lockfile.read_lock(path)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(str(tmp_path / where))
+
+
+def test_summarize_report_counts_statuses(tmp_path):
+    report = {"image": "x", "passed": True, "summary": {"pass": 2, "fail": 0, "skip": 1},
+              "checks": [{"name": "a", "status": "pass"}]}
+    raw = json.dumps(report).encode()
+    summary = lockfile.summarize_report(report, raw)
+    assert summary["counts"] == {"fail": 0, "pass": 2, "skip": 1} and summary["passed"] is True
+    no_summary = {"passed": False, "checks": [{"status": "fail"}, {"status": "pass"}, {"status": "fail"}]}
+    assert lockfile.summarize_report(no_summary, b"{}")["counts"] == {"fail": 2, "pass": 1, "skip": 0}
+    (tmp_path / "r.json").write_bytes(raw)
+    assert lockfile.read_report_summary(tmp_path / "r.json") == summary
+    assert lockfile.read_report_summary(tmp_path / "missing.json") is None
+
+
+def test_base_refs_skip_stage_names():
+    text = ("FROM nvidia/cuda:12.4.1-devel AS devel\nRUN make\n"
+            "from --platform=linux/amd64 devel as tools\n"
+            "FROM imagebuild/base:debian-bookworm\nCOPY --from=devel /opt /opt\n")
+    assert lockfile.base_refs(text) == ["nvidia/cuda:12.4.1-devel", "imagebuild/base:debian-bookworm"]
+
+
+def test_write_refuses_invalid_entries_and_leaves_old_lock(tmp_path):
+    path = tmp_path / "images.lock"
+    lockfile.write_lock(path, {"a": entry()})
+    before = path.read_bytes()
+    with pytest.raises(ImagebuildError):
+        lockfile.write_lock(path, {"a": {**entry(), "dockerfile_sha256": "nope"}})
+    assert path.read_bytes() == before
+
+
+@pytest.mark.engine
+def test_lock_command_writes_then_checks_drift(docker_client, tmp_path, monkeypatch, capsys):
+    base = "imagebuild/base:debian-bookworm"
+    try:
+        base_id = docker_client.images.get(base).id
+    except Exception:  # noqa: BLE001
+        need(f"the base image {base}", "create it with debootstrap + docker import")
+    dockerfile = f"FROM {base}\nRUN echo lock-test > /lock-test\n"
+    folder = tmp_path / "Dockerfiles" / "lock-test"
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile").write_text(dockerfile)
+    ref = "imagebuild/lock-test:test"
+    built = docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ref, rm=True)[0]
+    reports = tmp_path / ".imagebuild" / "reports"
+    reports.mkdir(parents=True)
+    (reports / "lock-test.json").write_text(json.dumps(
+        {"image": "lock-test", "image_id": built.id, "passed": True,
+         "summary": {"pass": 3, "fail": 0, "skip": 0}}))
+    spec = types.SimpleNamespace(id="lock-test", local_ref=ref, tags=["t"], labels={},
+                                 stack={"os": "debian-12", "python": "3.11"})
+    fake = types.ModuleType("imagebuild.images")
+    fake.load_images = lambda matrix: {"lock-test": spec}
+    monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
+    matrix = str(tmp_path / "matrix.yaml")
+
+    assert cli.main(["lock", "--matrix", matrix]) == 0
+    lock = json.loads((tmp_path / "images.lock").read_text())["images"]["lock-test"]
+    assert lock["base_image"] == base_id and lock["image_id"] == built.id
+    assert lock["smoke"]["counts"] == {"fail": 0, "pass": 3, "skip": 0}
+    assert lock["dockerfile_sha256"] == lockfile.sha256_file(folder / "Dockerfile")
+    assert cli.main(["lock", "--check", "--matrix", matrix]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith("images.lock: 1 image(s) match")
+
+    spec.stack = {"os": "debian-12", "python": "3.12"}
+    (folder / "Dockerfile").write_text(dockerfile + "# changed\n")
+    assert cli.main(["lock", "--check", "--matrix", matrix]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["lock-test: python 3.11 -> 3.12", "lock-test: Dockerfile sha256 changed"]
+
+    (tmp_path / "images.lock").write_text("{\n  broken")
+    assert cli.main(["lock", "--check", "--matrix", matrix]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{tmp_path / 'images.lock'}:2:" in err[0]
