@@ -1,0 +1,76 @@
+"""The smoke suite: checks that run inside every image (and on bare hosts, and from a
+Singularity %test). Standard library only; torch and MPI are used in child processes when there.
+
+    python -m imagebuild.smoke [--tier cpu|gpu] [--only NAME ...] [--ranks N] [--expect FILE]
+                               [--report FILE] [--junit FILE] [--timeout S]
+
+Checks: versions, libraries, mpi.config, mpi.allreduce, torch.allreduce, ddp.equivalence,
+gpudirect (informational: never makes the report fail). `imagebuild test` adds ddp.two-node from
+the host. A skip is never a pass: the report lists every skipped check with its reason, and
+`passed` is true only when no required check failed.
+"""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+import threading
+import time
+from typing import Callable
+
+from .context import CheckTimeout, Context
+from .report import FAIL, CheckResult, Report
+
+CHECK_NAMES = ("versions", "libraries", "mpi.config", "mpi.allreduce", "torch.allreduce",
+               "ddp.equivalence", "gpudirect")
+HOST_CHECK_NAMES = ("ddp.two-node",)  # run by `imagebuild test` from outside the container
+
+
+def run_check(name: str, ctx: Context) -> CheckResult:
+    """One check under its timeout. A check that raises is a failure naming the exception."""
+    from .checks import CHECKS
+
+    ctx.start_clock()
+    started = time.monotonic()
+    use_alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+
+    def on_alarm(signum, frame):  # noqa: ARG001 - signal API
+        raise CheckTimeout()
+
+    old = None
+    if use_alarm:
+        # a margin past the deadline: child processes are killed at the deadline itself and the
+        # check reports that; the alarm catches only Python code that hangs in this process
+        old = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, ctx.timeout + 10)
+    try:
+        result = CHECKS[name](ctx)
+    except CheckTimeout:
+        result = CheckResult(name, FAIL, f"timed out after {ctx.timeout:.0f}s")
+    except Exception as exc:  # noqa: BLE001 - a broken check is a failed check, with its reason
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        result = CheckResult(name, FAIL, f"check crashed: {type(exc).__name__}: {first}"[:500])
+    finally:
+        if use_alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+    result.metrics["seconds"] = round(time.monotonic() - started, 3)
+    return result
+
+
+def run_suite(*, tier: str = "cpu", only: list[str] | None = None, ranks: int = 2, timeout: float = 180.0,
+              expectation: dict | None = None, image: str = "",
+              progress: Callable[[CheckResult], None] | None = None) -> Report:
+    names = [n for n in CHECK_NAMES if not only or n in only]
+    with tempfile.TemporaryDirectory(prefix="imagebuild-smoke-") as workdir:
+        ctx = Context(tier=tier, ranks=ranks, timeout=timeout, expectation=expectation, workdir=workdir)
+        results = []
+        for name in names:
+            result = run_check(name, ctx)
+            results.append(result)
+            if progress:
+                progress(result)
+    extra = {"ranks": ranks}
+    if expectation is not None:
+        extra["expected"] = expectation
+    return Report(image=image, checks=results, tier=tier, extra=extra)

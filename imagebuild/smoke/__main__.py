@@ -1,0 +1,99 @@
+"""python -m imagebuild.smoke: run the suite, print one line per check, write the reports.
+Exit 0 when no required check failed, 1 when one did, 2 when the suite could not run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import CHECK_NAMES, run_suite
+from . import expect as _expect
+from .report import junit_path, write_atomic
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= 1024:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 1024, not {value}")
+    return value
+
+
+def _timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 1 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 86400 seconds, not {text}")
+    return value
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="imagebuild-smoke", description="the imagebuild smoke suite")
+    ap.add_argument("--tier", choices=("cpu", "gpu"), default="cpu")
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=CHECK_NAMES, action="extend",
+                    help="run only these checks: " + ", ".join(CHECK_NAMES))
+    ap.add_argument("--ranks", type=_positive_int, default=None,
+                    help="ranks for the distributed checks (default 2; tier gpu: one per GPU)")
+    ap.add_argument("--expect", help=f"the expected stack (default {_expect.DEFAULT_EXPECT} when it exists)")
+    ap.add_argument("--report", help="write the JSON report here")
+    ap.add_argument("--junit", help="write JUnit XML here (default: beside --report, .xml)")
+    ap.add_argument("--timeout", type=_timeout, default=180.0, help="seconds per check (default 180)")
+    ap.add_argument("--image", default="", help="the image name to record in the report")
+    ap.add_argument("--quiet", action="store_true", help="print only the verdict")
+    return ap
+
+
+def _gpu_count() -> int:
+    try:
+        return len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()])
+    except OSError:
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    expect_path = args.expect or _expect.default_path()
+    expectation = None
+    if expect_path:
+        try:
+            expectation = _expect.load(expect_path)
+        except _expect.ExpectationError as exc:
+            print(f"imagebuild-smoke: {exc}", file=sys.stderr)
+            return 2
+    ranks = args.ranks or (max(_gpu_count(), 1) if args.tier == "gpu" else 2)
+    image = args.image or (expectation or {}).get("id", "")
+
+    def show(result) -> None:
+        if not args.quiet:
+            print(f"{result.status.upper():<4} {result.name:<16} {result.metrics.get('seconds', 0):7.1f}s  "
+                  f"{result.detail}", flush=True)
+
+    report = run_suite(tier=args.tier, only=args.only, ranks=ranks, timeout=args.timeout,
+                       expectation=expectation, image=image, progress=show)
+    try:
+        if args.report:
+            write_atomic(args.report, report.to_json())
+        junit = args.junit or (junit_path(args.report) if args.report else None)
+        if junit:
+            write_atomic(junit, report.to_junit())
+    except OSError as exc:
+        print(f"imagebuild-smoke: cannot write the report: {exc}", file=sys.stderr)
+        return 2
+    summ = report.summary()
+    skipped = f", skipped: {', '.join(report.skipped())}" if summ["skip"] else ""
+    print(f"{'PASSED' if report.passed else 'FAILED'}: {summ['pass']} passed, {summ['fail']} failed, "
+          f"{summ['skip']} skipped{skipped}", flush=True)
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("imagebuild-smoke: interrupted", file=sys.stderr)
+        sys.exit(130)

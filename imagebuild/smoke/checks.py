@@ -1,0 +1,461 @@
+"""The checks. Each takes a Context and returns a CheckResult; none prints.
+
+A part of a check is skipped only *by design* (the expectation says the component is absent, or
+there is no expectation and the component is not there); a component the expectation names but
+the image lacks is a failure, never a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from . import bandwidth, expect, gdr, libs, proc
+from .context import CheckTimeout, Context
+from .report import FAIL, PASS, SKIP, CheckResult, combine
+from .workers import read_results
+
+# driver libraries: the NVIDIA container runtime mounts them from the host at run time
+DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1")
+
+
+def _absent_part(ctx: Context, component: str, what: str) -> tuple[str, str]:
+    """The part for a thing that is not there: skip by design, or fail when expected."""
+    if ctx.expects_present(component):
+        return FAIL, f"{what} not found, but the image should have {component} {ctx.expected(component)}"
+    if ctx.expects_absent(component):
+        return SKIP, f"{what}: absent by design ({component} none)"
+    return SKIP, f"{what} not present (no expectation)"
+
+
+# ---------------------------------------------------------------------------------------------
+# versions
+# ---------------------------------------------------------------------------------------------
+
+def ucx_version() -> tuple[str | None, str]:
+    exe = proc.which("ucx_info")
+    if not exe:
+        return None, "ucx_info not installed"
+    out = proc.run([exe, "-v"], timeout=30)
+    m = re.search(r"[Vv]ersion[ =:]+(\d+\.\d+(?:\.\d+)?)", out.output)
+    return (m.group(1), "ucx_info -v") if m else (None, f"ucx_info -v: {out.tail(2)}")
+
+
+def openmpi_version() -> tuple[str | None, str]:
+    exe = proc.which("ompi_info")
+    if exe:
+        out = proc.run([exe, "--parsable"], timeout=60)
+        m = re.search(r"^ompi:version:full:(\S+)", out.output, re.M)
+        if m:
+            return m.group(1), "ompi_info --parsable"
+    exe = proc.which("mpirun")
+    if exe:
+        out = proc.run([exe, "--version"], timeout=30)
+        m = re.search(r"Open MPI\)?\s+(\d+\.\d+(?:\.\d+)?)", out.output)
+        if m:
+            return m.group(1), "mpirun --version"
+        return None, f"mpirun is not Open MPI: {out.tail(1)}"
+    return None, "neither ompi_info nor mpirun installed"
+
+
+def check_versions(ctx: Context) -> CheckResult:
+    import platform
+
+    parts: list[tuple[str, str]] = []
+    metrics: dict[str, float] = {}
+    probe = ctx.probe()
+    t = probe["torch"]
+    system = probe["system"]["versions"]
+
+    def compare(component: str, label: str, installed: str | None, matcher=expect.version_matches) -> None:
+        if ctx.expectation is None:
+            parts.append((SKIP if installed is None else PASS,
+                          f"{label} {installed or 'not found'} (no expectation to compare)"))
+            return
+        want = ctx.expected(component)
+        ok, why = matcher(installed, want) if matcher is not expect.torch_version_matches else \
+            matcher(installed, want, ctx.expected("cuda"))
+        parts.append((PASS if ok else FAIL, f"{label}: {why}"))
+
+    info = expect.os_release()
+    if ctx.expectation is None:
+        parts.append((PASS, f"os {(expect.os_names(info) or ['unknown'])[0]} (no expectation to compare)"))
+    else:
+        ok, why = expect.os_matches(info, ctx.expected("os"))
+        parts.append((PASS if ok else FAIL, f"os: {why}"))
+    compare("python", "python", platform.python_version())
+
+    torch_version = t.get("version") if t.get("present") else None
+    if not t.get("present") and ctx.expects_present("pytorch"):
+        parts.append((FAIL, f"pytorch: cannot import torch ({t.get('error', 'unknown error')})"))
+    else:
+        compare("pytorch", "pytorch", torch_version, expect.torch_version_matches)
+    # CUDA and the libraries torch loads vs. the system's own copies: reported separately
+    if t.get("present"):
+        compare("cuda", "torch.version.cuda", t.get("cuda"))
+        compare("nccl", "torch's NCCL", t.get("nccl"))
+        compare("cudnn", "torch's cuDNN", t.get("cudnn"))
+    for comp, key, label in (("cuda", "cudart", "system CUDA runtime (libcudart)"),
+                             ("nccl", "nccl", "system NCCL (libnccl.so.2)"),
+                             ("cudnn", "cudnn", "system cuDNN (libcudnn)")):
+        have = system.get(key)
+        if have is None and probe["paths"].get(key) is None and t.get("present") and not ctx.expects_absent(comp):
+            # torch wheels may carry their own copy; the system one is optional then
+            parts.append((SKIP, f"{label} not installed"))
+            continue
+        compare(comp, label, have)
+    ucx, ucx_src = ucx_version()
+    if ucx is None and system.get("ucp"):
+        ucx, ucx_src = system["ucp"], "ucp_get_version_string()"
+    compare("ucx", f"ucx ({ucx_src})", ucx)
+    ompi, ompi_src = openmpi_version()
+    compare("openmpi", f"openmpi ({ompi_src})", ompi)
+    for comp, value in (("python", platform.python_version()), ("pytorch", torch_version), ("ucx", ucx), ("openmpi", ompi)):
+        rel = expect.release(value or "")
+        if rel:
+            metrics[f"{comp}.major"] = rel[0]
+            if len(rel) > 1:
+                metrics[f"{comp}.minor"] = rel[1]
+    result = combine("versions", parts, metrics)
+    if ctx.expectation is None and result.status != FAIL:
+        return CheckResult("versions", SKIP, "no expectation (no /opt/imagebuild/image.json, no --expect): "
+                           "found " + result.detail, metrics)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# libraries
+# ---------------------------------------------------------------------------------------------
+
+def _ldd_part(label: str, path: str, ctx: Context) -> tuple[str, str]:
+    missing, err = libs.ldd_missing(path, timeout=min(ctx.left(), 30))
+    if missing is None:
+        return FAIL, f"{label}: {err}"
+    fatal = [m for m in missing if m not in DRIVER_LIBS]
+    driver = [m for m in missing if m in DRIVER_LIBS]
+    if fatal:
+        return FAIL, f"{label} ({path}): {', '.join(fatal)} not found"
+    if driver:
+        return PASS, f"{label}: ok (driver library {', '.join(driver)} comes from the host at run time)"
+    return PASS, f"{label}: ok"
+
+
+def check_libraries(ctx: Context) -> CheckResult:
+    if not proc.which("ldd"):
+        return CheckResult("libraries", FAIL, "ldd not installed: cannot check shared libraries")
+    paths = ctx.system_libs()
+    parts: list[tuple[str, str]] = []
+    checked = 0
+    for comp, key, soname in (("nccl", "nccl", "libnccl.so.2"), ("ucx", "ucp", "libucp.so.0"),
+                              ("openmpi", "mpi", "libmpi.so.40")):
+        path = paths.get(key)
+        if path is None:
+            parts.append(_absent_part(ctx, comp, soname))
+            continue
+        parts.append(_ldd_part(soname, path, ctx))
+        checked += 1
+    torch_libs = libs.torch_libs()
+    if not torch_libs:
+        parts.append(_absent_part(ctx, "pytorch", "torch/lib/*.so"))
+    else:
+        bad = []
+        for path in torch_libs:
+            status, text = _ldd_part(os.path.basename(path), path, ctx)
+            checked += 1
+            if status == FAIL:
+                bad.append((status, text))
+        parts += bad or [(PASS, f"torch/lib: {len(torch_libs)} libraries ok")]
+    return combine("libraries", parts, {"libraries_checked": checked})
+
+
+# ---------------------------------------------------------------------------------------------
+# mpi.config
+# ---------------------------------------------------------------------------------------------
+
+def parse_transports(ucx_info_d: str) -> list[str]:
+    return sorted(set(re.findall(r"^#\s*Transport:\s*(\S+)", ucx_info_d, re.M)))
+
+
+def check_mpi_config(ctx: Context) -> CheckResult:
+    parts: list[tuple[str, str]] = []
+    metrics: dict[str, float] = {}
+    exe = proc.which("ompi_info")
+    if not exe:
+        parts.append(_absent_part(ctx, "openmpi", "ompi_info"))
+    else:
+        out = proc.run([exe, "--parsable"], timeout=min(ctx.left(), 60))
+        has_ucx = bool(re.search(r"^mca:pml:ucx:", out.output, re.M))
+        metrics["pml_ucx"] = int(has_ucx)
+        if has_ucx:
+            parts.append((PASS, "Open MPI has the UCX PML (mca pml ucx)"))
+        elif ctx.expects_absent("ucx"):
+            parts.append((SKIP, "no UCX PML: absent by design (ucx none)"))
+        else:
+            parts.append((FAIL, "Open MPI lacks the UCX PML (no mca:pml:ucx in ompi_info)"))
+        full = proc.run([exe, "--parsable", "--all"], timeout=min(ctx.left(), 60))
+        cuda = "mpi_built_with_cuda_support:value:true" in full.output
+        metrics["mpi_cuda_support"] = int(cuda)
+        if ctx.expects_present("cuda"):
+            parts.append((PASS if cuda else FAIL,
+                          "Open MPI built with CUDA support" if cuda
+                          else "Open MPI built without CUDA support (mpi_built_with_cuda_support false)"))
+        else:
+            parts.append((PASS, f"CUDA support in Open MPI: {'yes' if cuda else 'no'} (not required)"))
+    ucx_info = proc.which("ucx_info")
+    if not ucx_info:
+        if ctx.expects_present("ucx") or not ctx.has_expectation:
+            parts.append((SKIP, "ucx_info not installed: UCX transports not listed"))
+        else:
+            parts.append(_absent_part(ctx, "ucx", "ucx_info"))
+    else:
+        out = proc.run([ucx_info, "-d"], timeout=min(ctx.left(), 60))
+        tls = parse_transports(out.output)
+        metrics["ucx_transports"] = len(tls)
+        for tl in tls:
+            metrics[f"ucx_transport.{tl}"] = 1
+        if tls:
+            parts.append((PASS, f"UCX transports: {', '.join(tls)}"))
+        else:
+            parts.append((FAIL, f"ucx_info -d lists no transport: {out.tail(2)}"))
+        if ctx.feature("verbs"):
+            built = proc.run([ucx_info, "-b"], timeout=min(ctx.left(), 60))
+            with_ib = bool(re.search(r"#define HAVE_IB\s+1", built.output))
+            parts.append((PASS if with_ib else FAIL,
+                          "UCX built with verbs (HAVE_IB)" if with_ib else "UCX built without verbs, but the image should have them"))
+            devices = gdr.probe().rdma_devices
+            if devices:
+                rc = [tl for tl in tls if tl.startswith("rc")]
+                parts.append((PASS if rc else FAIL,
+                              f"RC transports on {', '.join(devices)}: {', '.join(rc)}" if rc
+                              else f"RDMA devices {', '.join(devices)} present but UCX lists no rc transport"))
+            else:
+                parts.append((SKIP, "no RDMA device on this host: rc/verbs transports cannot be listed"))
+    return combine("mpi.config", parts, metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# mpi.allreduce
+# ---------------------------------------------------------------------------------------------
+
+def ucx_tls_for_one_host() -> str:
+    """self,sm when /dev/shm is usable (shared memory between the ranks), else self,tcp."""
+    if os.environ.get("UCX_TLS"):
+        return os.environ["UCX_TLS"]
+    shm = "/dev/shm"
+    return "self,sm" if os.path.isdir(shm) and os.access(shm, os.W_OK) else "self,tcp"
+
+
+def bandwidth_metrics(timings: dict[str, float], ranks: int) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    for size_s, seconds in timings.items():
+        size = int(size_s)
+        if seconds <= 0:
+            continue
+        tag = bandwidth.human(size)
+        metrics[f"time_us.{tag}"] = round(seconds * 1e6, 3)
+        metrics[f"algbw_GBps.{tag}"] = round(bandwidth.algbw(size, seconds) / 1e9, 6)
+        metrics[f"busbw_GBps.{tag}"] = round(bandwidth.busbw(size, seconds, ranks) / 1e9, 6)
+    return metrics
+
+
+def _rank_errors(results: dict[int, dict], outcomes, ranks: int, timeout: float) -> list[str]:
+    errs: list[str] = []
+    if any(o.timed_out for o in outcomes):
+        errs.append(f"timed out after {timeout:.0f}s")
+    for o in outcomes:
+        if o.returncode not in (0, None):
+            errs.append(f"{os.path.basename(o.argv[0])} exited {o.returncode}: {o.tail(4)}")
+            break
+    missing = [r for r in range(ranks) if r not in results]
+    if missing and not errs:
+        errs.append(f"rank(s) {missing} wrote no result: {outcomes[0].tail(4)}")
+    for r in sorted(results):
+        errs += [f"rank {r}: {e}" for e in results[r].get("errors", [])[:3]]
+    return errs
+
+
+def check_mpi_allreduce(ctx: Context) -> CheckResult:
+    mpirun = proc.which("mpirun")
+    if not mpirun:
+        status, text = _absent_part(ctx, "openmpi", "mpirun")
+        return CheckResult("mpi.allreduce", status, text)
+    lib = ctx.system_libs().get("mpi")
+    if not lib:
+        return CheckResult("mpi.allreduce", FAIL, "mpirun found but libmpi.so.40 not found")
+    out_dir = ctx.scratch("mpi-allreduce")
+    tls = ucx_tls_for_one_host()
+    use_ucx = not ctx.expects_absent("ucx")
+    argv = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ctx.ranks)]
+    if use_ucx:
+        # Open MPI 4.1 only picks UCX on InfiniBand devices unless told otherwise
+        argv += ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any",
+                 "-x", f"UCX_TLS={tls}"]
+    argv += ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
+             ctx.python, "-m", "imagebuild.smoke.workers.mpi_allreduce", "--lib", lib, "--out", out_dir]
+    timeout = ctx.left()
+    env = ctx.env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    outcome = proc.run(argv, timeout=timeout, env=env)
+    results = read_results(out_dir, ctx.ranks)
+    errs = _rank_errors(results, [outcome], ctx.ranks, timeout)
+    metrics: dict[str, float] = {"ranks": ctx.ranks, "seconds_mpirun": round(outcome.seconds, 3)}
+    if results:
+        metrics["elements_checked"] = results[min(results)].get("checked", 0)
+        metrics.update(bandwidth_metrics(results[min(results)].get("timings", {}), ctx.ranks))
+    via = f"pml ucx, UCX_TLS={tls}" if use_ucx else "default pml"
+    if errs:
+        return CheckResult("mpi.allreduce", FAIL, f"{ctx.ranks} ranks ({via}): " + "; ".join(errs), metrics)
+    return CheckResult("mpi.allreduce", PASS,
+                       f"{ctx.ranks} ranks under mpirun ({via}), MPI_Allreduce(MPI_SUM) on "
+                       f"{int(metrics.get('elements_checked', 0))} doubles per rank verified element by element",
+                       metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.allreduce, ddp.equivalence
+# ---------------------------------------------------------------------------------------------
+
+def _torch_plan(ctx: Context, name: str) -> tuple[str | None, CheckResult | None]:
+    """(backend, None) to run, or (None, result) when the check cannot run."""
+    t = ctx.torch()
+    if not t.get("present"):
+        if ctx.expects_present("pytorch"):
+            return None, CheckResult(name, FAIL, f"torch cannot be imported: {t.get('error', '')}")
+        how = "absent by design (pytorch none)" if ctx.expects_absent("pytorch") else "not installed (no expectation)"
+        return None, CheckResult(name, SKIP, f"torch {how}")
+    if ctx.tier == "gpu":
+        gpus = ctx.cuda_ranks()
+        if gpus == 0:
+            return None, CheckResult(name, SKIP, "tier gpu: no CUDA device visible "
+                                     f"(torch {t.get('version')}, torch.version.cuda {t.get('cuda')})")
+        if gpus >= ctx.ranks and t.get("nccl_backend"):
+            return "nccl", None
+        if not t.get("gloo"):
+            return None, CheckResult(name, FAIL, f"{ctx.ranks} ranks but {gpus} GPU(s) and no gloo backend")
+        return "gloo", None
+    if not t.get("gloo"):
+        return None, CheckResult(name, FAIL, "torch.distributed has no gloo backend")
+    return "gloo", None
+
+
+def _launch_torch(ctx: Context, module: str, out_dir: str, args: list[str], extra_env: dict | None = None):
+    """One process per rank with torchrun's environment, all in one process group."""
+    port = str(proc.free_port())
+    argvs, envs = [], []
+    for rank in range(ctx.ranks):
+        argvs.append([ctx.python, "-m", f"imagebuild.smoke.workers.{module}", "--out", out_dir] + args)
+        envs.append(ctx.env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ctx.ranks),
+                            LOCAL_WORLD_SIZE=str(ctx.ranks), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT=port, **(extra_env or {})))
+    timeout = ctx.left()
+    outcomes = proc.run_group(argvs, envs, timeout=timeout)
+    results = read_results(out_dir, ctx.ranks)
+    return outcomes, results, timeout
+
+
+def check_torch_allreduce(ctx: Context) -> CheckResult:
+    backend, early = _torch_plan(ctx, "torch.allreduce")
+    if early:
+        return early
+    if backend == "nccl":
+        sizes = bandwidth.sizes(8, 256 << 20, 2)
+        iters = "20"
+    else:
+        sizes = bandwidth.sizes(8, 2 << 20, 8)
+        iters = "10"
+    out_dir = ctx.scratch("torch-allreduce")
+    outcomes, results, timeout = _launch_torch(
+        ctx, "torch_allreduce", out_dir,
+        ["--backend", backend, "--sizes", ",".join(map(str, sizes)), "--iters", iters,
+         "--timeout", str(int(ctx.timeout))])
+    errs = _rank_errors(results, outcomes, ctx.ranks, timeout)
+    metrics: dict[str, float] = {"ranks": ctx.ranks}
+    first = results.get(0, {})
+    if first:
+        metrics["elements_checked"] = first.get("checked", 0)
+        metrics.update(bandwidth_metrics(first.get("timings", {}), ctx.ranks))
+    dtypes = [d for d in first.get("dtypes", []) if not any(u.startswith(d) for u in first.get("unsupported", []))]
+    if errs:
+        return CheckResult("torch.allreduce", FAIL, f"{backend}, {ctx.ranks} ranks: " + "; ".join(errs), metrics)
+    largest = bandwidth.human(sizes[-1])
+    detail = (f"{backend}, {ctx.ranks} ranks: {', '.join(dtypes)} verified element by element; "
+              f"busbw {metrics.get(f'busbw_GBps.{largest}', 0):.3g} GB/s at {largest}")
+    if first.get("unsupported"):
+        detail += "; not supported by the backend: " + "; ".join(first["unsupported"])
+    return CheckResult("torch.allreduce", PASS, detail, metrics)
+
+
+def check_ddp_equivalence(ctx: Context) -> CheckResult:
+    backend, early = _torch_plan(ctx, "ddp.equivalence")
+    if early:
+        return early
+    out_dir = ctx.scratch("ddp")
+    outcomes, results, timeout = _launch_torch(
+        ctx, "ddp", out_dir, ["--backend", backend, "--steps", "5", "--timeout", str(int(ctx.timeout))])
+    errs = _rank_errors(results, outcomes, ctx.ranks, timeout)
+    first = results.get(0, {})
+    metrics: dict[str, float] = {"ranks": ctx.ranks}
+    for key in ("steps", "tolerance", "max_rank_diff", "max_rel_diff"):
+        if key in first:
+            metrics[key] = first[key]
+    if "ddp_step_s" in first:
+        metrics["ddp_step_ms"] = round(first["ddp_step_s"] * 1e3, 4)
+        metrics["single_step_ms"] = round(first["single_step_s"] * 1e3, 4)
+        metrics["ddp_over_single"] = round(first["ddp_step_s"] / max(first["single_step_s"], 1e-12), 4)
+    if errs:
+        return CheckResult("ddp.equivalence", FAIL, f"{backend}, {ctx.ranks} ranks: " + "; ".join(errs), metrics)
+    detail = (f"{backend}, {ctx.ranks} ranks, {first.get('steps')} SGD steps on {first.get('device')}: "
+              f"parameters identical on all ranks after every step (max abs diff "
+              f"{first.get('max_rank_diff')}), within {first.get('tolerance'):g} relative of a single-process "
+              f"run on the whole batch (worst {first.get('max_rel_diff', 0):.3g})")
+    if "ddp_step_ms" in metrics:
+        detail += (f"; step {metrics['ddp_step_ms']:.3g} ms under DDP vs {metrics['single_step_ms']:.3g} ms "
+                   f"single-GPU ({metrics['ddp_over_single']:.3g}x)")
+    return CheckResult("ddp.equivalence", PASS, detail, metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# gpudirect
+# ---------------------------------------------------------------------------------------------
+
+def check_gpudirect(ctx: Context) -> CheckResult:
+    found = gdr.probe()
+    metrics: dict[str, float] = {f"path.{p}": 1 for p in found.available}
+    metrics["rdma_devices"] = len(found.rdma_devices)
+    metrics["open_kernel_module"] = int(found.open_kernel_module)
+    env = " ".join(f"{k}={v}" for k, v in sorted(found.nccl_env.items()))
+    detail = f"path {found.path}; NCCL settings: {env or '(defaults)'}; " + "; ".join(found.notes)
+    if ctx.tier != "gpu":
+        return CheckResult("gpudirect", PASS, detail, metrics, required=False)
+    gpus = ctx.cuda_ranks()
+    t = ctx.torch()
+    if gpus == 0 or not t.get("nccl_backend"):
+        return CheckResult("gpudirect", PASS, detail + "; NCCL transport not measured: no CUDA device or "
+                           "no NCCL backend", metrics, required=False)
+    ranks = max(1, min(ctx.ranks, gpus))
+    sub = Context(tier=ctx.tier, ranks=ranks, timeout=ctx.timeout, expectation=ctx.expectation,
+                  workdir=ctx.workdir, python=ctx.python, deadline=ctx.deadline, _probe=ctx._probe)
+    out_dir = ctx.scratch("gdr-nccl")
+    outcomes, results, timeout = _launch_torch(
+        sub, "torch_allreduce", out_dir, ["--backend", "nccl", "--sizes", "1048576", "--iters", "3"],
+        extra_env={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,P2P,SHM,GRAPH"})
+    log = "\n".join(o.output for o in outcomes)
+    counts = gdr.parse_nccl_log(log)
+    metrics.update({f"nccl.{k}": v for k, v in counts.items()})
+    errs = _rank_errors(results, outcomes, ranks, timeout)
+    if errs:
+        return CheckResult("gpudirect", FAIL, detail + "; NCCL job failed: " + "; ".join(errs), metrics,
+                           required=False)
+    return CheckResult("gpudirect", PASS, detail + f"; NCCL ({ranks} ranks) used: {gdr.transport_summary(counts)}",
+                       metrics, required=False)
+
+
+CHECKS = {
+    "versions": check_versions,
+    "libraries": check_libraries,
+    "mpi.config": check_mpi_config,
+    "mpi.allreduce": check_mpi_allreduce,
+    "torch.allreduce": check_torch_allreduce,
+    "ddp.equivalence": check_ddp_equivalence,
+    "gpudirect": check_gpudirect,
+}

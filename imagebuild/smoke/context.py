@@ -1,0 +1,113 @@
+"""What every check gets: the tier, rank count, expectation, deadline and a scratch folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+from . import expect as _expect
+from . import libs, proc
+
+
+class CheckTimeout(Exception):
+    """Raised (by the runner's alarm, or by a check) when a check ran past its timeout."""
+
+
+@dataclass
+class Context:
+    tier: str = "cpu"
+    ranks: int = 2
+    timeout: float = 180.0
+    expectation: dict | None = None
+    workdir: str = "/tmp"
+    python: str = sys.executable or "python3"
+    deadline: float = 0.0
+    _probe: dict | None = field(default=None, repr=False)
+
+    # -- expectation -------------------------------------------------------------------------
+    @property
+    def has_expectation(self) -> bool:
+        return self.expectation is not None
+
+    def expected(self, component: str) -> str | None:
+        """The expected version, "none" for absent, or None when there is no expectation."""
+        if self.expectation is None:
+            return None
+        return self.expectation.get("stack", {}).get(component, "none")
+
+    def expects_absent(self, component: str) -> bool:
+        return self.expectation is not None and _expect.is_absent(self.expected(component))
+
+    def expects_present(self, component: str) -> bool:
+        return self.expectation is not None and not _expect.is_absent(self.expected(component))
+
+    def feature(self, name: str) -> bool:
+        return bool((self.expectation or {}).get("features", {}).get(name, False))
+
+    # -- time --------------------------------------------------------------------------------
+    def start_clock(self) -> None:
+        self.deadline = time.monotonic() + self.timeout
+
+    def left(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise CheckTimeout()
+        return left
+
+    # -- processes ---------------------------------------------------------------------------
+    @property
+    def pythonpath(self) -> str:
+        """The folder holding the imagebuild package, so ranks can import the workers."""
+        here = os.path.dirname(os.path.abspath(__file__))  # .../imagebuild/smoke
+        return os.path.dirname(os.path.dirname(here))
+
+    def env(self, **extra: str) -> dict:
+        env = dict(os.environ)
+        old = env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = self.pythonpath + (os.pathsep + old if old else "")
+        env.setdefault("OMP_NUM_THREADS", "1")  # ranks share the cores; no thread oversubscription
+        env.update(extra)
+        return env
+
+    def scratch(self, name: str) -> str:
+        path = os.path.join(self.workdir, name)
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    # -- facts found once, in a child process --------------------------------------------------
+    def system_libs(self) -> dict[str, str | None]:
+        return {
+            "nccl": libs.locate("libnccl.so.2", libs.nccl_dirs()),
+            "cudnn": libs.locate("libcudnn.so.9", libs.cudnn_dirs()) or libs.locate("libcudnn.so.8", libs.cudnn_dirs()),
+            "cudart": next((p for p in (libs.locate(f"libcudart.so.{m}") for m in (13, 12, 11)) if p), None),
+            "ucp": libs.locate("libucp.so.0") or libs.locate_near_binary("libucp.so.0", "ucx_info"),
+            "mpi": libs.locate_near_binary("libmpi.so.40", "mpirun") or libs.locate("libmpi.so.40"),
+        }
+
+    def probe(self) -> dict:
+        if self._probe is None:
+            found = self.system_libs()
+            asked = {k: v for k, v in found.items() if k != "mpi"}
+            out = proc.run([self.python, "-m", "imagebuild.smoke.workers.probe", json.dumps(asked)],
+                           timeout=min(self.left(), 120), env=self.env())
+            if out.timed_out:
+                raise CheckTimeout()
+            try:
+                data = json.loads(out.output.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                data = {"system": {"versions": {}, "errors": {"probe": out.tail(4)}},
+                        "torch": {"present": False, "error": f"probe crashed (exit {out.returncode}): {out.tail(3)}"}}
+            data["paths"] = found
+            self._probe = data
+        return self._probe
+
+    def torch(self) -> dict:
+        return self.probe()["torch"]
+
+    def cuda_ranks(self) -> int:
+        """How many ranks can each have a GPU (0 without CUDA)."""
+        t = self.torch()
+        return int(t.get("device_count", 0)) if t.get("cuda_available") else 0

@@ -1,0 +1,118 @@
+"""Find shared libraries the way the dynamic loader would, and ask ldd about their dependencies."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import sys
+
+from . import proc
+
+_STD_DIRS = ("/usr/local/lib", "/usr/local/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
+             "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu", "/lib64", "/lib")
+# where the stacks imagebuild renders install their prefixes (and NVIDIA's images put CUDA)
+_PREFIX_DIRS = ("/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
+                "/usr/local/nccl/lib", "/usr/local/ucx/lib", "/usr/local/openmpi/lib", "/opt/hpcx/ucx/lib",
+                "/opt/hpcx/ompi/lib")
+_LDCONFIG_CACHE: dict[str, str] | None = None
+
+
+def _ldconfig() -> dict[str, str]:
+    global _LDCONFIG_CACHE
+    if _LDCONFIG_CACHE is None:
+        found: dict[str, str] = {}
+        exe = proc.which("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig") else None)
+        if exe:
+            out = proc.run([exe, "-p"], timeout=20)
+            if out.ok:
+                for line in out.output.splitlines():
+                    m = re.match(r"\s*(\S+)\s+\(([^)]*)\)\s+=>\s+(\S+)", line)
+                    if m and ("x86-64" in m.group(2) or "64" in m.group(2) or sys.maxsize < 2**32):
+                        found.setdefault(m.group(1), m.group(3))
+        _LDCONFIG_CACHE = found
+    return _LDCONFIG_CACHE
+
+
+def _python_dirs(subdir: str) -> list[str]:
+    """site-packages/<subdir> (e.g. nvidia/nccl/lib from the nvidia-* wheels torch depends on)."""
+    import site
+
+    dirs = []
+    for base in list(site.getsitepackages()) + [site.getusersitepackages()]:
+        dirs.append(os.path.join(base, subdir))
+    return dirs
+
+
+def locate(soname: str, extra_dirs: list[str] | tuple[str, ...] = ()) -> str | None:
+    """The file the loader would open for soname (or None), following LD_LIBRARY_PATH first."""
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    for d in dirs:
+        if os.path.exists(os.path.join(d, soname)):
+            return os.path.realpath(os.path.join(d, soname))
+    cached = _ldconfig().get(soname)
+    if cached and os.path.exists(cached):
+        return os.path.realpath(cached)
+    for d in list(extra_dirs) + list(_STD_DIRS) + list(_PREFIX_DIRS):
+        path = os.path.join(d, soname)
+        if os.path.exists(path):
+            return os.path.realpath(path)
+    return None
+
+
+def locate_near_binary(soname: str, binary: str) -> str | None:
+    """libmpi next to mpirun: <prefix>/bin/mpirun -> <prefix>/lib/libmpi.so.40."""
+    exe = proc.which(binary)
+    if not exe:
+        return None
+    prefix = os.path.dirname(os.path.dirname(os.path.realpath(exe)))
+    for sub in ("lib", "lib64"):
+        path = os.path.join(prefix, sub, soname)
+        if os.path.exists(path):
+            return os.path.realpath(path)
+    return None
+
+
+def nccl_dirs() -> list[str]:
+    return _python_dirs("nvidia/nccl/lib")
+
+
+def cudnn_dirs() -> list[str]:
+    return _python_dirs("nvidia/cudnn/lib")
+
+
+def torch_libs() -> list[str]:
+    """torch/lib/*.so* of the torch that `import torch` would load (without importing it)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    libdir = os.path.join(list(spec.submodule_search_locations)[0], "lib")
+    return sorted(p for p in glob.glob(os.path.join(libdir, "*.so*")) if os.path.isfile(p))
+
+
+def parse_ldd(text: str) -> list[str]:
+    """Dependencies ldd could not find ("libfoo.so.1 => not found")."""
+    missing = []
+    for line in text.splitlines():
+        m = re.match(r"\s*(\S+)\s+=>\s+not found", line)
+        if m:
+            missing.append(m.group(1))
+    return sorted(set(missing))
+
+
+def ldd_missing(path: str, timeout: float = 30) -> tuple[list[str] | None, str]:
+    """(missing dependencies, error); None when ldd itself could not run."""
+    exe = proc.which("ldd")
+    if not exe:
+        return None, "ldd not installed"
+    out = proc.run([exe, path], timeout=timeout)
+    if out.timed_out:
+        return None, f"ldd {path} timed out after {timeout:.0f}s"
+    missing = parse_ldd(out.output)
+    if out.returncode != 0 and not missing:
+        if "not a dynamic executable" in out.output:
+            return [], ""
+        return None, f"ldd {path} failed: {out.tail(2)}"
+    return missing, ""

@@ -1,0 +1,29 @@
+"""Programs the checks start as ranks (under mpirun, torchrun, or as plain processes).
+
+Each rank writes its own result as JSON into the folder given with ``--out`` (rank-<N>.json);
+the check that started them reads every file back and decides. Standard library + torch/libmpi.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+
+def write_result(out_dir: str, rank: int, data: dict) -> None:
+    path = os.path.join(out_dir, f"rank-{rank}.json")
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def read_results(out_dir: str, ranks: int) -> dict[int, dict]:
+    found = {}
+    for rank in range(ranks):
+        try:
+            with open(os.path.join(out_dir, f"rank-{rank}.json"), encoding="utf-8") as fh:
+                found[rank] = json.load(fh)
+        except (OSError, ValueError):
+            continue
+    return found
