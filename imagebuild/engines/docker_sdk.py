@@ -1,0 +1,391 @@
+"""The docker SDK engine: Docker itself, or podman's Docker-compatible API socket.
+
+Builds go through the engine's classic builder (the only one the SDK speaks). A build that needs
+BuildKit (secrets, `RUN --mount=`) is handed to `BuildKitEngine`, which shares this client for
+everything but the build itself.
+
+Containers started here carry the label `io.imagebuild.owner=imagebuild` and are always removed,
+also when the caller is interrupted.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import re
+import secrets as _secrets
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+from ..errors import BuildError, EngineError, ImagebuildError, UsageError
+from . import (
+    BuildResult, ImageInfo, Mount, Progress, RunResult, RunSpec, check_hostname, check_mapping,
+    check_name, check_ref, check_value, connect, docker_host, dockerfile_needs_buildkit, SIZE_RE,
+)
+
+OWNER_LABEL = {"io.imagebuild.owner": "imagebuild"}
+_STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+_TARGET_RE = re.compile(r"^/[^\x00-\x1f\x7f:,]*$")
+
+
+def _one_line(text: object, limit: int = 300) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+@contextlib.contextmanager
+def engine_errors(action: str) -> Iterator[None]:
+    """Turn docker SDK and transport errors into one-line EngineErrors naming the action."""
+    import docker.errors
+    import requests
+    try:
+        yield
+    except ImagebuildError:
+        raise
+    except docker.errors.ImageNotFound as exc:
+        raise EngineError(f"{action}: no such image in the engine at DOCKER_HOST={docker_host()}") \
+            from None
+    except docker.errors.APIError as exc:
+        text = _one_line(exc.explanation or exc)
+        if "no space left on device" in text.lower():
+            raise EngineError(f"{action}: the engine's disk is full ({text})") from None
+        raise EngineError(f"{action}: {text}") from None
+    except docker.errors.DockerException as exc:
+        raise EngineError(f"{action}: {_one_line(exc)}") from None
+    except requests.exceptions.RequestException as exc:
+        raise EngineError(f"{action}: the engine at DOCKER_HOST={docker_host()} stopped answering "
+                          f"({type(exc).__name__})") from None
+
+
+def _open_log(log: Path):
+    log = Path(log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return open(log, "w", encoding="utf-8", errors="replace", buffering=1)
+
+
+def _parse_time(text: str | None) -> float | None:
+    """Docker's RFC 3339 timestamps carry nanoseconds; keep microseconds."""
+    if not text or text.startswith("0001-"):
+        return None
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", text)
+    if not m:
+        return None
+    frac = (m.group(2) or "0")[:6].ljust(6, "0")
+    tz = "+00:00" if m.group(3) == "Z" else m.group(3)
+    return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}").timestamp()
+
+
+class DockerEngine:
+    """The Engine interface on the docker SDK."""
+
+    def __init__(self, client=None):
+        self._client = client if client is not None else connect(timeout=3600)
+        with engine_errors("asking the engine for its version"):
+            version = self._client.version()
+        comps = " ".join(str(c.get("Name", "")) for c in version.get("Components") or [])
+        self.name = "podman" if "podman" in comps.lower() else "docker"
+        self.api_version = str(version.get("ApiVersion", ""))
+
+    @property
+    def client(self):
+        return self._client
+
+    # ---------------------------------------------------------------------------- build
+    def build(self, context: Path, ref: str, *, dockerfile: str = "Dockerfile",
+              buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
+              secrets: Mapping[str, Path] | None = None, log: Path,
+              progress: Progress | None = None) -> BuildResult:
+        context, dockerfile_path = check_context(context, dockerfile)
+        if secrets or dockerfile_needs_buildkit(dockerfile_path.read_text(errors="replace")):
+            from .buildkit import BuildKitEngine
+            return BuildKitEngine(self._client, _engine_name=self.name).build(
+                context, ref, dockerfile=dockerfile, buildargs=buildargs, labels=labels,
+                secrets=secrets, log=log, progress=progress)
+        check_ref(ref)
+        buildargs = check_mapping(buildargs, "build argument")
+        labels = check_mapping(labels, "label")
+        progress = progress or (lambda _line: None)
+        steps = cached = 0
+        current = ""
+        tail: collections.deque[str] = collections.deque(maxlen=8)
+        image_id = None
+        error = None
+        pending = ""
+        t0 = time.monotonic()
+        with _open_log(log) as out:
+            out.write(f"# imagebuild: build {ref} from {context} ({dockerfile}), "
+                      f"{self.name} classic builder\n")
+
+            def lines(text: str):
+                nonlocal pending
+                pending += text
+                while "\n" in pending:
+                    line, pending = pending.split("\n", 1)
+                    yield line
+
+            def handle(line: str) -> None:
+                nonlocal steps, cached, current
+                m = _STEP_RE.match(line)
+                if m:
+                    current = f"{m.group(1)}/{m.group(2)} {_one_line(m.group(3), 80)}"
+                    tail.clear()
+                    if not m.group(3).upper().startswith("FROM "):
+                        steps += 1
+                    progress(f"Step {m.group(1)}/{m.group(2)}: {_one_line(m.group(3), 60)}")
+                elif line.strip() == "---> Using cache":
+                    cached += 1
+                    progress(f"Step {current.split(' ', 1)[0]}: cached")
+                elif line.strip() and not line.startswith(" ---> "):
+                    tail.append(line)
+
+            with engine_errors(f"building {ref}"):
+                stream = self._client.api.build(
+                    path=str(context), dockerfile=dockerfile, tag=ref, labels=labels or None,
+                    buildargs=buildargs or None, rm=True, forcerm=True, decode=True)
+                for chunk in stream:
+                    if "stream" in chunk:
+                        text = str(chunk["stream"])
+                        out.write(text)
+                        for line in lines(text):
+                            handle(line)
+                    elif "error" in chunk:
+                        error = _one_line(chunk.get("error"))
+                        out.write(f"\nERROR: {chunk.get('error')}\n")
+                    elif "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
+                        image_id = str(chunk["aux"]["ID"])
+                    elif "status" in chunk:
+                        out.write(f"{chunk['status']} {chunk.get('progress', '')}\n")
+                if pending:
+                    handle(pending)
+        seconds = time.monotonic() - t0
+        if error is not None or image_id is None:
+            raise step_failure(ref, current, error or "the builder reported no image id", list(tail), log)
+        info = self.inspect(image_id)
+        return BuildResult(ref=ref, image_id=info.id, size_bytes=info.size, seconds=seconds,
+                           steps=steps, cached_steps=cached, log_path=Path(log))
+
+    # ---------------------------------------------------------------------------- run
+    def run(self, image: str, command: Sequence[str], *, env: Mapping[str, str] | None = None,
+            network: str | None = None, name: str | None = None, hostname: str | None = None,
+            mounts: Sequence[Mount] | None = None, timeout: float,
+            shm_size: str | None = None) -> RunResult:
+        spec = RunSpec(image=image, command=tuple(command), env=env, network=network, name=name,
+                       hostname=hostname, mounts=tuple(mounts or ()), shm_size=shm_size)
+        return self.run_many([spec], timeout)[0]
+
+    def run_many(self, specs: Sequence[RunSpec], timeout: float) -> list[RunResult]:
+        """Start every container, wait for all until `timeout` seconds have passed, kill those still
+        running, and remove all of them whatever happens (also on KeyboardInterrupt)."""
+        if timeout is None or timeout <= 0:
+            raise UsageError(f"invalid timeout {timeout!r}: expected seconds > 0")
+        kwargs = [self._container_args(s) for s in specs]
+        containers = []
+        try:
+            for spec, kw in zip(specs, kwargs):
+                with engine_errors(f"creating a container of {spec.image}"):
+                    containers.append(self._client.containers.create(**kw))
+            started = time.monotonic()
+            for spec, c in zip(specs, containers):
+                with engine_errors(f"starting a container of {spec.image}"):
+                    c.start()
+            deadline = started + timeout
+            codes: list[int | None] = []
+            timed: list[bool] = []
+            for c in containers:
+                code, to = self._wait(c, deadline)
+                codes.append(code)
+                timed.append(to)
+            if any(timed):
+                for c in containers:
+                    with contextlib.suppress(Exception):
+                        c.kill()
+            results = []
+            for spec, c, code, to in zip(specs, containers, codes, timed):
+                with engine_errors(f"reading the output of {spec.image}"):
+                    output = c.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+                    c.reload()
+                state = c.attrs.get("State", {})
+                t_start, t_end = _parse_time(state.get("StartedAt")), _parse_time(state.get("FinishedAt"))
+                secs = (t_end - t_start) if (t_start and t_end and t_end >= t_start) \
+                    else time.monotonic() - started
+                results.append(RunResult(exit_code=None if to else code, output=output,
+                                         timed_out=to, seconds=secs))
+            return results
+        finally:
+            for c in containers:
+                with contextlib.suppress(Exception):
+                    c.remove(force=True)
+
+    def _wait(self, container, deadline: float) -> tuple[int | None, bool]:
+        import requests
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            container.reload()
+            if container.status == "exited":
+                return int(container.attrs["State"]["ExitCode"]), False
+            return None, True
+        try:
+            with_timeout = max(1, int(remaining + 0.999))
+            res = container.wait(timeout=with_timeout)
+            return int(res.get("StatusCode", -1)), False
+        except requests.exceptions.RequestException:
+            with engine_errors("waiting for a container"):
+                container.reload()
+            if container.status == "exited":
+                return int(container.attrs["State"]["ExitCode"]), False
+            return None, True
+
+    def _container_args(self, spec: RunSpec) -> dict:
+        from docker.types import Mount as DMount
+        check_ref(spec.image)
+        if not spec.command or not all(isinstance(a, str) for a in spec.command):
+            raise UsageError(f"a command for {spec.image} must be a non-empty list of strings")
+        for a in spec.command:
+            if "\x00" in a:
+                raise UsageError(f"command argument {a!r} contains a NUL byte")
+        kw: dict = dict(image=spec.image, command=list(spec.command), detach=True,
+                        labels=dict(OWNER_LABEL), environment=check_mapping(spec.env, "environment variable"))
+        if spec.network:
+            kw["network"] = check_name(spec.network, "network name")
+        if spec.name:
+            kw["name"] = check_name(spec.name, "container name")
+        if spec.hostname:
+            kw["hostname"] = check_hostname(spec.hostname)
+        if spec.shm_size:
+            if not SIZE_RE.match(str(spec.shm_size)):
+                raise UsageError(f"invalid shm size {spec.shm_size!r}: expected e.g. 1g, 512m")
+            kw["shm_size"] = str(spec.shm_size)
+        mounts = []
+        for m in spec.mounts:
+            src = Path(m.source).resolve()
+            if not src.exists():
+                raise UsageError(f"mount source {src} does not exist")
+            check_value(str(src), "mount source")
+            if not _TARGET_RE.match(m.target):
+                raise UsageError(f"invalid mount target {m.target!r}: expected an absolute path "
+                                 "without ':' or ','")
+            mounts.append(DMount(target=m.target, source=str(src), type="bind", read_only=m.read_only))
+        if mounts:
+            kw["mounts"] = mounts
+        return kw
+
+    # ---------------------------------------------------------------------------- networks
+    @contextlib.contextmanager
+    def network(self, name: str | None = None) -> Iterator[str]:
+        """A private user-defined bridge network for the duration of the block."""
+        import docker.errors
+        name = check_name(name or f"imagebuild-{_secrets.token_hex(4)}", "network name")
+        with engine_errors(f"creating network {name}"):
+            if self._client.networks.list(names=[name]):
+                raise EngineError(f"a network named {name} already exists")
+            net = self._client.networks.create(name, driver="bridge", labels=dict(OWNER_LABEL),
+                                               check_duplicate=True)
+        try:
+            yield name
+        finally:
+            with contextlib.suppress(docker.errors.NotFound):
+                with engine_errors(f"removing network {name}"):
+                    net.reload()
+                    for c in net.containers:
+                        with contextlib.suppress(Exception):
+                            net.disconnect(c, force=True)
+                    net.remove()
+
+    # ---------------------------------------------------------------------------- images
+    def inspect(self, ref: str) -> ImageInfo:
+        check_ref(ref)
+        with engine_errors(f"inspecting {ref}"):
+            data = self._client.api.inspect_image(ref)
+        cfg = data.get("Config") or {}
+        env = {}
+        for item in cfg.get("Env") or []:
+            k, _, v = str(item).partition("=")
+            env[k] = v
+        return ImageInfo(
+            id=str(data["Id"]), repo_digests=tuple(sorted(data.get("RepoDigests") or ())),
+            size=int(data.get("Size") or 0), labels=dict(sorted((cfg.get("Labels") or {}).items())),
+            env=env, layers=tuple((data.get("RootFS") or {}).get("Layers") or ()))
+
+    def exists(self, ref: str) -> bool:
+        import docker.errors
+        check_ref(ref)
+        try:
+            self._client.api.inspect_image(ref)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.NotFound:
+            return False
+        except Exception:  # noqa: BLE001 - translate transport errors
+            with engine_errors(f"looking up {ref}"):
+                raise
+
+    def remove(self, ref: str, *, force: bool = False) -> None:
+        check_ref(ref)
+        if not self.exists(ref):
+            raise EngineError(f"no image {ref} in the engine at DOCKER_HOST={docker_host()}")
+        with engine_errors(f"removing {ref}"):
+            self._client.api.remove_image(ref, force=force)
+
+    def save(self, ref: str, path: Path) -> Path:
+        """`docker save` of one image into a tar at `path` (a temp file renamed into place)."""
+        self.inspect(ref)  # a clear error for an unknown image, before any file exists
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{_secrets.token_hex(3)}.tmp")
+        try:
+            with engine_errors(f"saving {ref}"):
+                with open(tmp, "wb") as f:
+                    for chunk in self._client.api.get_image(ref, chunk_size=1 << 20):
+                        f.write(chunk)
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise EngineError(f"saving {ref} to {path}: {exc.strerror or exc}") from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+        return path
+
+    def load(self, tar_path: Path) -> list[str]:
+        """`docker load` a tar (docker save layout); returns what the engine says it loaded."""
+        loaded: list[str] = []
+        with engine_errors(f"loading {tar_path}"):
+            with open(tar_path, "rb") as f:
+                for chunk in self._client.api.load_image(f):
+                    if "error" in chunk:
+                        raise EngineError(f"loading {tar_path}: {_one_line(chunk['error'])}")
+                    text = str(chunk.get("stream", "")).strip()
+                    for prefix in ("Loaded image ID: ", "Loaded image: "):
+                        if text.startswith(prefix):
+                            loaded.append(text[len(prefix):])
+        return loaded
+
+
+def check_context(context: Path, dockerfile: str) -> tuple[Path, Path]:
+    context = Path(context)
+    if not context.is_dir():
+        raise BuildError(f"build context {context} is not a directory")
+    check_value(str(dockerfile), "Dockerfile name")
+    df = context / dockerfile
+    if not df.is_file():
+        raise BuildError(f"no Dockerfile {dockerfile} in build context {context}")
+    return context.resolve(), df
+
+
+def step_failure(ref: str, step: str, error: str, tail: list[str], log: Path) -> BuildError:
+    """A BuildError naming the image, the step, the last lines of its output and the log."""
+    last = " | ".join(_one_line(t, 160) for t in tail[-3:] if t.strip())
+    where = f" at step {step}" if step else ""
+    msg = f"building {ref} failed{where}: {error}"
+    if last:
+        msg += f"; last lines: {last}"
+    msg += f"; full log: {log}"
+    exc = BuildError(msg)
+    exc.ref = ref  # type: ignore[attr-defined]
+    exc.step = step  # type: ignore[attr-defined]
+    exc.tail = tail  # type: ignore[attr-defined]
+    exc.log_path = Path(log)  # type: ignore[attr-defined]
+    return exc
