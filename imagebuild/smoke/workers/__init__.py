@@ -11,6 +11,7 @@ import os
 
 
 def write_result(out_dir: str, rank: int, data: dict) -> None:
+    os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, f"rank-{rank}.json")
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:

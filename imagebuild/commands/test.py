@@ -1,0 +1,85 @@
+"""`imagebuild test IMAGE... [--report FILE] [--ranks N] [--timeout S] [--only NAME...]`
+
+Runs the smoke suite inside each image (one container), compares the image's labels with
+/opt/imagebuild/image.json, and runs ddp.two-node across two containers. Each image's report goes
+to --report FILE (one image) or .imagebuild/reports/<image-id>.json, with JUnit XML beside it.
+Exit 0 when every required check passed, 1 when one failed, 2 when the tests could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..errors import UsageError
+
+REPORTS_DIR = os.path.join(".imagebuild", "reports")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 64, not {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 10 <= value <= 7200:
+        raise argparse.ArgumentTypeError(f"must be between 10 and 7200 seconds, not {text}")
+    return value
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="local image references (name:tag)")
+    parser.add_argument("--report", metavar="FILE",
+                        help="write the JSON report here, JUnit XML beside it (one IMAGE only; "
+                             "default .imagebuild/reports/<image-id>.json)")
+    parser.add_argument("--ranks", type=_count, default=2, help="ranks for the distributed checks (default 2)")
+    parser.add_argument("--timeout", type=_seconds, default=180.0, help="seconds per check (default 180)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", action="extend", default=[],
+                        help="run only these checks (versions, libraries, mpi.config, mpi.allreduce, "
+                             "torch.allreduce, ddp.equivalence, gpudirect, ddp.two-node)")
+
+
+def run(args) -> int:
+    from .. import testrun
+    from ..engines import connect
+    from ..smoke.report import junit_path, write_atomic
+
+    if args.report and len(args.images) != 1:
+        raise UsageError("--report names the report of one image; give one IMAGE "
+                         f"(without it each report goes to {REPORTS_DIR}/<image-id>.json)", argument="--report")
+    for ref in args.images:
+        testrun.validate_ref(ref)
+    opts = testrun.TestOptions(ranks=args.ranks, timeout=args.timeout, only=testrun.check_only(args.only))
+    client = connect()
+    for ref in args.images:  # every image known and labelled before anything runs
+        testrun.inspect_image(client, ref)
+    failed = 0
+    for ref in args.images:
+        print(f"== {ref}", flush=True)
+
+        def show(result) -> None:
+            print(f"{result.status.upper():<4} {result.name:<16} {result.metrics.get('seconds', 0):7.1f}s  "
+                  f"{result.detail}", flush=True)
+
+        report = testrun.test_image(client, ref, opts, progress=show)
+        path = args.report or os.path.join(REPORTS_DIR, f"{report.extra['imagebuild_id']}.json")
+        try:
+            write_atomic(path, report.to_json())
+            write_atomic(junit_path(path), report.to_junit())
+        except OSError as exc:
+            raise UsageError(f"cannot write the report: {exc.strerror}", file=path) from None
+        summ = report.summary()
+        skipped = f" (skipped: {', '.join(report.skipped())})" if summ["skip"] else ""
+        print(f"{'PASSED' if report.passed else 'FAILED'} {ref}: {summ['pass']} passed, {summ['fail']} failed, "
+              f"{summ['skip']} skipped{skipped}; report {path}", flush=True)
+        failed += not report.passed
+    return 1 if failed else 0
