@@ -1,0 +1,47 @@
+"""`imagebuild export IMAGE --format sqsh|oci-bundle|sif --output PATH [--force]`
+
+IMAGE is an image id from the matrix (exported from its local reference) or a local image
+reference (NAME:TAG, or sha256:ID). See imagebuild/export.py for what each format holds.
+"""
+
+from __future__ import annotations
+
+import sys
+
+FORMATS = ("sqsh", "oci-bundle", "sif")
+
+
+def configure(parser) -> None:
+    from ..cli import add_matrix_option
+
+    parser.add_argument("image", metavar="IMAGE", help="an image id from the matrix, or a local NAME:TAG")
+    parser.add_argument("--format", required=True, choices=FORMATS, help="what to write")
+    parser.add_argument("--output", required=True, metavar="PATH",
+                        help="the file (sqsh, sif) or folder (oci-bundle) to write")
+    parser.add_argument("--force", action="store_true", help="replace PATH when it exists")
+    add_matrix_option(parser)
+
+
+def resolve_ref(image: str, matrix: str) -> str:
+    """A local reference for IMAGE: taken as is when it looks like NAME:TAG or sha256:ID, else
+    looked up in the matrix."""
+    from ..export import check_ref
+
+    if ":" in image:
+        return check_ref(image)
+    from .publish import lookup_images
+
+    return check_ref(lookup_images(matrix, [image])[image].local_ref)
+
+
+def run(args) -> int:
+    from .. import export
+    from ..engines import connect
+
+    ref = resolve_ref(args.image, args.matrix)
+    if args.format == "sif" and export.find_apptainer() is None:
+        export.export_sif(None, ref, args.output)  # raises the one line naming what is missing
+    result = export.export_image(connect(), ref, args.format, args.output, force=args.force,
+                                 progress=lambda msg: print(msg, file=sys.stderr))
+    print(f"{result.path} ({result.format}, image {result.image_id[:19]})")
+    return 0

@@ -1,0 +1,341 @@
+"""Export a built image for Slurm: an enroot squashfs, an OCI runtime bundle, or a SIF.
+
+``sqsh``
+    The image's root filesystem, flattened by the engine (``export`` of a created, never started
+    container: whiteouts already applied; ``/dev/*`` and ``/.dockerenv`` left out), plus the files
+    enroot writes when it imports an image, derived from the image config:
+
+    - ``/etc/environment``: one ``KEY=VALUE`` line per ``Env`` entry, verbatim, in image order
+      (enroot reads it line by line; a value with a newline is refused);
+    - ``/etc/rc``: the labels as ``# key value`` comments, then ``cd WORKDIR`` and ``exec`` of the
+      entrypoint followed by the arguments given (or by the image's CMD; ``/bin/sh`` when the
+      image has neither), every word shell-quoted;
+    - ``/etc/rc.local``: empty but for a comment (sourced by ``/etc/rc``);
+    - ``/etc/fstab``: one rootfs bind entry per declared ``VOLUME``; empty when the image declares
+      none (our images declare none: Slurm and enroot read ENV, not volumes).
+
+    Written with ``mksquashfs -noappend -all-root -mkfs-time 0 -all-time 0`` (squashfs-tools
+    4.5 is reproducible by default and sorts directory entries), so the same image gives the same
+    bytes.
+
+``oci-bundle``
+    ``skopeo copy docker-daemon:REF oci:LAYOUT:TAG`` then ``umoci unpack``: a ``config.json`` and a
+    ``rootfs/`` that runc runs and that Slurm's ``srun --container=BUNDLE`` accepts.
+
+``sif``
+    Apptainer/Singularity (through spython) when one of them is on PATH; otherwise one line that
+    names what is missing.
+
+Every output is made beside its final path under a temporary name and renamed at the end: a failed
+export never leaves a half-written file or bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .errors import ExportError, ImagebuildError
+
+FORMATS = ("sqsh", "oci-bundle", "sif")
+
+#: a local image reference or id we accept (validated before it reaches any command line)
+REF_RE = re.compile(r"^(?:sha256:[0-9a-f]{64}|[a-z0-9][a-z0-9._/-]{0,254}(?::[0-9]{1,5}/[a-z0-9._/-]+)?"
+                    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?)$")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TAG = "imagebuild"
+
+MKSQUASHFS_FLAGS = ("-noappend", "-all-root", "-mkfs-time", "0", "-all-time", "0", "-no-progress",
+                    "-quiet")
+
+DEBIAN_PACKAGE = {"mksquashfs": "squashfs-tools", "skopeo": "skopeo", "umoci": "umoci", "runc": "runc"}
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    format: str
+    path: Path
+    image_id: str  # the engine's id of the exported image
+
+
+def check_ref(ref: str) -> str:
+    if not isinstance(ref, str) or not REF_RE.match(ref) or ".." in ref:
+        raise ImagebuildError(f"{ref!r} is not a valid local image reference")
+    return ref
+
+
+def require_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        package = DEBIAN_PACKAGE.get(name, name)
+        raise ExportError(f"{name} not found on PATH (install the Debian package {package})")
+    return path
+
+
+# --------------------------------------------------------------------------- enroot files
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def enroot_files(config: dict) -> dict[str, str]:
+    """What enroot writes into an imported image, from the image's config (``Config`` of
+    ``docker inspect``): paths inside the rootfs -> text."""
+    env = config.get("Env") or []
+    for entry in env:
+        key, sep, value = str(entry).partition("=")
+        if not sep or not _ENV_KEY.match(key) or "\n" in value or "\r" in value or "\0" in value:
+            raise ExportError(f"image ENV entry {str(entry)[:60]!r} cannot be written to /etc/environment")
+    environment = "".join(f"{entry}\n" for entry in env)
+
+    volumes = sorted((config.get("Volumes") or {}).keys())
+    fstab_lines = []
+    for volume in volumes:
+        if not re.match(r"^/[A-Za-z0-9._/-]*$", volume) or ".." in volume.split("/"):
+            raise ExportError(f"image VOLUME {volume!r} cannot be written to /etc/fstab")
+        fstab_lines.append(f"${{ENROOT_ROOTFS}}{volume} {volume} none x-create=dir,bind,rw,nosuid,nodev\n")
+    fstab = "".join(fstab_lines)
+
+    labels = config.get("Labels") or {}
+    comments = "".join(f"# {_one_line(k)} {_one_line(v)}\n" for k, v in sorted(labels.items()))
+    workdir = config.get("WorkingDir") or "/"
+    entrypoint = list(config.get("Entrypoint") or [])
+    cmd = list(config.get("Cmd") or [])
+    if not entrypoint and not cmd:
+        cmd = ["/bin/sh"]
+    for word in [workdir, *entrypoint, *cmd]:
+        if "\0" in str(word):
+            raise ExportError("image WORKDIR, ENTRYPOINT or CMD holds a NUL byte")
+    quoted_ep = " ".join(shlex.quote(str(w)) for w in entrypoint)
+    quoted_cmd = " ".join(shlex.quote(str(w)) for w in cmd)
+    wd = shlex.quote(workdir)
+    rc = (
+        (comments + "\n" if comments else "")
+        + f"mkdir -p {wd} 2> /dev/null\n"
+        + f"cd {wd} && unset OLDPWD || exit 1\n"
+        + "\n"
+        + "if [ -s /etc/rc.local ]; then\n"
+        + "    . /etc/rc.local\n"
+        + "fi\n"
+        + "\n"
+        + "if [ $# -gt 0 ]; then\n"
+        + f"    exec {quoted_ep + ' ' if quoted_ep else ''}\"$@\"\n"
+        + "else\n"
+        + f"    exec {' '.join(p for p in (quoted_ep, quoted_cmd) if p)}\n"
+        + "fi\n"
+    )
+    rc_local = ("# Sourced by /etc/rc when the container starts; may change the entrypoint or the\n"
+                "# command of the container.\n")
+    return {"etc/environment": environment, "etc/fstab": fstab, "etc/rc": rc, "etc/rc.local": rc_local}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _image(client, ref: str):
+    from docker.errors import ImageNotFound
+
+    check_ref(ref)
+    try:
+        return client.images.get(ref)
+    except ImageNotFound:
+        raise ExportError(f"image {ref} is not in the engine; build it first") from None
+
+
+def _staging(output: Path, suffix: str = "") -> Path:
+    output.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp" + suffix, dir=output.parent))
+
+
+def _rmtree(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _run(argv: list[str], what: str, stdin=None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise ExportError(f"{what} failed (exit {proc.returncode}): {err[-1] if err else 'no message'}")
+    return proc
+
+
+def _refuse_existing(output: Path, force: bool) -> None:
+    if (output.exists() or output.is_symlink()) and not force:
+        raise ExportError(f"{output} already exists (use --force to replace it)")
+
+
+def _install(staged: Path, output: Path) -> None:
+    """Rename ``staged`` onto ``output``; an older output is moved aside first and removed after."""
+    old = None
+    if output.exists() or output.is_symlink():
+        old = output.with_name(f".{output.name}.old-{os.getpid()}")
+        os.replace(output, old)
+    os.replace(staged, output)
+    if old is not None:
+        _rmtree(old)
+
+
+# --------------------------------------------------------------------------- sqsh
+
+
+def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = False,
+                processors: int | None = None, progress: Progress | None = None) -> ExportResult:
+    """An enroot-compatible squashfs of ``ref`` at ``output`` (same image, same bytes)."""
+    say = progress or (lambda _m: None)
+    output = Path(output)
+    mksquashfs = require_tool("mksquashfs")
+    tar = require_tool("tar")
+    image = _image(client, ref)
+    _refuse_existing(output, force)
+    files = enroot_files(image.attrs.get("Config") or {})
+    stage = _staging(output)
+    container = None
+    try:
+        rootfs = stage / "rootfs"
+        rootfs.mkdir()
+        os.chmod(rootfs, 0o755)
+        # a created, never started container: its export is the flattened image
+        container = client.containers.create(image.id, command=["/bin/true"], entrypoint=[],
+                                             network_disabled=True, labels={"io.imagebuild.export": "1"})
+        say(f"flattening {ref} into {rootfs}")
+        untar = subprocess.Popen(
+            [tar, "-C", str(rootfs), "--numeric-owner", "-p", "-x", "--anchored",
+             "--exclude=dev/*", "--exclude=./dev/*", "--exclude=.dockerenv", "--exclude=./.dockerenv",
+             "-f", "-"],
+            stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            for chunk in container.export(chunk_size=1 << 20):
+                untar.stdin.write(chunk)
+            untar.stdin.close()
+        except BrokenPipeError:
+            pass
+        err = untar.stderr.read().decode("utf-8", "replace").strip().splitlines()
+        if untar.wait() != 0:
+            raise ExportError(f"unpacking {ref} failed: {err[-1] if err else 'tar failed'}")
+        for rel, text in files.items():
+            target = rootfs / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_symlink():
+                target.unlink()  # never write through a link that points out of the rootfs
+            target.write_text(text, encoding="utf-8")
+            os.chmod(target, 0o644)
+        (rootfs / "dev").mkdir(exist_ok=True)
+        say(f"writing squashfs {output}")
+        staged_file = stage / "image.sqsh"
+        argv = [mksquashfs, str(rootfs), str(staged_file), *MKSQUASHFS_FLAGS]
+        if processors:
+            argv += ["-processors", str(int(processors))]
+        _run(argv, "mksquashfs")
+        _install(staged_file, output)
+    finally:
+        if container is not None:
+            try:
+                container.remove(force=True)
+            except Exception:  # noqa: BLE001 - cleanup must not hide the real error
+                pass
+        _rmtree(stage)
+    return ExportResult("sqsh", output, image.id)
+
+
+# --------------------------------------------------------------------------- OCI bundle
+
+
+def export_oci_bundle(client, ref: str, output: str | os.PathLike, *, force: bool = False,
+                      docker_host: str | None = None, progress: Progress | None = None) -> ExportResult:
+    """An OCI runtime bundle (config.json + rootfs/) of ``ref`` at directory ``output``."""
+    say = progress or (lambda _m: None)
+    output = Path(output)
+    skopeo = require_tool("skopeo")
+    umoci = require_tool("umoci")
+    image = _image(client, ref)
+    _refuse_existing(output, force)
+    host = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not re.match(r"^(unix://)?/[A-Za-z0-9._/-]+$|^tcp://[A-Za-z0-9.-]+:[0-9]{1,5}$", host):
+        raise ExportError(f"DOCKER_HOST {host!r} is not a unix socket path or tcp://HOST:PORT")
+    stage = _staging(output)
+    try:
+        layout = stage / "layout"
+        bundle = stage / "bundle"
+        say(f"copying {ref} into an OCI layout")
+        # by id: the engine resolves exactly the image we inspected
+        _run([skopeo, "copy", "--quiet", "--src-daemon-host", host, f"docker-daemon:{image.id}",
+              f"oci:{layout}:{_TAG}"], "skopeo copy")
+        say(f"unpacking the bundle into {output}")
+        argv = [umoci, "unpack", "--image", f"{layout}:{_TAG}", str(bundle)]
+        if os.geteuid() != 0:
+            argv.insert(2, "--rootless")
+        _run(argv, "umoci unpack")
+        config = json.loads((bundle / "config.json").read_text(encoding="utf-8"))
+        if not (bundle / "rootfs").is_dir() or "process" not in config:
+            raise ExportError("umoci produced no usable bundle (config.json or rootfs/ missing)")
+        _install(bundle, output)
+    finally:
+        _rmtree(stage)
+    return ExportResult("oci-bundle", output, image.id)
+
+
+# --------------------------------------------------------------------------- SIF
+
+
+def find_apptainer() -> str | None:
+    for name in ("apptainer", "singularity"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def export_sif(client, ref: str, output: str | os.PathLike, *, force: bool = False,
+               progress: Progress | None = None) -> ExportResult:
+    """A SIF of ``ref`` built by Apptainer/Singularity from the engine (``docker-daemon://``)."""
+    say = progress or (lambda _m: None)
+    output = Path(output)
+    binary = find_apptainer()
+    if binary is None:
+        raise ExportError("SIF export needs apptainer or singularity on PATH; neither is installed "
+                          "(not packaged in Debian bookworm: install Apptainer from its release packages)")
+    image = _image(client, ref)
+    _refuse_existing(output, force)
+    stage = _staging(output)
+    try:
+        staged_file = stage / "image.sif"
+        say(f"building {staged_file.name} with {os.path.basename(binary)}")
+        try:
+            from spython.main import Client as SpythonClient
+        except ImportError:
+            _run([binary, "build", str(staged_file), f"docker-daemon:{ref}"], "apptainer build")
+        else:
+            SpythonClient.build(recipe=f"docker-daemon:{ref}", image=str(staged_file),
+                                build_folder=str(stage), sudo=False, quiet=True, force=True)
+            if not staged_file.is_file():
+                raise ExportError(f"{os.path.basename(binary)} build produced no SIF for {ref}")
+        _install(staged_file, output)
+    finally:
+        _rmtree(stage)
+    return ExportResult("sif", output, image.id)
+
+
+def export_image(client, ref: str, fmt: str, output: str | os.PathLike, *, force: bool = False,
+                 progress: Progress | None = None) -> ExportResult:
+    """Dispatch on ``fmt`` (one of FORMATS)."""
+    if fmt == "sqsh":
+        return export_sqsh(client, ref, output, force=force, progress=progress)
+    if fmt == "oci-bundle":
+        return export_oci_bundle(client, ref, output, force=force, progress=progress)
+    if fmt == "sif":
+        return export_sif(client, ref, output, force=force, progress=progress)
+    raise ImagebuildError(f"unknown export format {fmt!r} (one of: {', '.join(FORMATS)})")

@@ -1,0 +1,176 @@
+"""Exports for Slurm: enroot squashfs (reproducible, enroot's files), OCI bundle run by runc, and
+SIF's one-line refusal where Apptainer is missing. Real engine, real mksquashfs/skopeo/umoci/runc."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import uuid
+
+import pytest
+
+from imagebuild import cli, export
+from imagebuild.errors import ExportError, ImagebuildError
+
+from conftest import need
+
+BASE = "imagebuild/base:debian-bookworm"
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def image(docker_client):
+    try:
+        docker_client.images.get(BASE)
+    except Exception:  # noqa: BLE001
+        need(f"the base image {BASE}", "create it with debootstrap + docker import")
+    token = uuid.uuid4().hex
+    # a tiny image (a shell, cat, mkdir and their libraries, about 3 MB) keeps exports to seconds
+    lib = "/usr/lib/x86_64-linux-gnu"
+    dockerfile = (f"FROM {BASE} AS src\n"
+                  f"RUN mkdir -p /out/work && echo {token} > /out/work/token\n"
+                  "FROM scratch\n"
+                  "COPY --from=src /usr/bin/dash /bin/sh\n"
+                  "COPY --from=src /usr/bin/cat /usr/bin/mkdir /bin/\n"
+                  f"COPY --from=src {lib}/libc.so.6 {lib}/libselinux.so.1 {lib}/libpcre2-8.so.0 "
+                  "/lib/x86_64-linux-gnu/\n"
+                  f"COPY --from=src {lib}/ld-linux-x86-64.so.2 /lib64/\n"
+                  "COPY --from=src /out/ /\n"
+                  'ENV PATH=/bin GREETING="hello world" IMAGEBUILD_X=1\n'
+                  "WORKDIR /work\n"
+                  "VOLUME /data\n"
+                  'LABEL io.imagebuild.image-id=export-test io.imagebuild.flavor=cpu\n'
+                  'CMD ["cat", "token"]\n')
+    ref = "imagebuild/export-test:test"
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ref, rm=True)
+    return {"ref": ref, "token": token, "client": docker_client}
+
+
+# ----------------------------------------------------------------------------- pure logic
+
+def test_enroot_files_follow_the_image_config():
+    files = export.enroot_files({
+        "Env": ["PATH=/usr/bin:/bin", "A=x y"], "WorkingDir": "/work dir",
+        "Entrypoint": ["/entry.sh"], "Cmd": ["--flag", "$(id); rm -rf /"],
+        "Labels": {"b": "2", "a": "multi\nline"}, "Volumes": {"/data": {}, "/cache": {}}})
+    assert files["etc/environment"] == "PATH=/usr/bin:/bin\nA=x y\n"
+    assert files["etc/fstab"] == ("${ENROOT_ROOTFS}/cache /cache none x-create=dir,bind,rw,nosuid,nodev\n"
+                                  "${ENROOT_ROOTFS}/data /data none x-create=dir,bind,rw,nosuid,nodev\n")
+    rc = files["etc/rc"]
+    assert rc.startswith("# a multi line\n# b 2\n\n")
+    assert "cd '/work dir' && unset OLDPWD || exit 1\n" in rc
+    assert "    exec /entry.sh \"$@\"\n" in rc
+    assert "    exec /entry.sh --flag '$(id); rm -rf /'\n" in rc
+    assert export.enroot_files({})["etc/fstab"] == ""  # no volumes: an empty fstab
+    assert "    exec /bin/sh\n" in export.enroot_files({})["etc/rc"]
+    with pytest.raises(ExportError):
+        export.enroot_files({"Env": ["BAD=one\ntwo"]})
+
+
+def test_rc_runs_as_enroot_would(tmp_path):
+    """/etc/rc is a real shell script: run it with sh, with and without arguments."""
+    rc = tmp_path / "rc"
+    rc.write_text(export.enroot_files({"WorkingDir": str(tmp_path), "Cmd": ["pwd"]})["etc/rc"])
+    out = subprocess.run(["sh", str(rc)], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(tmp_path)
+    out = subprocess.run(["sh", str(rc), "echo", "a b"], capture_output=True, text=True, check=True).stdout
+    assert out == "a b\n"
+
+
+@pytest.mark.parametrize("ref", ["$(id)", "a;rm -rf /", "x\ny", "../etc:1", "UPPER:tag", "", "-rf"])
+def test_hostile_references_are_refused(ref):
+    with pytest.raises(ImagebuildError):
+        export.check_ref(ref)
+
+
+def test_missing_mksquashfs_names_the_debian_package(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ExportError, match=r"mksquashfs not found on PATH \(install the Debian package "
+                                          r"squashfs-tools\)"):
+        export.export_sqsh(None, "imagebuild/x:1", tmp_path / "x.sqsh")
+    assert cli.main(["export", "imagebuild/x:1", "--format", "sqsh", "--output", str(tmp_path / "x.sqsh")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["imagebuild export: mksquashfs not found on PATH (install the Debian package squashfs-tools)"]
+    assert not (tmp_path / "x.sqsh").exists()
+
+
+def test_sif_without_apptainer_is_one_line(monkeypatch, tmp_path, capsys):
+    if export.find_apptainer():
+        pytest.skip("apptainer is installed here; the missing-tool line cannot be shown")
+    out = tmp_path / "x.sif"
+    assert cli.main(["export", "imagebuild/x:1", "--format", "sif", "--output", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs apptainer or singularity on PATH" in err[0]
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------------------- real engine
+
+@pytest.mark.engine
+def test_sqsh_is_reproducible_and_carries_enroot_files(image, tmp_path):
+    if shutil.which("mksquashfs") is None or shutil.which("unsquashfs") is None:
+        need("mksquashfs/unsquashfs (Debian package squashfs-tools)", "not on PATH")
+    client, ref = image["client"], image["ref"]
+    one = export.export_sqsh(client, ref, tmp_path / "one.sqsh").path
+    two = export.export_sqsh(client, ref, tmp_path / "two.sqsh").path
+    assert sha256(one) == sha256(two)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.sqsh", "two.sqsh"]  # nothing left over
+    root = tmp_path / "root"
+    subprocess.run(["unsquashfs", "-q", "-n", "-d", str(root), str(one)], check=True, capture_output=True)
+    assert (root / "etc/environment").read_text().splitlines() == [
+        "PATH=/bin", "GREETING=hello world", "IMAGEBUILD_X=1"]
+    assert (root / "etc/fstab").read_text() == \
+        "${ENROOT_ROOTFS}/data /data none x-create=dir,bind,rw,nosuid,nodev\n"
+    assert "# io.imagebuild.image-id export-test\n" in (root / "etc/rc").read_text()
+    assert not (root / ".dockerenv").exists() and os.listdir(root / "dev") == []
+    # the rc enroot would start with: cd WORKDIR, then exec CMD (or the arguments given)
+    run = subprocess.run([shutil.which("chroot") or "/usr/sbin/chroot", str(root), "/bin/sh", "/etc/rc"],
+                         capture_output=True, text=True, env={"PATH": "/bin"})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == image["token"]
+    listing = subprocess.run(["unsquashfs", "-lls", str(one)], capture_output=True, text=True, check=True).stdout
+    owners = {line.split()[1] for line in listing.splitlines() if line[:1] in "-dlcbps" and "squashfs-root" in line}
+    assert owners == {"root/root"}
+
+
+@pytest.mark.engine
+def test_failed_mksquashfs_leaves_no_half_written_file(image, tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "mksquashfs"  # writes a partial file, then fails, as a full disk would
+    fake.write_text('#!/bin/sh\nprintf partial > "$2"\necho "Write failed: No space left on device" >&2\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    out = tmp_path / "out" / "x.sqsh"
+    with pytest.raises(ExportError, match="mksquashfs failed .*No space left on device"):
+        export.export_sqsh(image["client"], image["ref"], out)
+    assert os.listdir(out.parent) == []
+
+
+@pytest.mark.engine
+def test_oci_bundle_runs_under_runc(image, tmp_path):
+    for tool in ("skopeo", "umoci", "runc"):
+        if shutil.which(tool) is None:
+            need(f"{tool} (Debian package {tool})", "not on PATH")
+    bundle = export.export_oci_bundle(image["client"], image["ref"], tmp_path / "bundle").path
+    config = json.loads((bundle / "config.json").read_text())
+    assert config["process"]["cwd"] == "/work"
+    assert "GREETING=hello world" in config["process"]["env"]
+    assert config["process"]["args"] == ["cat", "token"]
+    assert (bundle / "rootfs/work/token").read_text().strip() == image["token"]
+    with pytest.raises(ExportError, match="already exists"):
+        export.export_oci_bundle(image["client"], image["ref"], bundle)
+    config["process"]["terminal"] = False
+    (bundle / "config.json").write_text(json.dumps(config))
+    name = f"imagebuild-test-{uuid.uuid4().hex[:8]}"
+    run = subprocess.run(["runc", "run", "--bundle", str(bundle), name], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == image["token"]
