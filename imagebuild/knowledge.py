@@ -1,0 +1,879 @@
+"""Load and validate matrix.yaml into typed, immutable knowledge.
+
+Every fact keeps its source id and the line it came from, so the resolver can cite both. Validation
+is strict: an unknown key, a malformed version, a reference to something that does not exist or two
+facts that contradict each other raise KnowledgeError naming file, line and column.
+
+The sections are compiled into one list of generic `Rule`s (when these components match, these must
+match too). The solver evaluates rules and knows nothing about CUDA; the only other kind of fact, the
+CUDA compatibility modes, is interpreted from the `cuda.modes` data by `Knowledge.cuda_mode`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import yaml
+
+from .errors import KnowledgeError
+from .versions import (NONE, VersionSyntaxError, major_minor, parse_driver, parse_spec,
+                       parse_version, version_key)
+
+# The stack's components, in the order the solver assigns them, and the host's facts.
+STACK = ("pytorch", "cuda", "cudnn", "nccl", "python", "os", "openmpi", "ucx")
+HOST = ("driver", "gpu", "gpu.cc", "gpu.datacenter", "kernel", "ofed", "open_kernel_modules")
+CATEGORY = {"os", "gpu"}
+BOOLEAN = {"gpu.datacenter", "ofed", "open_kernel_modules"}
+DRIVER = {"driver"}
+COMPONENTS = STACK + HOST
+
+
+# --------------------------------------------------------------------------------------------------
+# YAML with positions
+
+
+class _Map(dict):
+    """A mapping that remembers where it and each of its keys stood in the file."""
+
+    line: int = 0
+    column: int = 0
+    key_pos: dict
+
+    def pos(self, key=None) -> tuple[int, int]:
+        if key is not None and key in self.key_pos:
+            return self.key_pos[key]
+        return (self.line, self.column)
+
+
+class _List(list):
+    line: int = 0
+    column: int = 0
+
+
+def _loader_class():
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[misc, valid-type]
+        pass
+
+    def construct_map(loader, node):
+        loader.flatten_mapping(node)
+        out = _Map()
+        out.key_pos = {}
+        out.line, out.column = node.start_mark.line + 1, node.start_mark.column + 1
+        for key_node, value_node in node.value:
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, (str, int, float, bool)):
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a key must be a plain scalar", key_node.start_mark)
+            if key in out:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark)
+            out[key] = loader.construct_object(value_node, deep=True)
+            out.key_pos[key] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+        return out
+
+    def construct_seq(loader, node):
+        out = _List(loader.construct_object(child, deep=True) for child in node.value)
+        out.line, out.column = node.start_mark.line + 1, node.start_mark.column + 1
+        return out
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_map)
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, construct_seq)
+    # Dates stay strings: a fact's date is text we compare, never a timezone puzzle.
+    Loader.add_constructor("tag:yaml.org,2002:timestamp", Loader.construct_yaml_str)
+    return Loader
+
+
+_LOADER = None
+
+
+def load_yaml(path: Path) -> Any:
+    global _LOADER
+    if _LOADER is None:
+        _LOADER = _loader_class()
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise KnowledgeError("file not found", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KnowledgeError(f"cannot read: {exc}", file=str(path)) from None
+    try:
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = exc.problem or exc.context or "invalid YAML"
+        raise KnowledgeError(f"YAML error: {problem}", file=str(path),
+                             line=mark.line + 1 if mark else None,
+                             column=mark.column + 1 if mark else None) from None
+    except yaml.YAMLError as exc:
+        raise KnowledgeError(f"YAML error: {exc}", file=str(path)) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Matchers: what a rule asks of one component
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """A predicate on one component's value, with the text used in explanations."""
+
+    text: str
+    test: Callable[[str], bool] = field(compare=False, repr=False)
+
+    def __call__(self, value: str) -> bool:
+        return self.test(value)
+
+
+def version_matcher(spec_text: str) -> Matcher:
+    spec = parse_spec(spec_text)
+    return Matcher(str(spec), spec.contains)
+
+
+def any_of(matchers: list[Matcher]) -> Matcher:
+    if len(matchers) == 1:
+        return matchers[0]
+    tests = [m.test for m in matchers]
+    return Matcher(" or ".join(m.text for m in matchers), lambda v: any(t(v) for t in tests))
+
+
+def category_matcher(names: Iterable[str]) -> Matcher:
+    allowed = frozenset(str(n) for n in names)
+    return Matcher(" or ".join(sorted(allowed)), allowed.__contains__)
+
+
+def bool_matcher(flag: bool) -> Matcher:
+    want = "true" if flag else "false"
+    return Matcher(want, lambda v: v == want)
+
+
+def driver_min(text: str) -> Matcher:
+    floor = parse_driver(text)
+    return Matcher(f">= {text}", lambda v: v != NONE and parse_driver(v) >= floor)
+
+
+def driver_max_branch(branch: int) -> Matcher:
+    return Matcher(f"branch R{branch} or older",
+                   lambda v: v != NONE and parse_driver(v).branch <= branch)
+
+
+def mm_range(lo: str | None, hi: str | None, allow_none: bool = False) -> Matcher:
+    """Major.minor between lo and hi inclusive (patch releases of hi included)."""
+    lo_v = parse_version(lo) if lo else None
+    hi_v = parse_version(hi) if hi else None
+
+    def test(v: str) -> bool:
+        if v == NONE:
+            return allow_none
+        mm = parse_version(major_minor(v))
+        return (lo_v is None or mm >= lo_v) and (hi_v is None or mm <= hi_v)
+
+    if lo and hi:
+        text = f"{lo} to {hi}.x"
+    elif lo:
+        text = f">= {lo}"
+    else:
+        text = f"<= {hi}.x"
+    return Matcher(text + (" (or none)" if allow_none else ""), test)
+
+
+def arch_matcher(arch: list[str]) -> Matcher:
+    """Compute capabilities an arch list runs on: a cubin for X.Y runs on X.Z for Z >= Y (same
+    major); PTX for X.Y is compiled by the driver for any newer GPU."""
+    ranges = []
+    for entry in arch:
+        ptx = entry.endswith("+PTX")
+        cc = parse_version(entry[:-4] if ptx else entry)
+        ranges.append((cc, ptx))
+
+    def test(v: str) -> bool:
+        if v == NONE:
+            return True
+        gpu = parse_version(v)
+        return any(gpu >= cc and (ptx or gpu.major == cc.major) for cc, ptx in ranges)
+
+    return Matcher("sm " + ", ".join(arch), test)
+
+
+# --------------------------------------------------------------------------------------------------
+# Typed knowledge
+
+
+@dataclass(frozen=True)
+class Source:
+    id: str
+    title: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When every `when` matcher holds, every `require` matcher must hold."""
+
+    id: str
+    when: tuple[tuple[str, Matcher], ...]
+    require: tuple[tuple[str, Matcher], ...]
+    text: str
+    source: str
+    line: int
+    verified: bool = True
+
+    @property
+    def components(self) -> frozenset[str]:
+        return frozenset(c for c, _ in self.when + self.require)
+
+
+@dataclass(frozen=True)
+class CudaRelease:
+    version: str
+    driver: str | None
+    source: str
+    verified: bool
+    line: int
+
+
+@dataclass(frozen=True)
+class Branch:
+    branch: int
+    type: str | None
+    eol: str | bool | None
+    newest_cuda: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    cc: str
+    datacenter: bool
+    source: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    pytorch: str
+    cuda: str          # "12.4", or "none" for the CPU build
+    cudnn: str
+    nccl: str
+    cuda_runtime: str | None
+    arch: tuple[str, ...] | None
+    default: bool
+    verified: bool
+    source: str
+    line: int
+
+    @property
+    def tag(self) -> str:
+        return "cpu" if self.cuda == NONE else "cu" + self.cuda.replace(".", "")
+
+
+@dataclass(frozen=True)
+class Mode:
+    id: str
+    driver_floor: str            # release | major | none
+    gpu: tuple[tuple[str, Any], ...]
+    branch_supported: bool
+    package: str | None
+    caveat: str | None
+    source: str
+
+
+@dataclass
+class Knowledge:
+    path: str
+    as_of: str
+    sources: dict[str, Source]
+    preference: tuple[str, ...]
+    modes: tuple[Mode, ...]
+    majors: dict[int, tuple[str, str]]          # major -> (floor driver, source)
+    releases: dict[str, CudaRelease]
+    branches: dict[int, Branch]
+    gpus: dict[str, Gpu]
+    architectures: dict[str, dict]
+    variants: dict[tuple[str, str], Variant]     # (pytorch, cuda mm or none) -> Variant
+    pytorch: dict[str, dict]
+    ucx: dict[str, dict]
+    openmpi: dict[str, dict]
+    os: dict[str, dict]
+    gpudirect: tuple[dict, ...]
+    nccl_features: tuple[dict, ...]
+    rules: tuple[Rule, ...]
+    raw: dict
+
+    # ---- queries the resolver asks
+
+    def source_ref(self, sid: str) -> str:
+        return f"[{sid}]"
+
+    def domain(self, component: str, allow_unverified: bool = False) -> list[str]:
+        """Every value the knowledge allows for a stack component, best first."""
+        if component == "pytorch":
+            vals = {v.pytorch for v in self.variants.values() if v.verified or allow_unverified}
+            return sorted(vals, key=version_key, reverse=True) + [NONE]
+        if component == "cuda":
+            vals = [r.version for r in self.releases.values() if r.verified or allow_unverified]
+            return sorted(vals, key=version_key, reverse=True) + [NONE]
+        if component in ("cudnn", "nccl"):
+            vals = {getattr(v, component) for v in self.variants.values()
+                    if (v.verified or allow_unverified) and getattr(v, component) != NONE}
+            return sorted(vals, key=version_key, reverse=True) + [NONE]
+        if component == "python":
+            vals = {p for o in self.os.values() for p in o["python"]}
+            return sorted(vals, key=version_key, reverse=True)
+        if component == "os":
+            return list(self.os)  # the file's order is the preference
+        if component in ("ucx", "openmpi"):
+            table = getattr(self, component)
+            return sorted(table, key=version_key, reverse=True)
+        raise KeyError(component)
+
+    def gpu_by_name(self, text: str) -> Gpu | None:
+        """A GPU by product name (case and space insensitive) or by sm_XY / compute capability."""
+        key = text.replace(" ", "").lower()
+        for g in self.gpus.values():
+            if g.name.replace(" ", "").lower() == key:
+                return g
+        cc = None
+        if key.startswith("sm_") and key[3:].isdigit() and len(key) >= 5:
+            cc = f"{int(key[3:-1])}.{key[-1]}"
+        elif key.replace(".", "").isdigit() and key.count(".") == 1:
+            cc = key
+        if cc is not None and cc in self.architectures:
+            arch = self.architectures[cc]
+            return Gpu(name=f"sm_{cc.replace('.', '')}", cc=cc,
+                       datacenter=False, source=arch["source"])
+        return None
+
+    def branch_supported(self, branch: int, date: str) -> tuple[bool | None, str]:
+        """Whether NVIDIA still supports a driver branch on `date`, with the reason."""
+        b = self.branches.get(branch)
+        if b is None:
+            return None, f"branch R{branch} is not in the knowledge base"
+        if b.eol is True:
+            return False, f"R{branch} is end of life [{b.source}]"
+        if not b.eol:
+            return None, f"the end of life of R{branch} is not known"
+        eol = str(b.eol)
+        if len(eol) == 7:  # YYYY-MM: supported through that month
+            y, m = int(eol[:4]), int(eol[5:7])
+            end = _dt.date(y + (m == 12), m % 12 + 1, 1)
+        else:
+            end = _dt.date.fromisoformat(eol)
+        today = _dt.date.fromisoformat(date)
+        if today >= end:
+            return False, f"R{branch} reached end of life {eol} [{b.source}]"
+        return True, f"R{branch} ({b.type}) is supported until {eol} [{b.source}]"
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation helpers
+
+
+class _Ctx:
+    def __init__(self, path: str):
+        self.path = path
+
+    def fail(self, msg: str, node=None, key=None):
+        line = col = None
+        if isinstance(node, _Map):
+            line, col = node.pos(key)
+        elif isinstance(node, _List):
+            line, col = node.line, node.column
+        raise KnowledgeError(msg, file=self.path, line=line, column=col)
+
+    def mapping(self, node, where: str, required: Iterable[str], optional: Iterable[str] = ()):
+        if not isinstance(node, _Map):
+            self.fail(f"{where}: expected a mapping", node)
+        allowed = set(required) | set(optional)
+        for key in node:
+            if key not in allowed:
+                self.fail(f"{where}: unknown key {key!r} (allowed: {', '.join(sorted(allowed))})",
+                          node, key)
+        for key in required:
+            if key not in node:
+                self.fail(f"{where}: missing key {key!r}", node)
+        return node
+
+    def seq(self, node, where: str, parent=None, key=None):
+        if not isinstance(node, _List):
+            self.fail(f"{where}: expected a list", parent if node is None else node, key)
+        return node
+
+    def text(self, node, key, where: str, optional=False):
+        if key not in node:
+            if optional:
+                return None
+            self.fail(f"{where}: missing key {key!r}", node)
+        value = node[key]
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            self.fail(f"{where}: {key} must be a string", node, key)
+        return str(value)
+
+    def version(self, node, key, where: str, optional=False):
+        value = self.text(node, key, where, optional)
+        if value is None:
+            return None
+        try:
+            parse_version(value)
+        except VersionSyntaxError as exc:
+            self.fail(f"{where}: {key}: {exc}", node, key)
+        return value
+
+    def driver(self, node, key, where: str, optional=False):
+        value = self.text(node, key, where, optional)
+        if value is None:
+            return None
+        try:
+            parse_driver(value)
+        except VersionSyntaxError as exc:
+            self.fail(f"{where}: {key}: {exc}", node, key)
+        return value
+
+    def spec(self, node, key, where: str, optional=False):
+        value = self.text(node, key, where, optional)
+        if value is None:
+            return None
+        try:
+            parse_spec(value)
+        except VersionSyntaxError as exc:
+            self.fail(f"{where}: {key}: {exc}", node, key)
+        return value
+
+    def flag(self, node, key, where: str, default: bool):
+        if key not in node:
+            return default
+        if not isinstance(node[key], bool):
+            self.fail(f"{where}: {key} must be true or false", node, key)
+        return node[key]
+
+    def source(self, node, sources, where: str):
+        sid = self.text(node, "source", where)
+        if sid not in sources and not sid.startswith(("https://", "http://")):
+            self.fail(f"{where}: unknown source {sid!r} (declare it under sources: or give a URL)",
+                      node, "source")
+        return sid
+
+
+_TOP = {"schema", "as_of", "sources", "preference", "cuda", "drivers", "architectures", "gpus",
+        "cudnn", "nccl", "pytorch", "ucx", "openmpi", "os", "gpudirect", "constraints", "images",
+        "families"}
+
+
+def load(path: str | Path) -> Knowledge:
+    """Load, validate and compile matrix.yaml."""
+    path = str(path)
+    doc = load_yaml(Path(path))
+    return build(doc, path)
+
+
+def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass over the sections
+    c = _Ctx(path)
+    if not isinstance(doc, _Map):
+        c.fail("the knowledge base must be a mapping at the top level", doc)
+    c.mapping(doc, "matrix", required=("schema", "as_of", "sources", "cuda", "drivers",
+                                       "architectures", "gpus", "pytorch", "os"),
+              optional=_TOP)
+    if doc["schema"] != 1:
+        c.fail(f"unsupported schema {doc['schema']!r} (this imagebuild reads schema 1)", doc, "schema")
+    as_of = c.text(doc, "as_of", "matrix")
+    try:
+        _dt.date.fromisoformat(as_of)
+    except ValueError:
+        c.fail(f"as_of: malformed date {as_of!r} (expected YYYY-MM-DD)", doc, "as_of")
+
+    # sources
+    sources: dict[str, Source] = {}
+    src_node = c.mapping(doc["sources"], "sources", required=(), optional=doc["sources"].keys()) \
+        if isinstance(doc["sources"], _Map) else c.fail("sources: expected a mapping", doc, "sources")
+    for sid, entry in src_node.items():
+        c.mapping(entry, f"sources.{sid}", required=("title", "url"))
+        sources[str(sid)] = Source(str(sid), c.text(entry, "title", f"sources.{sid}"),
+                                   c.text(entry, "url", f"sources.{sid}"))
+
+    rules: list[Rule] = []
+
+    def add_rule(rid, when, require, text, source, line, verified=True):
+        rules.append(Rule(rid, tuple(when), tuple(require), text, source, line, verified))
+
+    # preference
+    preference = tuple(doc.get("preference") or ("pytorch", "mode", "cuda", "python", "os",
+                                                  "openmpi", "ucx"))
+    for p in preference:
+        if p not in STACK and p != "mode":
+            c.fail(f"preference: unknown component {p!r}", doc, "preference")
+
+    # CUDA
+    cuda = c.mapping(doc["cuda"], "cuda", required=("modes", "majors", "releases"))
+    modes = []
+    for m in c.seq(cuda["modes"], "cuda.modes", cuda, "modes"):
+        w = "cuda.modes[]"
+        c.mapping(m, w, required=("id", "driver_floor", "source"),
+                  optional=("gpu", "branch", "package", "caveat"))
+        floor = c.text(m, "driver_floor", w)
+        if floor not in ("release", "major", "none"):
+            c.fail(f"{w}: driver_floor must be release, major or none", m, "driver_floor")
+        gpu_req = m.get("gpu") or {}
+        if gpu_req:
+            c.mapping(gpu_req, f"{w}.gpu", required=(), optional=("datacenter",))
+        branch = m.get("branch") or {}
+        if branch:
+            c.mapping(branch, f"{w}.branch", required=(), optional=("supported",))
+        modes.append(Mode(c.text(m, "id", w), floor, tuple(sorted(gpu_req.items())),
+                          bool(branch.get("supported", False)), c.text(m, "package", w, True),
+                          c.text(m, "caveat", w, True), c.source(m, sources, w)))
+    majors: dict[int, tuple[str, str]] = {}
+    for m in c.seq(cuda["majors"], "cuda.majors", cuda, "majors"):
+        c.mapping(m, "cuda.majors[]", required=("major", "minor_compat_driver", "source"))
+        major = m["major"]
+        if not isinstance(major, int):
+            c.fail("cuda.majors[]: major must be an integer", m, "major")
+        if major in majors:
+            c.fail(f"cuda.majors: major {major} is listed twice", m, "major")
+        majors[major] = (c.driver(m, "minor_compat_driver", "cuda.majors[]"),
+                         c.source(m, sources, "cuda.majors[]"))
+    releases: dict[str, CudaRelease] = {}
+    for r in c.seq(cuda["releases"], "cuda.releases", cuda, "releases"):
+        w = "cuda.releases[]"
+        c.mapping(r, w, required=("version", "source"), optional=("driver", "verified", "note"))
+        ver = c.version(r, "version", w)
+        verified = c.flag(r, "verified", w, True)
+        drv = c.driver(r, "driver", w, optional=True)
+        if verified and drv is None:
+            c.fail(f"{w}: CUDA {ver} needs a driver (or verified: false)", r)
+        if ver in releases:
+            c.fail(f"cuda.releases: CUDA {ver} is listed twice (contradicting facts?)", r, "version")
+        if parse_version(ver).major not in majors:
+            c.fail(f"{w}: CUDA {ver} has no entry under cuda.majors", r, "version")
+        releases[ver] = CudaRelease(ver, drv, c.source(r, sources, w), verified, r.line)
+
+    # drivers
+    drivers = c.mapping(doc["drivers"], "drivers", required=("branches",))
+    branches: dict[int, Branch] = {}
+    for b in c.seq(drivers["branches"], "drivers.branches", drivers, "branches"):
+        w = "drivers.branches[]"
+        c.mapping(b, w, required=("branch", "source"),
+                  optional=("type", "released", "eol", "newest_cuda", "note"))
+        if not isinstance(b["branch"], int):
+            c.fail(f"{w}: branch must be an integer such as 535", b, "branch")
+        if b["branch"] in branches:
+            c.fail(f"drivers.branches: R{b['branch']} is listed twice", b, "branch")
+        typ = c.text(b, "type", w, True)
+        if typ is not None and typ not in ("NFB", "PB", "LTSB"):
+            c.fail(f"{w}: type must be NFB, PB or LTSB", b, "type")
+        eol = b.get("eol")
+        if eol is not None and eol is not True:
+            eol = str(eol)
+            try:
+                _dt.date.fromisoformat(eol if len(eol) == 10 else eol + "-01")
+            except ValueError:
+                c.fail(f"{w}: eol must be YYYY-MM, YYYY-MM-DD or true", b, "eol")
+        branches[b["branch"]] = Branch(b["branch"], typ, eol, c.version(b, "newest_cuda", w, True),
+                                       c.source(b, sources, w))
+
+    # architectures and GPUs
+    architectures: dict[str, dict] = {}
+    for a in c.seq(doc["architectures"], "architectures", doc, "architectures"):
+        w = "architectures[]"
+        c.mapping(a, w, required=("cc", "name", "source"),
+                  optional=("first_cuda", "last_cuda", "last_branch", "note"))
+        cc = c.version(a, "cc", w)
+        if cc in architectures:
+            c.fail(f"architectures: compute capability {cc} is listed twice", a, "cc")
+        first, last = c.version(a, "first_cuda", w, True), c.version(a, "last_cuda", w, True)
+        src = c.source(a, sources, w)
+        architectures[cc] = {"cc": cc, "name": c.text(a, "name", w), "first_cuda": first,
+                             "last_cuda": last, "last_branch": a.get("last_branch"), "source": src}
+        cc_is = category_matcher([cc])
+        if first or last:
+            add_rule(f"arch-{cc}-cuda", [("gpu.cc", cc_is)],
+                     [("cuda", mm_range(first, last, allow_none=True))],
+                     f"{a['name']} (sm_{cc.replace('.', '')}) is supported by CUDA "
+                     + (f"{first} to {last}.x" if first and last else
+                        f"{first} and newer" if first else f"up to {last}.x"),
+                     src, a.line)
+        if a.get("last_branch") is not None:
+            lb = a["last_branch"]
+            if not isinstance(lb, int):
+                c.fail(f"{w}: last_branch must be an integer", a, "last_branch")
+            add_rule(f"arch-{cc}-branch", [("gpu.cc", cc_is)], [("driver", driver_max_branch(lb))],
+                     f"{a['name']} GPUs are supported by drivers up to R{lb}", src, a.line)
+    gpus: dict[str, Gpu] = {}
+    for g in c.seq(doc["gpus"], "gpus", doc, "gpus"):
+        w = "gpus[]"
+        c.mapping(g, w, required=("name", "cc", "datacenter", "source"), optional=("note",))
+        name, cc = c.text(g, "name", w), c.version(g, "cc", w)
+        if cc not in architectures:
+            c.fail(f"{w}: {name}: compute capability {cc} is not under architectures", g, "cc")
+        if name in gpus:
+            c.fail(f"gpus: {name} is listed twice", g, "name")
+        gpus[name] = Gpu(name, cc, c.flag(g, "datacenter", w, False), c.source(g, sources, w))
+
+    # cuDNN
+    if "cudnn" in doc:
+        cd = c.mapping(doc["cudnn"], "cudnn", required=("lines",), optional=("builds",))
+        for ln in c.seq(cd["lines"], "cudnn.lines", cd, "lines"):
+            w = "cudnn.lines[]"
+            c.mapping(ln, w, required=("versions", "cuda", "source"), optional=("driver", "cc", "note"))
+            vs, cs = c.spec(ln, "versions", w), c.spec(ln, "cuda", w)
+            src = c.source(ln, sources, w)
+            req = []
+            if "driver" in ln:
+                req.append(("driver", driver_min(c.driver(ln, "driver", w))))
+            if "cc" in ln:
+                req.append(("gpu.cc", version_matcher(c.spec(ln, "cc", w))))
+            if req:
+                add_rule(f"cudnn-{vs}-cuda-{cs}", [("cudnn", version_matcher(vs)),
+                                                  ("cuda", version_matcher(cs))], req,
+                         f"cuDNN {vs} built for CUDA {cs} needs "
+                         + " and ".join(f"{k} {m.text}" for k, m in req), src, ln.line)
+        for b in c.seq(cd.get("builds", _List()), "cudnn.builds", cd, "builds"):
+            _major_build_rule(c, b, "cudnn", sources, add_rule)
+
+    # NCCL
+    nccl_features: tuple = ()
+    if "nccl" in doc:
+        nd = c.mapping(doc["nccl"], "nccl", required=("builds",), optional=("features",))
+        for b in c.seq(nd["builds"], "nccl.builds", nd, "builds"):
+            _major_build_rule(c, b, "nccl", sources, add_rule)
+        feats = []
+        for f in c.seq(nd.get("features", _List()), "nccl.features", nd, "features"):
+            c.mapping(f, "nccl.features[]", required=("since", "feature", "source"))
+            feats.append({"since": c.version(f, "since", "nccl.features[]"),
+                          "feature": c.text(f, "feature", "nccl.features[]"),
+                          "source": c.source(f, sources, "nccl.features[]")})
+        nccl_features = tuple(feats)
+
+    # PyTorch
+    pt = c.mapping(doc["pytorch"], "pytorch", required=("releases",))
+    variants: dict[tuple[str, str], Variant] = {}
+    pytorch: dict[str, dict] = {}
+    for rel in c.seq(pt["releases"], "pytorch.releases", pt, "releases"):
+        w = "pytorch.releases[]"
+        c.mapping(rel, w, required=("version", "python", "variants", "source"), optional=("note",))
+        ver = c.version(rel, "version", w)
+        if ver in pytorch:
+            c.fail(f"pytorch.releases: {ver} is listed twice", rel, "version")
+        py = c.spec(rel, "python", w)
+        src = c.source(rel, sources, w)
+        pytorch[ver] = {"version": ver, "python": py, "source": src}
+        add_rule(f"pytorch-{ver}-python", [("pytorch", version_matcher("==" + ver))],
+                 [("python", version_matcher(py))], f"torch {ver} supports Python {py}",
+                 src, rel.line)
+        cudas_verified, cudas_all = [], []
+        w = f"pytorch {ver} variants[]"
+        for v in c.seq(rel["variants"], w, rel, "variants"):
+            c.mapping(v, w, required=("source",),
+                      optional=("cuda", "cpu", "cudnn", "nccl", "cuda_runtime", "arch", "default",
+                                "verified", "note"))
+            vsrc = c.source(v, sources, w)
+            verified = c.flag(v, "verified", w, True)
+            if c.flag(v, "cpu", w, False):
+                if "cuda" in v:
+                    c.fail(f"{w}: a CPU variant has no cuda", v, "cuda")
+                cuda_mm, cudnn, nccl = NONE, NONE, NONE
+            else:
+                cuda_mm = c.version(v, "cuda", w)
+                if cuda_mm.count(".") != 1:
+                    c.fail(f"{w}: cuda is a major.minor such as 12.4", v, "cuda")
+                if not any(major_minor(r) == cuda_mm for r in releases):
+                    c.fail(f"{w}: CUDA {cuda_mm} has no release under cuda.releases", v, "cuda")
+                cudnn = c.version(v, "cudnn", w, optional=not verified)
+                nccl = c.version(v, "nccl", w, optional=not verified)
+                if verified and (cudnn is None or nccl is None):
+                    c.fail(f"{w}: a verified variant names its cudnn and nccl", v)
+            arch = None
+            if "arch" in v:
+                arch_node = c.seq(v["arch"], f"{w}.arch", v, "arch")
+                for entry in arch_node:
+                    try:
+                        parse_version(str(entry).removesuffix("+PTX"))
+                    except VersionSyntaxError as exc:
+                        c.fail(f"{w}.arch: {exc}", v, "arch")
+                arch = tuple(str(e) for e in arch_node)
+            key = (ver, cuda_mm)
+            if key in variants:
+                c.fail(f"{w}: torch {ver} has two {cuda_mm} variants", v)
+            var = Variant(ver, cuda_mm, cudnn or NONE, nccl or NONE,
+                          c.version(v, "cuda_runtime", w, True), arch,
+                          c.flag(v, "default", w, False), verified, vsrc, v.line)
+            variants[key] = var
+            cuda_m = Matcher("none", lambda x: x == NONE) if cuda_mm == NONE \
+                else version_matcher(cuda_mm)
+            (cudas_verified if verified else cudas_all).append(cuda_m)
+            when = [("pytorch", version_matcher("==" + ver)), ("cuda", cuda_m)]
+            req = []
+            if cudnn:
+                req.append(("cudnn", Matcher(cudnn, (lambda want: lambda x: x == want)(cudnn))))
+            if nccl:
+                req.append(("nccl", Matcher(nccl, (lambda want: lambda x: x == want)(nccl))))
+            if arch:
+                req.append(("gpu.cc", arch_matcher(list(arch))))
+            if req:
+                add_rule(f"pytorch-{ver}-{var.tag}", when, req,
+                         f"torch {ver}+{var.tag} bundles "
+                         + ", ".join(f"{k} {m.text}" for k, m in req if k != "gpu.cc")
+                         + (f" and is built for {req[-1][1].text}" if arch else ""),
+                         vsrc, v.line, verified)
+        builds_v = ", ".join(m.text for m in cudas_verified) or "no verified build"
+        also = (f" (builds for {', '.join(m.text for m in cudas_all)} are not confirmed)"
+                if cudas_all else "")
+        add_rule(f"pytorch-{ver}-builds", [("pytorch", version_matcher("==" + ver))],
+                 [("cuda", any_of(cudas_verified or [Matcher("nothing", lambda x: False)]))],
+                 f"torch {ver} is built for CUDA {builds_v}{also}", src, rel.line)
+        if cudas_all:
+            add_rule(f"pytorch-{ver}-builds-unverified", [("pytorch", version_matcher("==" + ver))],
+                     [("cuda", any_of(cudas_verified + cudas_all))],
+                     f"torch {ver} is built for CUDA "
+                     + ", ".join(m.text for m in cudas_verified + cudas_all)
+                     + " (some builds unverified)", src, rel.line, verified=False)
+
+    # UCX and Open MPI
+    tables = {}
+    for comp in ("ucx", "openmpi"):
+        table = {}
+        if comp in doc:
+            node = c.mapping(doc[comp], comp, required=("releases",))
+            for r in c.seq(node["releases"], f"{comp}.releases", node, "releases"):
+                w = f"{comp}.releases[]"
+                c.mapping(r, w, required=("version", "source"),
+                          optional=("date", "install", "os", "cuda", "line", "pml", "needs", "note",
+                                    "url", "sha256"))
+                ver = c.version(r, "version", w)
+                if ver in table:
+                    c.fail(f"{comp}.releases: {ver} is listed twice", r, "version")
+                install = c.text(r, "install", w, True) or "source"
+                if install not in ("source", "os"):
+                    c.fail(f"{w}: install must be source or os", r, "install")
+                src = c.source(r, sources, w)
+                entry = dict(r)
+                entry["install"] = install
+                table[ver] = entry
+                req = []
+                if "os" in r:
+                    req.append(("os", category_matcher(c.seq(r["os"], f"{w}.os", r, "os"))))
+                if r.get("cuda") is False:
+                    req.append(("cuda", Matcher("none", lambda x: x == NONE)))
+                if req:
+                    add_rule(f"{comp}-{ver}-build", [(comp, version_matcher("==" + ver))], req,
+                             f"{comp} {ver} ({install} package) needs "
+                             + " and ".join(f"{k} {m.text}" for k, m in req), src, r.line)
+        tables[comp] = table
+
+    # operating systems
+    oses: dict[str, dict] = {}
+    for o in c.seq(doc["os"], "os", doc, "os"):
+        w = "os[]"
+        c.mapping(o, w, required=("id", "name", "family", "python", "source"),
+                  optional=("kernel", "glibc", "cuda", "nvidia_repo", "base", "note"))
+        oid = c.text(o, "id", w)
+        if oid in oses:
+            c.fail(f"os: {oid} is listed twice", o, "id")
+        pys = c.seq(o["python"], f"{w}.python", o, "python")
+        for p in pys:
+            try:
+                parse_version(str(p))
+            except VersionSyntaxError as exc:
+                c.fail(f"{w}.python: {exc}", o, "python")
+        src = c.source(o, sources, w)
+        cuda_range = c.spec(o, "cuda", w, True)
+        oses[oid] = {"id": oid, "name": c.text(o, "name", w), "family": c.text(o, "family", w),
+                     "python": [str(p) for p in pys], "kernel": c.text(o, "kernel", w, True),
+                     "cuda": cuda_range, "nvidia_repo": c.text(o, "nvidia_repo", w, True),
+                     "source": src, "line": o.line}
+        req = [("python", category_matcher(str(p) for p in pys))]
+        cuda_alts = [Matcher("none", lambda x: x == NONE)]
+        if cuda_range:
+            cuda_alts.append(version_matcher(cuda_range))
+        req.append(("cuda", any_of(cuda_alts)))
+        add_rule(f"os-{oid}", [("os", category_matcher([oid]))], req,
+                 f"{o['name']} offers Python {', '.join(str(p) for p in pys)} and CUDA "
+                 + (cuda_range or "none from NVIDIA's repository"), src, o.line)
+
+    # GPUDirect
+    gdr = []
+    for g in c.seq(doc.get("gpudirect", _List()), "gpudirect", doc, "gpudirect"):
+        w = "gpudirect[]"
+        c.mapping(g, w, required=("id", "requires", "source"),
+                  optional=("preferred", "nccl", "note"))
+        reqs = c.mapping(g["requires"], f"{w}.requires", required=(),
+                         optional=("driver", "ofed", "open_kernel_modules", "cuda", "gpu.cc",
+                                   "kernel"))
+        compiled = []
+        for k, val in reqs.items():
+            compiled.append((k, _matcher_for(c, k, val, reqs, f"{w}.requires")))
+        gdr.append({"id": c.text(g, "id", w), "requires": tuple(compiled),
+                    "preferred": g.get("preferred", 99), "nccl": c.spec(g, "nccl", w, True),
+                    "note": c.text(g, "note", w, True), "source": c.source(g, sources, w)})
+
+    # generic constraints
+    for k in c.seq(doc.get("constraints", _List()), "constraints", doc, "constraints"):
+        w = "constraints[]"
+        c.mapping(k, w, required=("id", "when", "require", "source"), optional=("note", "verified"))
+        rid = c.text(k, "id", w)
+        when = [(comp, _matcher_for(c, comp, val, k["when"], f"{w}.when"))
+                for comp, val in c.mapping(k["when"], f"{w}.when", (), COMPONENTS).items()]
+        req = [(comp, _matcher_for(c, comp, val, k["require"], f"{w}.require"))
+               for comp, val in c.mapping(k["require"], f"{w}.require", (), COMPONENTS).items()]
+        text = "when " + ", ".join(f"{a} {m.text}" for a, m in when) + ": " + \
+            ", ".join(f"{a} {m.text}" for a, m in req)
+        add_rule(rid, when, req, text, c.source(k, sources, w), k.line,
+                 c.flag(k, "verified", w, True))
+
+    ids = [r.id for r in rules]
+    dup = {i for i in ids if ids.count(i) > 1}
+    if dup:
+        c.fail(f"constraints: rule id {sorted(dup)[0]!r} is used twice", doc)
+
+    return Knowledge(
+        path=path, as_of=as_of, sources=sources, preference=preference, modes=tuple(modes),
+        majors=majors, releases=releases, branches=branches, gpus=gpus,
+        architectures=architectures, variants=variants, pytorch=pytorch, ucx=tables["ucx"],
+        openmpi=tables["openmpi"], os=oses, gpudirect=tuple(gdr), nccl_features=nccl_features,
+        rules=tuple(rules), raw=doc)
+
+
+def _major_build_rule(c: _Ctx, b, comp: str, sources, add_rule):
+    w = f"{comp}.builds[]"
+    c.mapping(b, w, required=("cuda_major", "versions", "source"), optional=("note",))
+    major = b["cuda_major"]
+    if not isinstance(major, int):
+        c.fail(f"{w}: cuda_major must be an integer", b, "cuda_major")
+    vs = c.spec(b, "versions", w)
+    allowed = version_matcher(vs)
+    add_rule(f"{comp}-builds-cuda{major}", [("cuda", version_matcher(f"=={major}.*"))],
+             [(comp, Matcher(f"{vs} (or none)", lambda x: x == NONE or allowed(x)))],
+             f"{comp} is published for CUDA {major} in versions {vs}",
+             c.source(b, sources, w), b.line)
+
+
+def _matcher_for(c: _Ctx, comp: str, value, node, where: str) -> Matcher:
+    """Compile a YAML value for one component into a Matcher (validated)."""
+    if comp not in COMPONENTS:
+        c.fail(f"{where}: unknown component {comp!r} (known: {', '.join(COMPONENTS)})", node, comp)
+    if value == NONE:
+        return Matcher("none", lambda x: x == NONE)
+    if comp in BOOLEAN:
+        if not isinstance(value, bool):
+            c.fail(f"{where}: {comp} must be true or false", node, comp)
+        return bool_matcher(value)
+    if comp in CATEGORY:
+        names = value if isinstance(value, list) else [value]
+        return category_matcher(str(n) for n in names)
+    alts = value if isinstance(value, list) else [value]
+    out = []
+    for alt in alts:
+        if isinstance(alt, bool) or not isinstance(alt, (str, int, float)):
+            c.fail(f"{where}: {comp} must be a specifier such as '>=12.4'", node, comp)
+        text = str(alt)
+        try:
+            if comp in DRIVER:
+                spec = parse_spec(text)
+                out.append(Matcher(text, lambda x, s=spec: x != NONE and s.contains(x)))
+            else:
+                out.append(version_matcher(text))
+        except VersionSyntaxError as exc:
+            c.fail(f"{where}: {comp}: {exc}", node, comp)
+    return any_of(out)

@@ -1,0 +1,128 @@
+"""Versions and specifiers.
+
+Software versions (CUDA 12.4.1, cuDNN 9.1.0.70, NCCL 2.21.5, torch 2.4.1) are PEP 440 versions from
+`packaging`; a specifier is a PEP 440 SpecifierSet ("<13,>=12.4") or a bare version ("12.4"), which
+means "12.4 or any 12.4.x". The literal "none" names an absent component.
+
+Driver versions (535.104.05) are not PEP 440 (the "05" is a field, not a number to normalise), so they
+are compared as tuples of integers; their branch is the first field (R535).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+NONE = "none"
+
+_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,4}$")
+_DRIVER_RE = re.compile(r"^[0-9]{3}(\.[0-9]{1,3}){0,2}$")
+_SPEC_ATOM_RE = re.compile(r"^(==|!=|>=|<=|>|<|~=)?\s*[0-9]+(\.[0-9]+){0,4}(\.\*)?$")
+
+
+class VersionSyntaxError(ValueError):
+    """A string that is not a version or specifier we accept."""
+
+
+@lru_cache(maxsize=4096)
+def parse_version(text: str) -> Version:
+    """A strict release version: digits and dots only (no local parts, no 'latest')."""
+    text = str(text).strip()
+    if not _VERSION_RE.match(text):
+        raise VersionSyntaxError(f"malformed version {text!r} (expected digits and dots, e.g. 12.4.1)")
+    try:
+        return Version(text)
+    except InvalidVersion:  # pragma: no cover - the pattern above is stricter
+        raise VersionSyntaxError(f"malformed version {text!r}") from None
+
+
+def is_version(text: str) -> bool:
+    return bool(_VERSION_RE.match(str(text).strip()))
+
+
+@dataclass(frozen=True, order=True)
+class DriverVersion:
+    """An NVIDIA Linux driver version such as 535.104.05, ordered field by field."""
+
+    fields: tuple[int, ...]
+    text: str
+
+    @property
+    def branch(self) -> int:
+        return self.fields[0]
+
+    def __str__(self) -> str:
+        return self.text
+
+
+@lru_cache(maxsize=1024)
+def parse_driver(text: str) -> DriverVersion:
+    text = str(text).strip()
+    if not _DRIVER_RE.match(text):
+        raise VersionSyntaxError(
+            f"malformed driver version {text!r} (expected e.g. 535.104.05 or 580)")
+    fields = tuple(int(p) for p in text.split("."))
+    # pad so that 570.26 < 570.26.1 and 580 compares as 580.0.0
+    return DriverVersion(fields + (0,) * (3 - len(fields)), text)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A specifier over versions, or the literal 'none' (component absent), or 'any'."""
+
+    text: str
+    specset: SpecifierSet | None  # None for "none"
+    none: bool = False
+
+    def contains(self, value: str) -> bool:
+        if value == NONE:
+            return self.none
+        if self.none:
+            return False
+        return self.specset.contains(parse_version(value), prereleases=True)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+ANY = Spec("any", SpecifierSet(""))
+
+
+@lru_cache(maxsize=4096)
+def parse_spec(text: str) -> Spec:
+    """Parse '>=2.4', '12.4' (== 12.4 or 12.4.x), '==2.4.1', '>=12,<13', 'none' or 'any'."""
+    raw = str(text).strip()
+    if raw == NONE:
+        return Spec(NONE, None, none=True)
+    if raw in ("", "any", "*"):
+        return ANY
+    atoms = [a.strip() for a in raw.split(",")]
+    parts: list[str] = []
+    for atom in atoms:
+        if not _SPEC_ATOM_RE.match(atom):
+            raise VersionSyntaxError(
+                f"malformed specifier {raw!r} (expected e.g. '>=2.4', '12.4', '>=12,<13' or 'none')")
+        if atom[0].isdigit():  # a bare version: that release and its patch releases
+            parts.append(f"=={atom}.*" if not atom.endswith(".*") else f"=={atom}")
+        else:
+            parts.append(atom)
+    try:
+        return Spec(raw, SpecifierSet(",".join(parts)))
+    except InvalidSpecifier:
+        raise VersionSyntaxError(f"malformed specifier {raw!r}") from None
+
+
+def version_key(value: str):
+    """Sort key: 'none' sorts below every version."""
+    if value == NONE:
+        return (0, Version("0"))
+    return (1, parse_version(value))
+
+
+def major_minor(value: str) -> str:
+    v = parse_version(value)
+    return f"{v.major}.{v.minor}"
