@@ -617,7 +617,9 @@ def explain_failure(p: Problem, trace: Trace) -> list[str]:
             i += 1
     rules = [next(r for r in p.rules if r.id == rid) for rid in core if not rid.startswith("mode:")]
     modes = [rid[5:] for rid in core if rid.startswith("mode:")]
-    chain = [f"{w_comp} {w.text} (your wish)" for w_comp, w in p.wishes.items()]
+    involved = {c for r in rules for c in r.components} | ({"cuda"} if modes else set())
+    chain = [f"{w_comp} {w.text} (your wish)" for w_comp, w in p.wishes.items()
+             if w_comp in involved]
     chain += [f"{r.text}{_src(r.source)}" for r in rules]
     if modes:
         chain += _group_modes(p, modes)
