@@ -20,7 +20,9 @@
 
 ``oci-bundle``
     ``skopeo copy docker-daemon:REF oci:LAYOUT:TAG`` then ``umoci unpack``: a ``config.json`` and a
-    ``rootfs/`` that runc runs and that Slurm's ``srun --container=BUNDLE`` accepts.
+    ``rootfs/`` that runc runs and that Slurm's ``srun --container=BUNDLE`` accepts. The config
+    keeps the host's network and hostname (no network/uts namespaces) and no terminal, as a
+    multi-node batch job needs (see hpc_runtime_config).
 
 ``sif``
     Apptainer/Singularity (through spython) when one of them is on PATH; otherwise one line that
@@ -254,6 +256,18 @@ def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = Fa
 # --------------------------------------------------------------------------- OCI bundle
 
 
+def hpc_runtime_config(config: dict) -> dict:
+    """umoci's runtime config made fit for a batch job, as enroot and pyxis run containers: the
+    host's network (MPI, NCCL and UCX reach the other nodes) and hostname (the node's name in
+    logs and reports), and no terminal (a batch step has none)."""
+    config = json.loads(json.dumps(config))
+    linux = config.setdefault("linux", {})
+    linux["namespaces"] = [ns for ns in linux.get("namespaces", []) if ns.get("type") not in ("network", "uts")]
+    config.pop("hostname", None)
+    config.setdefault("process", {})["terminal"] = False
+    return config
+
+
 def export_oci_bundle(client, ref: str, output: str | os.PathLike, *, force: bool = False,
                       docker_host: str | None = None, progress: Progress | None = None) -> ExportResult:
     """An OCI runtime bundle (config.json + rootfs/) of ``ref`` at directory ``output``."""
@@ -282,6 +296,8 @@ def export_oci_bundle(client, ref: str, output: str | os.PathLike, *, force: boo
         config = json.loads((bundle / "config.json").read_text(encoding="utf-8"))
         if not (bundle / "rootfs").is_dir() or "process" not in config:
             raise ExportError("umoci produced no usable bundle (config.json or rootfs/ missing)")
+        (bundle / "config.json").write_text(
+            json.dumps(hpc_runtime_config(config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
         _install(bundle, output)
     finally:
         _rmtree(stage)

@@ -164,11 +164,12 @@ def test_oci_bundle_runs_under_runc(image, tmp_path):
     assert config["process"]["cwd"] == "/work"
     assert "GREETING=hello world" in config["process"]["env"]
     assert config["process"]["args"] == ["cat", "token"]
+    # fit for a multi-node job: the host's network and hostname, no terminal
+    assert {ns["type"] for ns in config["linux"]["namespaces"]}.isdisjoint({"network", "uts"})
+    assert config["process"]["terminal"] is False and "hostname" not in config
     assert (bundle / "rootfs/work/token").read_text().strip() == image["token"]
     with pytest.raises(ExportError, match="already exists"):
         export.export_oci_bundle(image["client"], image["ref"], bundle)
-    config["process"]["terminal"] = False
-    (bundle / "config.json").write_text(json.dumps(config))
     name = f"imagebuild-test-{uuid.uuid4().hex[:8]}"
     run = subprocess.run(["runc", "run", "--bundle", str(bundle), name], capture_output=True, text=True,
                          timeout=120)
