@@ -24,6 +24,9 @@ from .report import FAIL, CheckResult, Report
 CHECK_NAMES = ("versions", "libraries", "mpi.config", "mpi.allreduce", "torch.allreduce",
                "ddp.equivalence", "gpudirect")
 HOST_CHECK_NAMES = ("ddp.two-node",)  # run by `imagebuild test` from outside the container
+# the alarm that catches Python code hanging inside this process fires this long after a check's
+# timeout (child processes are killed at the timeout itself and the check reports that)
+ALARM_MARGIN_S = 10.0
 
 
 def run_check(name: str, ctx: Context) -> CheckResult:
@@ -39,10 +42,8 @@ def run_check(name: str, ctx: Context) -> CheckResult:
 
     old = None
     if use_alarm:
-        # a margin past the deadline: child processes are killed at the deadline itself and the
-        # check reports that; the alarm catches only Python code that hangs in this process
         old = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, ctx.timeout + 10)
+        signal.setitimer(signal.ITIMER_REAL, ctx.timeout + ALARM_MARGIN_S)
     try:
         result = CHECKS[name](ctx)
     except CheckTimeout:

@@ -1,0 +1,443 @@
+"""Unit tests for the smoke suite's pure parts: reports, JUnit, bandwidth maths, version rules,
+the GPUDirect probe on fake /sys and /proc trees, NCCL log parsing, and process-group timeouts
+(those with real processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from xml.etree import ElementTree as ET
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import imagebuild.smoke as smoke
+from imagebuild.smoke import bandwidth, checks, expect, gdr, libs, proc
+from imagebuild.smoke.context import Context
+from imagebuild.smoke.report import FAIL, PASS, SKIP, CheckResult, Report, combine, junit_path, junit_text, write_atomic
+from imagebuild.smoke.workers import probe as probe_worker
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ------------------------------------------------------------------------------------- reports
+
+def _report(*checks_: CheckResult) -> Report:
+    return Report(image="imagebuild/x:1", checks=list(checks_))
+
+
+def test_skip_is_never_a_pass_but_does_not_fail_the_report():
+    rep = _report(CheckResult("versions", PASS, "ok"), CheckResult("torch.allreduce", SKIP, "torch absent by design"))
+    data = json.loads(rep.to_json())
+    assert data["passed"] is True
+    assert data["summary"] == {"fail": 0, "pass": 1, "skip": 1}
+    assert data["skipped"] == {"torch.allreduce": "torch absent by design"}
+    assert [c["status"] for c in data["checks"]] == ["pass", "skip"]
+
+
+def test_required_failure_fails_the_report_optional_one_does_not():
+    assert _report(CheckResult("libraries", FAIL, "libfoo.so.1 not found")).passed is False
+    assert _report(CheckResult("gpudirect", FAIL, "nccl job failed", required=False)).passed is True
+
+
+def test_report_json_is_deterministic_with_sorted_keys():
+    rep = _report(CheckResult("mpi.allreduce", PASS, "ok", {"z": 1, "a": 2.5}))
+    text = rep.to_json()
+    assert text == _report(CheckResult("mpi.allreduce", PASS, "ok", {"a": 2.5, "z": 1})).to_json()
+    assert list(json.loads(text)["checks"][0]["metrics"]) == ["a", "z"]
+    assert list(json.loads(text)) == sorted(json.loads(text))
+    again = Report.from_dict(json.loads(text))
+    assert again.to_json() == text
+
+
+def test_metrics_must_be_finite_numbers():
+    with pytest.raises(TypeError):
+        CheckResult("x", PASS, metrics={"version": "1.2"})
+    with pytest.raises(ValueError):
+        CheckResult("x", PASS, metrics={"bw": float("nan")})
+    with pytest.raises(ValueError):
+        CheckResult("x", "ok")
+    assert CheckResult("x", PASS, metrics={"flag": True}).metrics == {"flag": 1}
+
+
+def test_combine_orders_failures_first_and_all_skips_skip():
+    res = combine("libraries", [(PASS, "libucp ok"), (FAIL, "libmpi: libpmix.so.2 not found"),
+                                (SKIP, "libnccl absent by design")])
+    assert res.status == FAIL
+    assert res.detail.startswith("FAIL: libmpi: libpmix.so.2 not found")
+    assert "SKIP: libnccl absent by design" in res.detail
+    assert combine("x", [(SKIP, "a"), (SKIP, "b")]).status == SKIP
+    assert combine("x", [(PASS, "a"), (SKIP, "b")]).status == PASS
+    assert combine("x", []).status == SKIP
+
+
+def test_junit_one_testcase_per_check_with_skipped_and_failure():
+    rep = _report(CheckResult("versions", PASS, "ok", {"seconds": 1.5}),
+                  CheckResult("libraries", FAIL, "libtorch_cpu.so: libgomp.so.1 not found"),
+                  CheckResult("torch.allreduce", SKIP, "torch absent by design"))
+    root = ET.fromstring(rep.to_junit().split("\n", 1)[1])
+    assert root.tag == "testsuite"
+    assert (root.get("tests"), root.get("failures"), root.get("skipped")) == ("3", "1", "1")
+    cases = {c.get("name"): c for c in root.iter("testcase")}
+    assert set(cases) == {"versions", "libraries", "torch.allreduce"}
+    assert cases["versions"].get("time") == "1.500"
+    assert cases["libraries"].find("failure").get("message") == "libtorch_cpu.so: libgomp.so.1 not found"
+    assert cases["torch.allreduce"].find("skipped").get("message") == "torch absent by design"
+    assert cases["versions"].find("failure") is None and cases["versions"].find("skipped") is None
+    many = ET.fromstring(junit_text([rep, rep]).split("\n", 1)[1])
+    assert many.tag == "testsuites" and len(list(many)) == 2
+
+
+def test_junit_path_sits_beside_the_report():
+    assert junit_path("out/report.json") == "out/report.xml"
+    assert junit_path("out/report") == "out/report.xml"
+
+
+def test_write_atomic_never_leaves_half_a_file(tmp_path):
+    target = tmp_path / "r.json"
+    write_atomic(str(target), "old\n")
+
+    with pytest.raises(TypeError):
+        write_atomic(str(target), 12345)  # type: ignore[arg-type] - write() refuses a non-string
+    assert target.read_text() == "old\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+# ----------------------------------------------------------------------------------- bandwidth
+
+def test_bandwidth_as_nccl_tests_computes_it():
+    assert bandwidth.algbw(1_000_000_000, 0.5) == 2e9
+    # 8 ranks: busbw = algbw * 2*7/8 = 1.75 * algbw
+    assert bandwidth.busbw(1_000_000_000, 1.0, 8) == pytest.approx(1.75e9)
+    assert bandwidth.busbw(4096, 1e-3, 1) == 0.0  # one rank moves nothing over a bus
+    assert bandwidth.busbw(1 << 20, 1.0, 2) == pytest.approx(1 << 20)  # factor 1 for two ranks
+    with pytest.raises(ValueError):
+        bandwidth.algbw(10, 0)
+    with pytest.raises(ValueError):
+        bandwidth.allreduce_bus_factor(0)
+
+
+@given(st.integers(min_value=1, max_value=1 << 34), st.floats(min_value=1e-7, max_value=1e3),
+       st.integers(min_value=1, max_value=4096))
+def test_busbw_over_algbw_is_the_allreduce_factor(nbytes, seconds, ranks):
+    ratio = bandwidth.busbw(nbytes, seconds, ranks) / bandwidth.algbw(nbytes, seconds)
+    assert ratio == pytest.approx(2 * (ranks - 1) / ranks)
+    assert 0 <= ratio < 2
+
+
+def test_size_sweep_8_bytes_to_256_megabytes():
+    sweep = bandwidth.sizes(8, 256 << 20, 2)
+    assert sweep[0] == 8 and sweep[-1] == 256 << 20 and len(sweep) == 26
+    assert bandwidth.sizes(8, 2 << 20, 8) == [8, 64, 512, 4096, 32768, 262144, 2097152]
+    assert [bandwidth.human(s) for s in (8, 4096, 2 << 20, 1 << 30)] == ["8B", "4K", "2M", "1G"]
+
+
+def test_bandwidth_metrics_per_size():
+    m = checks.bandwidth_metrics({"2097152": 0.002, "8": 1e-5}, ranks=4)
+    assert m["algbw_GBps.2M"] == pytest.approx(2097152 / 0.002 / 1e9, rel=1e-5)
+    assert m["busbw_GBps.2M"] == pytest.approx(m["algbw_GBps.2M"] * 1.5, rel=1e-5)
+    assert m["time_us.8B"] == 10.0
+
+
+# -------------------------------------------------------------------------------- version rules
+
+@pytest.mark.parametrize("installed,expected,ok", [
+    ("3.11.2", "3.11", True),
+    ("3.11.2", "3.11.2", True),
+    ("3.11.2", "3.12", False),
+    ("2.13.1", "2.13.0", False),
+    ("12.4", "12.4.1", True),       # torch reports CUDA with two parts
+    ("12.6", "12.4.1", False),
+    ("4.1.4", "4.1.4", True),
+    (None, "1.13.1", False),
+    (None, "none", True),
+    ("2.21.5", "none", False),
+])
+def test_version_rules(installed, expected, ok):
+    assert expect.version_matches(installed, expected)[0] is ok
+
+
+@pytest.mark.parametrize("installed,expected,cuda,ok", [
+    ("2.13.0+cpu", "2.13.0", "none", True),
+    ("2.13.0+cpu", "2.13.0", "12.4", False),      # a CPU wheel in a CUDA image
+    ("2.4.1+cu124", "2.4.1", "12.4.1", True),
+    ("2.4.1+cu121", "2.4.1", "12.4", False),      # built for another CUDA
+    ("2.4.1+cu124", "2.4.1", "none", False),
+    ("2.4.1+cu124", "2.4.1+cu124", "12.4", True),  # local part given: compared exactly
+    ("2.4.1+cu124", "2.4.1+cu121", "12.4", False),
+    ("2.4.1", "2.4.1", "12.4", True),
+    ("2.4.1+rocm6.1", "2.4.1", "none", False),
+    ("2.13.0+cpu", "2.12.0", "none", False),
+])
+def test_torch_local_part_rules(installed, expected, cuda, ok):
+    assert expect.torch_version_matches(installed, expected, cuda)[0] is ok
+
+
+def test_os_names_from_os_release(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").write_text('ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n')
+    info = expect.os_release(str(tmp_path))
+    assert expect.os_names(info) == ["debian-bookworm", "debian-12"]
+    assert expect.os_matches(info, "debian-bookworm")[0]
+    assert expect.os_matches(info, "Debian-12")[0]
+    assert not expect.os_matches(info, "ubuntu-22.04")[0]
+
+
+def test_expectation_file_errors(tmp_path):
+    with pytest.raises(expect.ExpectationError, match="cannot read"):
+        expect.load(str(tmp_path / "missing.json"))
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(expect.ExpectationError, match="not valid JSON"):
+        expect.load(str(bad))
+    bad.write_text('{"stack": {"cuda": 12.4}}')
+    with pytest.raises(expect.ExpectationError, match="stack.cuda must be a string"):
+        expect.load(str(bad))
+
+
+def test_context_reads_expectation():
+    ctx = Context(expectation={"stack": {"cuda": "none", "pytorch": "2.13.0"}, "features": {"verbs": True}})
+    assert ctx.expects_absent("cuda") and ctx.expects_absent("nccl")  # missing component = absent
+    assert ctx.expects_present("pytorch") and ctx.feature("verbs")
+    none = Context()
+    assert not none.expects_absent("cuda") and not none.expects_present("cuda") and none.expected("cuda") is None
+
+
+# -------------------------------------------------------------------------- library version codes
+
+def test_library_version_codes():
+    assert probe_worker.nccl_code(22105) == "2.21.5"
+    assert probe_worker.nccl_code(2804) == "2.8.4"
+    assert probe_worker.cudnn_code(90100) == "9.1.0"
+    assert probe_worker.cudnn_code(8902) == "8.9.2"
+    assert probe_worker.cuda_code(12040) == "12.4"
+    assert probe_worker.cuda_code(13000) == "13.0"
+
+
+def test_ldd_and_ucx_info_parsing():
+    ldd = ("\tlinux-vdso.so.1 (0x00007ffd)\n\tlibpmix.so.2 => not found\n"
+           "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f)\n\tlibcuda.so.1 => not found\n")
+    assert libs.parse_ldd(ldd) == ["libcuda.so.1", "libpmix.so.2"]
+    ucx = "#      Transport: self\n#         Device: memory0\n#      Transport: tcp\n#      Transport: tcp\n" \
+          "#      Transport: rc_verbs\n"
+    assert checks.parse_transports(ucx) == ["rc_verbs", "self", "tcp"]
+
+
+# ------------------------------------------------------------------------------- GPUDirect probe
+
+def _tree(tmp_path, *, version=None, modules=(), ib=()):
+    for mod in modules:
+        (tmp_path / "sys/module" / mod).mkdir(parents=True)
+    for dev in ib:
+        (tmp_path / "sys/class/infiniband" / dev).mkdir(parents=True)
+    if version:
+        (tmp_path / "proc/driver/nvidia").mkdir(parents=True)
+        (tmp_path / "proc/driver/nvidia/version").write_text(version)
+    return str(tmp_path)
+
+
+OPEN = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build  "
+        "(dvs-builder@U16-I3-B03-4-3)  Tue Mar  5 22:15:33 UTC 2024\nGCC version:  gcc version 12.2.0\n")
+PROPRIETARY = ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023\n"
+               "GCC version:  gcc version 12.2.0\n")
+
+
+def test_gdr_none_without_driver(tmp_path):
+    res = gdr.probe(_tree(tmp_path), kernel_release="6.1.0-18-amd64")
+    assert res.path == "none" and res.available == [] and res.nvidia_driver is None
+    assert res.nccl_env == {"NCCL_NET_GDR_LEVEL": "LOC"}
+    assert any("host-staged" in n for n in res.notes)
+
+
+def test_gdr_nvidia_peermem(tmp_path):
+    res = gdr.probe(_tree(tmp_path, version=PROPRIETARY, modules=["nvidia_peermem"], ib=["mlx5_0"]),
+                    kernel_release="5.15.0-91-generic")
+    assert res.path == "nvidia-peermem" and res.nvidia_driver == "535.104.05"
+    assert not res.open_kernel_module and res.rdma_devices == ["mlx5_0"]
+    assert res.nccl_env["NCCL_NET_GDR_LEVEL"] == "PHB"
+
+
+def test_gdr_nv_peer_mem(tmp_path):
+    res = gdr.probe(_tree(tmp_path, version=PROPRIETARY, modules=["nv_peer_mem"]), kernel_release="5.4.0")
+    assert res.path == "nv_peer_mem" and res.available == ["nv_peer_mem"]
+
+
+def test_gdr_dmabuf_needs_open_modules_and_kernel_5_12(tmp_path):
+    new = gdr.probe(_tree(tmp_path / "a", version=OPEN, modules=["nvidia_peermem"]), kernel_release="6.1.0-18-amd64")
+    assert new.path == "dma-buf" and new.available == ["dma-buf", "nvidia-peermem"]
+    assert new.nccl_env["NCCL_DMABUF_ENABLE"] == "1" and new.open_kernel_module
+    assert new.nvidia_driver == "550.54.15"
+    old = gdr.probe(_tree(tmp_path / "b", version=OPEN), kernel_release="5.10.0-28-amd64")
+    assert old.path == "none" and any("older than 5.12" in n for n in old.notes)
+    closed = gdr.probe(_tree(tmp_path / "c", version=PROPRIETARY), kernel_release="6.8.0")
+    assert closed.path == "none"
+
+
+def test_gdr_command_json(tmp_path):
+    root = _tree(tmp_path, version=PROPRIETARY, modules=["nvidia_peermem"])
+    out = subprocess.run([sys.executable, "-m", "imagebuild.smoke.gdr", "--json", "--root", root],
+                         capture_output=True, text=True, cwd=ROOT, check=True)
+    data = json.loads(out.stdout)
+    assert data["path"] == "nvidia-peermem" and data["available"] == ["nvidia-peermem"]
+    text = subprocess.run([sys.executable, "-m", "imagebuild.smoke.gdr", "--root", root],
+                          capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert text.startswith("GPUDirect RDMA path: nvidia-peermem")
+
+
+def test_nccl_log_transports():
+    log = """node0:1:1 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.1<0>
+node0:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+node0:1:1 [0] NCCL INFO Channel 01/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA
+node0:1:1 [0] NCCL INFO Channel 02/0 : 1[1] -> 2[0] via SHM/direct/direct
+some unrelated line mentioning NET/Socket without the tag
+"""
+    counts = gdr.parse_nccl_log(log)
+    assert counts["net_ib"] == 2 and counts["gdrdma"] == 1 and counts["p2p"] == 1 and counts["shm"] == 1
+    assert counts["net_socket"] == 0
+    assert gdr.transport_summary(counts) == "gdrdma, net_ib, p2p, shm"
+    sock = gdr.parse_nccl_log("h:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:172.18.0.2<0>\n")
+    assert sock["net_socket"] == 1 and sock["net_ib"] == 0
+
+
+# ------------------------------------------------------------------- timeouts on real processes
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purpose
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_run_kills_the_whole_group_at_the_timeout(tmp_path):
+    pidfile = tmp_path / "grandchild.pid"
+    script = f"sleep 300 & echo $! > {pidfile}; wait"
+    start = time.monotonic()
+    out = proc.run(["sh", "-c", script], timeout=1.5)
+    assert out.timed_out and out.returncode is None
+    assert time.monotonic() - start < 30
+    grandchild = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while _alive(grandchild) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(grandchild), "the grandchild outlived its process group"
+
+
+def test_run_group_reports_hung_ranks_and_keeps_finished_ones():
+    outs = proc.run_group([["sh", "-c", "echo done"], ["sleep", "300"]], [dict(os.environ)] * 2, timeout=1.5)
+    assert outs[0].returncode == 0 and "done" in outs[0].output
+    assert outs[1].timed_out
+
+
+def test_run_reports_a_missing_program():
+    out = proc.run(["/nonexistent/mpirun", "--version"], timeout=5)
+    assert out.returncode == 127 and "cannot run /nonexistent/mpirun" in out.output
+
+
+def test_a_hanging_check_fails_with_timed_out(monkeypatch):
+    monkeypatch.setattr(smoke, "ALARM_MARGIN_S", 0.2)
+    monkeypatch.setitem(checks.CHECKS, "gpudirect", lambda ctx: time.sleep(60))
+    res = smoke.run_check("gpudirect", Context(timeout=1))
+    assert res.status == FAIL and res.detail == "timed out after 1s"
+    assert res.metrics["seconds"] < 30
+
+
+def test_a_crashing_check_fails_naming_the_exception(monkeypatch):
+    def broken(ctx):
+        raise KeyError("ompi_info")
+
+    monkeypatch.setitem(checks.CHECKS, "mpi.config", broken)
+    res = smoke.run_check("mpi.config", Context(timeout=5))
+    assert res.status == FAIL and "KeyError" in res.detail and "ompi_info" in res.detail
+
+
+# --------------------------------------------------------------------------- command line
+
+def _smoke(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "imagebuild.smoke", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=120)
+
+
+def test_cli_rejects_unknown_check_and_bad_expectation(tmp_path):
+    out = _smoke("--only", "bogus")
+    assert out.returncode == 2 and "invalid choice: 'bogus'" in out.stderr
+    out = _smoke("--expect", str(tmp_path / "nope.json"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "nope.json: cannot read the expectation" in out.stderr
+    out = _smoke("--ranks", "0")
+    assert out.returncode == 2 and "between 1 and 1024" in out.stderr
+
+
+def test_cli_writes_json_and_junit(tmp_path):
+    report = tmp_path / "sub" / "r.json"
+    out = _smoke("--only", "gpudirect", "--report", str(report), "--image", "host")
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = json.loads(report.read_text())
+    assert data["image"] == "host" and data["passed"] is True
+    assert [c["name"] for c in data["checks"]] == ["gpudirect"]
+    assert data["checks"][0]["required"] is False
+    assert ET.parse(str(tmp_path / "sub" / "r.xml")).getroot().get("tests") == "1"
+    assert sorted(p.name for p in report.parent.iterdir()) == ["r.json", "r.xml"]
+
+
+# -------------------------------------------------------------------- host side (pure parts)
+
+def _info(**stack):
+    from imagebuild.testrun import ImageInfo
+
+    base = {"os": "debian-bookworm", "python": "3.11", "cuda": "none", "cudnn": "none", "nccl": "none",
+            "ucx": "1.13.1", "openmpi": "4.1.4", "pytorch": "2.13.0"}
+    base.update(stack)
+    labels = {f"io.imagebuild.stack.{k}": v for k, v in base.items()}
+    labels.update({"io.imagebuild.image-id": "smoke-cpu", "io.imagebuild.flavor": "cpu"})
+    return ImageInfo(ref="imagebuild/smoke-cpu:t", image_id="sha256:" + "0" * 64, repo_digests=[], labels=labels), base
+
+
+def test_labels_must_equal_image_json():
+    from imagebuild.testrun import compare_labels
+
+    info, stack = _info()
+    same = {"id": "smoke-cpu", "flavor": "cpu", "stack": dict(stack)}
+    assert compare_labels(info, same)[0][0] == PASS
+    other = {"id": "smoke-cpu", "flavor": "cpu", "stack": dict(stack, pytorch="2.12.0")}
+    status, text = compare_labels(info, other)[0]
+    assert status == FAIL and "io.imagebuild.stack.pytorch='2.13.0' but image.json says '2.12.0'" in text
+    assert compare_labels(info, None)[0][0] == FAIL
+    del info.labels["io.imagebuild.stack.ucx"]
+    assert "label io.imagebuild.stack.ucx missing" in compare_labels(info, same)[0][1]
+
+
+@pytest.mark.parametrize("ref", ["imagebuild/smoke-cpu:2.13.0", "localhost:5000/a/b:tag", "ubuntu",
+                                 "sha256:" + "a" * 64])
+def test_image_refs_accepted(ref):
+    from imagebuild.testrun import validate_ref
+
+    assert validate_ref(ref) == ref
+
+
+@pytest.mark.parametrize("ref", ["bad;ref", "$(id)", "a b", "UPPER/case", "x:" + "t" * 200, "", "-rf",
+                                 "img:tag\nrm"])
+def test_hostile_image_refs_refused(ref):
+    from imagebuild.errors import UsageError
+    from imagebuild.testrun import validate_ref
+
+    with pytest.raises(UsageError):
+        validate_ref(ref)
+
+
+def test_only_names_checked():
+    from imagebuild.errors import UsageError
+    from imagebuild.testrun import check_only
+
+    assert check_only(["versions", "ddp.two-node"]) == ["versions", "ddp.two-node"]
+    with pytest.raises(UsageError, match="unknown check 'nccl'"):
+        check_only(["nccl"])
