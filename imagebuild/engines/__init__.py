@@ -23,7 +23,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Callable, ContextManager, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..errors import EngineError, UsageError
 
@@ -59,7 +59,9 @@ def connect(timeout: int = 900):
 # Validation of everything that reaches an engine or a command line
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?/)"
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+# a registry host must look like one (a dot, a port or localhost), as in Docker's own grammar
+_HOST = rf"(?:(?:localhost|{_LABEL}(?:\.{_LABEL})+)(?::[0-9]{{1,5}})?/|{_LABEL}:[0-9]{{1,5}}/)"
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 _DIGEST = r"sha256:[0-9a-f]{64}"
 REF_RE = re.compile(rf"^(?:{_HOST})?{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$")
@@ -146,7 +148,7 @@ class BuildResult:
 @dataclass(frozen=True)
 class RunResult:
     exit_code: int | None   # None when the container was killed on timeout before it exited
-    output: str             # stdout and stderr, interleaved as the engine recorded them
+    output: str             # stdout and stderr as the engine logged them (each stream in order)
     timed_out: bool
     seconds: float
 
@@ -203,7 +205,7 @@ class Engine(Protocol):
 
     def run_many(self, specs: Sequence[RunSpec], timeout: float) -> list[RunResult]: ...
 
-    def network(self, name: str | None = None) -> ContextManager[str]: ...
+    def network(self, name: str | None = None, *, internal: bool = False) -> ContextManager[str]: ...
 
     def inspect(self, ref: str) -> ImageInfo: ...
 
@@ -212,6 +214,8 @@ class Engine(Protocol):
     def remove(self, ref: str, *, force: bool = False) -> None: ...
 
     def save(self, ref: str, path: Path) -> Path: ...
+
+    def load(self, tar_path: Path) -> list[str]: ...
 
 
 def get_engine(kind: str = "docker", *, client=None) -> Engine:
@@ -237,13 +241,3 @@ __all__ = [
     "check_value", "connect", "docker_host", "dockerfile_needs_buildkit", "get_engine",
 ]
 
-
-def _iter_lines(chunks: Iterator[bytes]) -> Iterator[str]:  # shared by the implementations
-    buf = b""
-    for chunk in chunks:
-        buf += chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            yield line.decode("utf-8", "replace")
-    if buf:
-        yield buf.decode("utf-8", "replace")

@@ -274,15 +274,16 @@ class DockerEngine:
 
     # ---------------------------------------------------------------------------- networks
     @contextlib.contextmanager
-    def network(self, name: str | None = None) -> Iterator[str]:
-        """A private user-defined bridge network for the duration of the block."""
+    def network(self, name: str | None = None, *, internal: bool = False) -> Iterator[str]:
+        """A private user-defined bridge network for the duration of the block (`internal`: no
+        route out of it, only between its containers)."""
         import docker.errors
         name = check_name(name or f"imagebuild-{_secrets.token_hex(4)}", "network name")
         with engine_errors(f"creating network {name}"):
             if self._client.networks.list(names=[name]):
                 raise EngineError(f"a network named {name} already exists")
             net = self._client.networks.create(name, driver="bridge", labels=dict(OWNER_LABEL),
-                                               check_duplicate=True)
+                                               internal=internal, check_duplicate=True)
         try:
             yield name
         finally:

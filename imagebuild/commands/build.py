@@ -1,0 +1,151 @@
+"""`imagebuild build [IMAGE...]`: build images on a real engine.
+
+Images come from the matrix (each rendered into a build context under --output first), or, with
+`--context DIR` (repeatable), from ready build contexts: the image id is the folder's name and the
+local reference `imagebuild/<id>:local`. Progress goes to stderr, the summary table to stdout, a
+JSON report to <output>/build-report.json. Exit 0 when every image was built, 1 when one was not.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import ImagebuildError, UsageError
+
+CA_SECRET = "ca-bundle"   # RUN --mount=type=secret,id=ca-bundle  ->  /run/secrets/ca-bundle
+
+
+def configure(parser) -> None:
+    from ..cli import add_matrix_option
+    parser.add_argument("images", nargs="*", metavar="IMAGE", help="image ids (default: all in the matrix)")
+    parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                        help="build up to N independent images at once (default: 1)")
+    parser.add_argument("--keep-going", "-k", action="store_true",
+                        help="after a failure, still build the images that do not depend on it")
+    parser.add_argument("--ca-bundle", type=Path, metavar="FILE",
+                        help="a PEM CA bundle for build steps that download; given to the build as "
+                             f"the BuildKit secret '{CA_SECRET}' (/run/secrets/{CA_SECRET}), never "
+                             "stored in a layer")
+    parser.add_argument("--log-dir", type=Path, metavar="DIR",
+                        help="one <image>.log per image (default: .imagebuild/logs beside the matrix)")
+    parser.add_argument("--output", type=Path, metavar="DIR",
+                        help="where build contexts and build-report.json go "
+                             "(default: .imagebuild/build beside the matrix)")
+    parser.add_argument("--context", type=Path, action="append", default=[], metavar="DIR",
+                        help="build this ready context instead of matrix images (repeatable)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    add_matrix_option(parser)
+
+
+def check_ca_bundle(path: Path) -> Path:
+    try:
+        head = path.read_bytes()[:1 << 20]
+    except OSError as exc:
+        raise UsageError(f"cannot read CA bundle {path}: {exc.strerror}", argument="--ca-bundle") from None
+    if b"-----BEGIN CERTIFICATE-----" not in head:
+        raise UsageError(f"{path} is not a PEM CA bundle (no BEGIN CERTIFICATE line)",
+                         argument="--ca-bundle")
+    return path.resolve()
+
+
+def jobs_for(image_ids: list[str], matrix_path: str | Path, workdir: Path, *,
+             secrets: dict[str, Path] | None = None) -> list:
+    """BuildJobs for matrix images: each rendered into workdir/<id> by imagebuild.render.
+
+    Contract with imagebuild.images / imagebuild.render: `load_images(matrix) -> {id: ImageSpec}`,
+    ImageSpec has .id, .local_ref, .labels, .depends_on; `write_context(spec, dest, root=root)`
+    writes a complete context and returns its folder. Images a requested one depends on are added.
+    """
+    from ..build import BuildJob
+    try:
+        from ..images import load_images
+        from ..render import write_context
+    except ImportError as exc:
+        raise ImagebuildError(f"building matrix images needs imagebuild.images and imagebuild.render, "
+                              f"which are not available yet ({exc}); use --context DIR meanwhile") from None
+    specs = load_images(str(matrix_path))
+    unknown = [i for i in image_ids if i not in specs]
+    if unknown:
+        raise UsageError(f"unknown image {unknown[0]!r} (known: {', '.join(sorted(specs))})",
+                         argument="IMAGE")
+    wanted: list[str] = []
+
+    def add(i: str) -> None:
+        if i in wanted or i not in specs:
+            return
+        for d in specs[i].depends_on:
+            add(d)
+        wanted.append(i)
+
+    for i in (image_ids or sorted(specs)):
+        add(i)
+    root = Path(matrix_path).resolve().parent
+    jobs = []
+    for i in wanted:
+        spec = specs[i]
+        ctx = write_context(spec, Path(workdir) / spec.id, root=root)
+        jobs.append(BuildJob(image_id=spec.id, context=Path(ctx), ref=spec.local_ref,
+                             labels=dict(spec.labels), secrets=dict(secrets or {}),
+                             depends_on=tuple(spec.depends_on)))
+    return jobs
+
+
+def jobs_for_contexts(contexts: list[Path], *, secrets: dict[str, Path] | None = None) -> list:
+    from ..build import BuildJob
+    from ..engines import NAME_RE, check_ref
+    jobs = []
+    for ctx in contexts:
+        if not (ctx / "Dockerfile").is_file():
+            raise UsageError(f"{ctx} has no Dockerfile", argument="--context")
+        image_id = ctx.resolve().name.lower()
+        if not NAME_RE.match(image_id):
+            raise UsageError(f"the folder name {image_id!r} cannot be an image id", argument="--context")
+        jobs.append(BuildJob(image_id=image_id, context=ctx, ref=check_ref(f"imagebuild/{image_id}:local"),
+                             secrets=dict(secrets or {})))
+    return jobs
+
+
+def _write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run(args) -> int:
+    from ..build import build_all, format_table, outcomes_as_dict
+    from ..engines import get_engine
+    if args.jobs < 1:
+        raise UsageError(f"--jobs must be 1 or more, not {args.jobs}", argument="--jobs")
+    if args.context and args.images:
+        raise UsageError("give either IMAGE names or --context folders, not both", argument="--context")
+    root = Path(args.matrix).resolve().parent
+    output = args.output or root / ".imagebuild" / "build"
+    log_dir = args.log_dir or root / ".imagebuild" / "logs"
+    secrets = {CA_SECRET: check_ca_bundle(args.ca_bundle)} if args.ca_bundle else {}
+    engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
+    if args.context:
+        jobs = jobs_for_contexts(args.context, secrets=secrets)
+    else:
+        jobs = jobs_for(list(dict.fromkeys(args.images)), args.matrix, Path(output), secrets=secrets)
+    if not jobs:
+        raise UsageError("no images to build")
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    outcomes = build_all(jobs, engine=engine, jobs_n=args.jobs, keep_going=args.keep_going,
+                         log_dir=log_dir, progress=progress)
+    _write_json(Path(output) / "build-report.json", outcomes_as_dict(outcomes))
+    print(format_table(outcomes))
+    failed = [o for o in outcomes if not o.ok]
+    for o in failed:
+        print(f"imagebuild build: {o.image_id}: {o.status}: {o.error}", file=sys.stderr)
+    return 1 if failed else 0
