@@ -1,0 +1,179 @@
+"""`imagebuild test` against a real image on the real engine: the smoke-cpu image (Debian
+bookworm, Debian's Open MPI/UCX, torch 2.13.0 CPU), two-node DDP across containers, and the
+failures a user must see (labels that lie, a missing library, unknown images, hung containers).
+
+`smoke_cpu_image` is defined here until tests/conftest.py provides the renderer-built one; this
+version builds the prototype in tests/fixtures/smoke-cpu-proto/ (wheels gathered on the host with
+`pip download`, installed offline in the build).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from conftest import ROOT, need
+from imagebuild import cli
+from imagebuild.testrun import Containers
+
+PROTO = ROOT / "tests" / "fixtures" / "smoke-cpu-proto"
+BASE = "imagebuild/base:debian-bookworm"
+PROTO_REF = "imagebuild/smoke-cpu-proto:test"
+
+
+def _build(client, context: Path | None, tag: str, dockerfile_text: str | None = None) -> str:
+    """Build with the engine's classic builder; fail with the build's last lines."""
+    kwargs = {"tag": tag, "rm": True, "forcerm": True, "decode": True}
+    if dockerfile_text is not None:
+        kwargs["fileobj"] = io.BytesIO(dockerfile_text.encode())
+    else:
+        kwargs["path"] = str(context)
+    lines = []
+    for chunk in client.api.build(**kwargs):
+        if "stream" in chunk:
+            lines.append(chunk["stream"].rstrip())
+        if "error" in chunk:
+            pytest.fail(f"building {tag} failed: {chunk['error'].strip()} | " + " | ".join(lines[-8:]))
+    return tag
+
+
+@pytest.fixture(scope="session")
+def smoke_cpu_image(docker_client, tmp_path_factory) -> str:
+    try:
+        docker_client.images.get(BASE)
+    except Exception:  # noqa: BLE001 - ImageNotFound or engine trouble
+        need(f"the base image {BASE}", "create it with `imagebuild base debian-bookworm`")
+    ctx = tmp_path_factory.mktemp("smoke-cpu-proto")
+    wheels = ctx / "wheels"
+    dl = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "torch==2.13.0", "-d", str(wheels)],
+                        capture_output=True, text=True, timeout=900)
+    if dl.returncode != 0:
+        need("torch 2.13.0 wheels (pip download)", (dl.stderr.strip().splitlines() or ["failed"])[-1])
+    shutil.copy(PROTO / "Dockerfile", ctx / "Dockerfile")
+    shutil.copy(PROTO / "image.json", ctx / "image.json")
+    lib = ctx / "lib" / "imagebuild"
+    lib.mkdir(parents=True)
+    shutil.copy(ROOT / "imagebuild" / "__init__.py", lib / "__init__.py")
+    shutil.copytree(ROOT / "imagebuild" / "smoke", lib / "smoke", ignore=shutil.ignore_patterns("__pycache__"))
+    return _build(docker_client, ctx, PROTO_REF)
+
+
+def _leftovers(client) -> list[str]:
+    names = [c.name for c in client.containers.list(all=True, filters={"label": "io.imagebuild.smoke"})]
+    names += [n.name for n in client.networks.list(filters={"label": "io.imagebuild.smoke"})]
+    return names
+
+
+@pytest.fixture(scope="module")
+def full_run(smoke_cpu_image, tmp_path_factory):
+    report = tmp_path_factory.mktemp("image-report") / "report.json"
+    code = cli.main(["test", smoke_cpu_image, "--report", str(report), "--ranks", "2"])
+    return code, report
+
+
+def test_every_check_passes_in_smoke_cpu(full_run, docker_client, smoke_cpu_image):
+    code, report = full_run
+    data = json.loads(report.read_text())
+    statuses = {c["name"]: (c["status"], c["detail"]) for c in data["checks"]}
+    assert list(statuses) == ["versions", "libraries", "mpi.config", "mpi.allreduce", "torch.allreduce",
+                              "ddp.equivalence", "gpudirect", "ddp.two-node"]
+    failed = {n: d for n, (s, d) in statuses.items() if s != "pass"}
+    assert not failed
+    assert code == 0 and data["passed"] is True
+    assert data["image"] == smoke_cpu_image
+    assert data["image_id"] == docker_client.images.get(smoke_cpu_image).id
+    assert data["imagebuild_id"] == "smoke-cpu"
+    assert "labels equal /opt/imagebuild/image.json" in statuses["versions"][1]
+    assert "pytorch: 2.13.0+cpu matches 2.13.0" in statuses["versions"][1]
+    assert "libnccl.so.2: absent by design" in statuses["libraries"][1]
+
+
+def test_two_node_run_used_two_containers(full_run):
+    _, report = full_run
+    two = next(c for c in json.loads(report.read_text())["checks"] if c["name"] == "ddp.two-node")
+    assert "2 containers (node0, node1)" in two["detail"]
+    assert two["metrics"]["max_rank_diff"] == 0 and two["metrics"]["nodes"] == 2
+
+
+def test_junit_beside_the_report(full_run):
+    _, report = full_run
+    root = ET.parse(str(report.with_suffix(".xml"))).getroot()
+    assert root.get("tests") == "8" and root.get("failures") == "0"
+    assert sorted(c.get("name") for c in root.iter("testcase"))[0] == "ddp.equivalence"
+
+
+def test_nothing_left_behind(full_run, docker_client):
+    assert _leftovers(docker_client) == []
+
+
+def test_labels_that_disagree_with_image_json_fail(smoke_cpu_image, docker_client, tmp_path):
+    ref = _build(docker_client, None, "imagebuild/smoke-cpu-proto:lying-label",
+                 f"FROM {smoke_cpu_image}\nLABEL io.imagebuild.stack.pytorch=2.12.0\n")
+    report = tmp_path / "r.json"
+    assert cli.main(["test", ref, "--only", "versions", "--report", str(report)]) == 1
+    versions = json.loads(report.read_text())["checks"][0]
+    assert versions["status"] == "fail"
+    assert "io.imagebuild.stack.pytorch='2.12.0' but image.json says '2.13.0'" in versions["detail"]
+
+
+def test_installed_version_differing_from_image_json_fails(smoke_cpu_image, docker_client, tmp_path):
+    stack = json.loads((PROTO / "image.json").read_text())
+    stack["stack"]["ucx"] = "1.16.0"
+    text = json.dumps(stack).replace('"', '\\"')
+    ref = _build(docker_client, None, "imagebuild/smoke-cpu-proto:wrong-ucx",
+                 f'FROM {smoke_cpu_image}\nRUN printf "%s" "{text}" > /opt/imagebuild/image.json\n'
+                 "LABEL io.imagebuild.stack.ucx=1.16.0\n")
+    report = tmp_path / "r.json"
+    assert cli.main(["test", ref, "--only", "versions", "--report", str(report)]) == 1
+    versions = json.loads(report.read_text())["checks"][0]
+    assert versions["status"] == "fail"
+    assert "ucx (ucx_info -v): 1.13.1 does not match 1.16.0" in versions["detail"]
+    assert "labels equal" in versions["detail"]
+
+
+def test_a_missing_library_is_named(smoke_cpu_image, docker_client, tmp_path):
+    ref = _build(docker_client, None, "imagebuild/smoke-cpu-proto:no-libucm",
+                 f"FROM {smoke_cpu_image}\nRUN rm -f /usr/lib/x86_64-linux-gnu/libucm.so.0*\n")
+    report = tmp_path / "r.json"
+    assert cli.main(["test", ref, "--only", "libraries", "--report", str(report)]) == 1
+    libraries = json.loads(report.read_text())["checks"][0]
+    assert libraries["status"] == "fail"
+    assert "libucp.so.0" in libraries["detail"] and "libucm.so.0 not found" in libraries["detail"]
+
+
+def test_unknown_and_foreign_images_are_one_line(docker_client, capsys):
+    assert cli.main(["test", "imagebuild/no-such-image:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "imagebuild test: unknown image imagebuild/no-such-image:1 (not in the engine; build it first)"
+    if any(BASE in (i.tags or []) for i in docker_client.images.list(name="imagebuild/base")):
+        assert cli.main(["test", BASE]) == 2
+        assert "not an imagebuild image" in capsys.readouterr().err
+
+
+def test_a_hung_container_is_killed_at_its_deadline(smoke_cpu_image, docker_client):
+    with Containers(docker_client) as cs:
+        box = cs.start(smoke_cpu_image, ["sleep", "600"], name="hung")
+        start = time.monotonic()
+        assert cs.wait(box, time.monotonic() + 2) is None
+        assert time.monotonic() - start < 60
+        box.reload()
+        assert box.status != "running"
+    assert _leftovers(docker_client) == []
+
+
+def test_ctrl_c_removes_containers_and_networks(smoke_cpu_image, docker_client):
+    with pytest.raises(KeyboardInterrupt):
+        with Containers(docker_client) as cs:
+            cs.network()
+            cs.start(smoke_cpu_image, ["sleep", "600"], name="interrupted")
+            assert len(_leftovers(docker_client)) == 2
+            raise KeyboardInterrupt
+    assert _leftovers(docker_client) == []
