@@ -309,7 +309,14 @@ class Knowledge:
         return f"[{sid}]"
 
     def domain(self, component: str, allow_unverified: bool = False) -> list[str]:
-        """Every value the knowledge allows for a stack component, best first."""
+        """Every value the knowledge allows for a stack component, best first (cached)."""
+        cache = self.__dict__.setdefault("_domains", {})
+        key = (component, allow_unverified)
+        if key not in cache:
+            cache[key] = self._domain(component, allow_unverified)
+        return list(cache[key])
+
+    def _domain(self, component: str, allow_unverified: bool) -> list[str]:
         if component == "pytorch":
             vals = {v.pytorch for v in self.variants.values() if v.verified or allow_unverified}
             return sorted(vals, key=version_key, reverse=True) + [NONE]
@@ -459,7 +466,7 @@ class _Ctx:
 
 _TOP = {"schema", "as_of", "sources", "preference", "cuda", "drivers", "architectures", "gpus",
         "cudnn", "nccl", "pytorch", "ucx", "openmpi", "os", "gpudirect", "constraints", "images",
-        "families"}
+        "tools"}
 
 
 def load(path: str | Path) -> Knowledge:
@@ -782,6 +789,7 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
         oses[oid] = {"id": oid, "name": c.text(o, "name", w), "family": c.text(o, "family", w),
                      "python": [str(p) for p in pys], "kernel": c.text(o, "kernel", w, True),
                      "cuda": cuda_range, "nvidia_repo": c.text(o, "nvidia_repo", w, True),
+                     "base": c.text(o, "base", w, True),
                      "source": src, "line": o.line}
         req = [("python", category_matcher(str(p) for p in pys))]
         cuda_alts = [Matcher("none", lambda x: x == NONE)]

@@ -252,6 +252,15 @@ class Problem:
     # -- rules
 
     def _index_rules(self) -> None:
+        # The compiled rules depend on the host facts only (allowed sets are computed over whole
+        # domains), so they are built once per host and kept on the knowledge object.
+        cache = self.k.__dict__.setdefault("_compiled", {})
+        key = (tuple(sorted(self.facts_host.items())), self.allow_unverified)
+        if key not in cache:
+            cache[key] = self._compile_rules()
+        self.host_violations, self.by_depth = cache[key]
+
+    def _compile_rules(self):
         pos = {c: i for i, c in enumerate(self.order)}
         self.host_violations: list[Rule] = []
         self.by_depth: list[list[tuple[Rule, list]]] = [[] for _ in self.order]
@@ -283,9 +292,10 @@ class Problem:
                 continue
             depth = max(pos[c] for c in stack_comps)
             self.by_depth[depth].append((r, compiled))
+        return self.host_violations, self.by_depth
 
     def _all_values(self, comp: str) -> list[str]:
-        return self.domains[comp] + list(self.pruned[comp])
+        return self.k.domain(comp, True)
 
     @staticmethod
     def violated(compiled, assign: dict[str, str]) -> bool:
@@ -377,7 +387,8 @@ def _first(p: Problem, disabled=frozenset(), domains=None) -> dict[str, str] | N
 
 
 def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
-            allow_unverified: bool = False) -> Resolution:
+            allow_unverified: bool = False, explain: bool = True) -> Resolution:
+    """The best stack, or (explain=True) the minimal chain of facts that rules every stack out."""
     p = Problem(k, host, wishes, allow_unverified)
     passed: list = []
     trace = Trace()
@@ -386,7 +397,8 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
         sol = s
         break
     if sol is None:
-        return Resolution(ok=False, explanation=explain_failure(p, trace),
+        why = explain_failure(p, trace) if explain else ["no consistent stack (not explained)"]
+        return Resolution(ok=False, explanation=why,
                           warnings=_unverified_warning(p))
     return _describe(p, sol, passed[0] if passed else None)
 

@@ -1,0 +1,59 @@
+"""imagebuild generate: write Dockerfiles/<id>/Dockerfile and singularity/<id>.def for every image."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..cli import add_matrix_option
+
+
+def configure(parser) -> None:
+    add_matrix_option(parser)
+    parser.add_argument("images", nargs="*", metavar="IMAGE",
+                        help="only these images (ids or family names); default: all")
+    parser.add_argument("--output", metavar="DIR",
+                        help="write under DIR instead of beside matrix.yaml")
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 when the committed files are stale")
+    parser.add_argument("--recipes", metavar="DIR", help="templates folder (default: recipes/)")
+
+
+def run(args) -> int:
+    from .. import images as I
+    from .. import knowledge, render
+
+    k = knowledge.load(args.matrix)
+    specs, _ = I.expand(k)
+    chosen = I.select({s.id: s for s in specs}, args.images)
+    renderer = render.Renderer(Path(args.recipes)) if args.recipes else render.Renderer()
+    files = render.generate_all(k, chosen, renderer)
+    out = Path(args.output) if args.output else Path(args.matrix).resolve().parent
+    if args.check:
+        if args.images:
+            bad = [p for p in render.stale(files, out) if not p.endswith(")")]
+        else:
+            bad = render.stale(files, out)
+        if bad:
+            print(f"{len(bad)} generated file(s) are stale; run `imagebuild generate`:")
+            for p in bad[:20]:
+                print(f"  {p}")
+            return 1
+        print(f"{len(files)} generated files are up to date ({len(chosen)} images)")
+        return 0
+    if args.images:
+        # a partial run rewrites only its own files, never removes the others
+        changed = []
+        for rel, text in files.items():
+            dest = out / rel
+            if not dest.exists() or dest.read_text(encoding="utf-8") != text:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                tmp = dest.with_name(dest.name + ".tmp")
+                tmp.write_text(text, encoding="utf-8")
+                tmp.replace(dest)
+                changed.append(rel)
+    else:
+        changed = render.write_tree(files, out)
+    print(f"{len(chosen)} images, {len(files)} files, {len(changed)} changed under {out}")
+    for p in changed[:40]:
+        print(f"  {p}")
+    return 0

@@ -1,0 +1,39 @@
+"""imagebuild images: the images the matrix declares (id, tag, stack), and with --all what was left out."""
+
+from __future__ import annotations
+
+import json
+
+from ..cli import add_matrix_option
+
+
+def configure(parser) -> None:
+    add_matrix_option(parser)
+    parser.add_argument("--all", action="store_true",
+                        help="also list the combinations that do not resolve, and why")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def run(args) -> int:
+    from .. import images as I
+    from .. import knowledge
+
+    k = knowledge.load(args.matrix)
+    specs, skipped = I.expand(k)
+    if args.json:
+        doc = {"images": [{"id": s.id, "family": s.family, "flavor": s.flavor, "tag": s.tag,
+                           "tags": list(s.tags), "ref": s.local_ref, "stack": s.stack,
+                           "min_driver": s.min_driver} for s in specs]}
+        if args.all:
+            doc["skipped"] = [{"family": x.family, "combination": x.combination,
+                               "reason": x.reason(k)} for x in skipped]
+        print(json.dumps(doc, indent=2, sort_keys=True))
+        return 0
+    width = max(len(s.id) for s in specs) if specs else 10
+    for s in specs:
+        print(f"{s.id:<{width}}  {s.tag}")
+    print(f"{len(specs)} images")
+    if args.all:
+        for x in skipped:
+            print(f"not built: {x.family}: {x.combination}: {x.reason(k)}")
+    return 0

@@ -1,0 +1,269 @@
+"""Expand the `images:` section of matrix.yaml into concrete, resolved ImageSpecs.
+
+Each family names fixed wishes (a PyTorch range, an OS list, ...); the expansion walks the PyTorch
+releases and CUDA variants the knowledge has, asks the resolver for the best stack of each
+combination (no host facts: every rule that does not need a host is checked), and keeps those that
+resolve. What did not resolve is kept too, with the resolver's reason, for `imagebuild images --all`.
+
+Ids, tags and labels are derived from the resolved versions only, so the same matrix always gives
+the same images (README, "Tags").
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import KnowledgeError, UsageError
+from .knowledge import Knowledge, load
+from .resolve import Host, resolve
+from .versions import NONE, major_minor, parse_version
+
+FLAVORS = ("runtime", "devel", "cpu")
+_FAMILY_KEYS = {"family", "description", "flavors", "pytorch", "variants", "os", "cuda", "nccl",
+                "ucx", "openmpi", "python", "wheels"}
+# What may reach a shell line, a tag or a path: checked before any template sees it.
+SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+SAFE_VERSION = re.compile(r"^[0-9]+(\.[0-9]+){0,4}$")
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    id: str
+    family: str
+    flavor: str
+    description: str
+    stack: dict                 # component -> version ("none" when absent)
+    os: dict                    # the OS entry of the knowledge
+    variant_tag: str            # cu124 / cpu / "" (no PyTorch)
+    min_driver: str | None
+    tag: str
+    tags: tuple[str, ...]
+    wheels: str | None          # "host": PyTorch wheels come from the host's pip
+    ucx: dict
+    openmpi: dict
+    depends_on: tuple[str, ...] = ()
+    as_of: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def local_ref(self) -> str:
+        return f"imagebuild/{self.id}:{self.tag}"
+
+    @property
+    def cuda_mm(self) -> str | None:
+        c = self.stack["cuda"]
+        return None if c == NONE else major_minor(c)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        labels = {
+            "io.imagebuild.image-id": self.id,
+            "io.imagebuild.flavor": self.flavor,
+            "io.imagebuild.min-driver": self.min_driver or "none",
+            "org.opencontainers.image.title": self.id,
+            "org.opencontainers.image.version": self.tag,
+            "org.opencontainers.image.description": self.description,
+            "org.opencontainers.image.source": "https://github.com/imagebuild/imagebuild",
+            "org.opencontainers.image.created": self.as_of,
+        }
+        for comp in ("os", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi", "pytorch"):
+            labels[f"io.imagebuild.stack.{comp}"] = self.stack[comp]
+        return dict(sorted(labels.items()))
+
+    @property
+    def image_json(self) -> dict:
+        return {"id": self.id, "flavor": self.flavor, "stack": dict(sorted(self.stack.items())),
+                "min_driver": self.min_driver or "none", "tag": self.tag}
+
+
+@dataclass(frozen=True)
+class Skipped:
+    family: str
+    combination: str
+    wishes: tuple
+
+    def reason(self, k: Knowledge) -> str:
+        """Why this combination has no stack (computed on demand: the minimal chain is costly)."""
+        return "; ".join(resolve(k, Host(), dict(self.wishes)).explanation)
+
+
+def _tag(stack: dict, flavor: str, os_id: str) -> str:
+    """2.4.1-cuda12.4-cudnn9-nccl2.21-ubuntu22.04-runtime; comms-cuda12.8-nccl2.27-ompi5.0.10-..."""
+    parts = []
+    if stack["pytorch"] != NONE:
+        parts.append(stack["pytorch"])
+    else:
+        parts.append("comms")
+    if stack["cuda"] != NONE:
+        parts.append(f"cuda{major_minor(stack['cuda'])}")
+    else:
+        parts.append("cpu")
+    if stack["cudnn"] != NONE:
+        parts.append(f"cudnn{parse_version(stack['cudnn']).major}")
+    if stack["nccl"] != NONE:
+        parts.append(f"nccl{major_minor(stack['nccl'])}")
+    parts.append(f"ompi{stack['openmpi']}")
+    parts.append(f"ucx{stack['ucx']}")
+    parts.append(os_id)
+    parts.append(flavor)
+    return "-".join(parts)
+
+
+def _image_id(family: str, stack: dict, variant_tag: str, os_id: str, flavor: str) -> str:
+    if family == "smoke-cpu" or (stack["pytorch"] == NONE and stack["cuda"] == NONE):
+        return family
+    parts = [family]
+    if stack["pytorch"] != NONE:
+        parts.append(stack["pytorch"])
+    parts.append(variant_tag or f"cu{major_minor(stack['cuda']).replace('.', '')}")
+    if stack["pytorch"] == NONE and stack["nccl"] != NONE:
+        parts.append(f"nccl{stack['nccl']}")
+    parts += [os_id, flavor]
+    return "-".join(parts)
+
+
+def _as_list(value) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+def expand(k: Knowledge) -> tuple[list[ImageSpec], list[Skipped]]:
+    """Every image the matrix declares, in a stable order, and the combinations that did not fit."""
+    doc = k.raw
+    families = doc.get("images")
+    if families is None:
+        return [], []
+    if not isinstance(families, list):
+        raise KnowledgeError("images: expected a list of families", file=k.path)
+    specs: list[ImageSpec] = []
+    skipped: list[Skipped] = []
+    seen: dict[str, int] = {}
+    for fam in families:
+        line = getattr(fam, "line", None)
+
+        def fail(msg):
+            raise KnowledgeError(f"images: {msg}", file=k.path, line=line)
+
+        if not isinstance(fam, dict):
+            fail("each family is a mapping")
+        unknown = set(fam) - _FAMILY_KEYS
+        if unknown:
+            fail(f"unknown key {sorted(unknown)[0]!r} (allowed: {', '.join(sorted(_FAMILY_KEYS))})")
+        name = str(fam.get("family", ""))
+        if not SAFE_ID.match(name):
+            fail(f"family name {name!r} must match {SAFE_ID.pattern}")
+        flavors = _as_list(fam.get("flavors"))
+        if not flavors or any(f not in FLAVORS for f in flavors):
+            fail(f"{name}: flavors must be some of {', '.join(FLAVORS)}")
+        oses = _as_list(fam.get("os"))
+        for o in oses:
+            if o not in k.os:
+                fail(f"{name}: unknown os {o!r}")
+        for comp in ("ucx", "openmpi", "cuda", "python"):
+            for val in _as_list(fam.get(comp)):
+                if val != NONE and not SAFE_VERSION.match(val):
+                    fail(f"{name}: {comp} {val!r} is not a version")
+        wheels = fam.get("wheels")
+        if wheels not in (None, "host"):
+            fail(f"{name}: wheels must be 'host'")
+        for combo, wishes, vtag in _combinations(k, fam):
+            for os_id in oses:
+                w = dict(wishes, os=os_id)
+                for comp in ("ucx", "openmpi", "python"):
+                    if fam.get(comp) is not None:
+                        w[comp] = "==" + str(fam[comp])
+                try:
+                    res = resolve(k, Host(), w, explain=False)
+                except UsageError as exc:
+                    fail(f"{name}: {exc}")
+                label = f"{combo} on {os_id}"
+                if not res.ok:
+                    skipped.append(Skipped(name, label, tuple(sorted(w.items()))))
+                    continue
+                stack = {c: res.stack[c] for c in ("os", "python", "cuda", "cudnn", "nccl", "ucx",
+                                                  "openmpi", "pytorch")}
+                for flavor in flavors:
+                    iid = _image_id(name, stack, vtag, os_id, flavor)
+                    if iid in seen:
+                        continue  # two wishes resolved to the same stack
+                    tag = _tag(stack, flavor, os_id)
+                    if not SAFE_ID.match(iid) or not SAFE_ID.match(tag):
+                        fail(f"{name}: derived id {iid!r} or tag {tag!r} is not safe")
+                    seen[iid] = len(specs)
+                    specs.append(ImageSpec(
+                        id=iid, family=name, flavor=flavor,
+                        description=str(fam.get("description", name)), stack=stack,
+                        os=k.os[os_id], variant_tag=vtag, min_driver=res.min_driver, tag=tag,
+                        tags=(tag, f"{tag}-{k.as_of.replace('-', '')}"),
+                        wheels=wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
+                        as_of=k.as_of))
+    return specs, skipped
+
+
+def _combinations(k: Knowledge, fam: dict):
+    """(label, wishes, variant tag) for each PyTorch release x variant (or NCCL for comms)."""
+    pt = fam.get("pytorch")
+    if pt is None or str(pt) == NONE:
+        cudas = _as_list(fam.get("cuda"))
+        for nccl in _as_list(fam.get("nccl")) or [None]:
+            w = {"pytorch": NONE}
+            if nccl:
+                if not SAFE_VERSION.match(nccl):
+                    raise KnowledgeError(f"images: nccl {nccl!r} is not a version", file=k.path)
+                w["nccl"] = "==" + nccl
+            for cuda in cudas or [None]:
+                ww = dict(w)
+                if cuda:
+                    ww["cuda"] = cuda
+                yield (f"nccl {nccl}" if nccl else "comms"), ww, ""
+        return
+    spec = str(pt)
+    from .knowledge import version_matcher
+    try:
+        match = version_matcher(spec if spec[0] in "<>=!~" else "==" + spec)
+    except Exception:  # noqa: BLE001 - reported as one line
+        raise KnowledgeError(f"images: pytorch {spec!r} is not a specifier", file=k.path) from None
+    mode = fam.get("variants", "all")
+    cuda_fixed = fam.get("cuda")
+    for ver in sorted(k.pytorch, key=parse_version, reverse=True):
+        if not match(ver):
+            continue
+        vs = [v for (pv, _), v in k.variants.items() if pv == ver and v.verified]
+        if cuda_fixed is not None and str(cuda_fixed) == NONE:
+            vs = [v for v in vs if v.cuda == NONE]
+        else:
+            vs = [v for v in vs if v.cuda != NONE]
+            if mode == "default-and-newest" and vs:
+                newest = max(vs, key=lambda v: parse_version(v.cuda))
+                vs = [v for v in vs if v.default or v is newest]
+        for v in sorted(vs, key=lambda v: (v.cuda == NONE, parse_version("0" if v.cuda == NONE
+                                                                             else v.cuda))):
+            cuda_w = NONE if v.cuda == NONE else v.cuda
+            yield f"torch {ver}+{v.tag}", {"pytorch": "==" + ver, "cuda": cuda_w}, v.tag
+
+
+def load_images(matrix_path: str | Path) -> dict[str, ImageSpec]:
+    k = load(matrix_path)
+    specs, _ = expand(k)
+    return {s.id: s for s in specs}
+
+
+def select(specs: dict[str, ImageSpec], names: list[str]) -> list[ImageSpec]:
+    """Images by id (or family name); unknown names are one clear error."""
+    if not names:
+        return list(specs.values())
+    out = []
+    for n in names:
+        if n in specs:
+            out.append(specs[n])
+            continue
+        fam = [s for s in specs.values() if s.family == n]
+        if not fam:
+            close = ", ".join(sorted(specs)[:5])
+            raise UsageError(f"unknown image {n!r} (e.g. {close}; `imagebuild images` lists all)",
+                             argument=n)
+        out.extend(fam)
+    return out
