@@ -59,12 +59,20 @@ def run_check(name: str, ctx: Context) -> CheckResult:
     return result
 
 
-def run_suite(*, tier: str = "cpu", only: list[str] | None = None, ranks: int = 2, timeout: float = 180.0,
+def run_suite(*, tier: str = "cpu", only: list[str] | None = None, ranks: int | None = None, timeout: float = 180.0,
               expectation: dict | None = None, image: str = "",
               progress: Callable[[CheckResult], None] | None = None) -> Report:
     names = [n for n in CHECK_NAMES if not only or n in only]
     with tempfile.TemporaryDirectory(prefix="imagebuild-smoke-") as workdir:
-        ctx = Context(tier=tier, ranks=ranks, timeout=timeout, expectation=expectation, workdir=workdir)
+        ctx = Context(tier=tier, ranks=ranks or 2, timeout=timeout, expectation=expectation, workdir=workdir)
+        if not ranks and tier == "gpu":
+            # one rank per GPU torch can see (CUDA_VISIBLE_DEVICES respected); 1 without any
+            ctx.start_clock()
+            try:
+                ctx.ranks = max(1, ctx.cuda_ranks())
+            except CheckTimeout:
+                ctx.ranks = 1
+        ranks = ctx.ranks
         results = []
         for name in names:
             result = run_check(name, ctx)

@@ -4,7 +4,6 @@ Exit 0 when no required check failed, 1 when one did, 2 when the suite could not
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from . import CHECK_NAMES, run_suite
@@ -48,13 +47,6 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _gpu_count() -> int:
-    try:
-        return len([d for d in os.listdir("/dev") if d.startswith("nvidia") and d[6:].isdigit()])
-    except OSError:
-        return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     expect_path = args.expect or _expect.default_path()
@@ -65,7 +57,6 @@ def main(argv: list[str] | None = None) -> int:
         except _expect.ExpectationError as exc:
             print(f"imagebuild-smoke: {exc}", file=sys.stderr)
             return 2
-    ranks = args.ranks or (max(_gpu_count(), 1) if args.tier == "gpu" else 2)
     image = args.image or (expectation or {}).get("id", "")
 
     def show(result) -> None:
@@ -73,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{result.status.upper():<4} {result.name:<16} {result.metrics.get('seconds', 0):7.1f}s  "
                   f"{result.detail}", flush=True)
 
-    report = run_suite(tier=args.tier, only=args.only, ranks=ranks, timeout=args.timeout,
+    report = run_suite(tier=args.tier, only=args.only, ranks=args.ranks, timeout=args.timeout,
                        expectation=expectation, image=image, progress=show)
     try:
         if args.report:
