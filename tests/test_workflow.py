@@ -1,0 +1,88 @@
+"""The driver-upgrade workflow (.github/workflows/images.yml): triggers, the plan -> matrix wiring,
+and every `imagebuild ...` line it runs naming a real command with arguments that command accepts."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import re
+import shlex
+
+import pytest
+import yaml
+
+from imagebuild import cli
+
+from conftest import ROOT
+
+WORKFLOW = ROOT / ".github" / "workflows" / "images.yml"
+CALL_RE = re.compile(r"(?<![\w./-])imagebuild\s+([a-z][a-z-]*)([^)\n|;&>]*)")
+
+
+@pytest.fixture(scope="module")
+def workflow() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())
+
+
+def runs(workflow: dict):
+    for job_name, job in workflow["jobs"].items():
+        for step in job.get("steps", []):
+            if "run" in step:
+                # shell line continuations joined, so a call spread over lines is one call
+                yield job_name, step.get("name", ""), re.sub(r"\\\n\s*", " ", step["run"])
+
+
+def test_triggers_driver_file_and_manual_dispatch(workflow):
+    on = workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads `on` as true
+    assert on["push"]["paths"] == ["cluster/driver.yaml"]
+    inputs = on["workflow_dispatch"]["inputs"]
+    assert set(inputs) == {"driver-from", "driver-to"} and all(i["required"] for i in inputs.values())
+    driver = yaml.safe_load((ROOT / "cluster" / "driver.yaml").read_text())
+    assert re.fullmatch(r"[0-9]{3}\.[0-9]{1,3}\.[0-9]{1,3}", str(driver["driver"])) and driver["gpu"]
+
+
+def test_plan_output_feeds_the_image_matrix(workflow):
+    plan, images = workflow["jobs"]["plan"], workflow["jobs"]["images"]
+    assert plan["outputs"]["matrix"] == "${{ steps.plan.outputs.matrix }}"
+    plan_step = next(s for s in plan["steps"] if s.get("id") == "plan")
+    assert "imagebuild plan" in plan_step["run"] and "--format github" in plan_step["run"]
+    assert 'echo "matrix=$matrix" >> "$GITHUB_OUTPUT"' in plan_step["run"]
+    assert images["needs"] == "plan"
+    assert images["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert images["env"]["IMAGE"] == "${{ matrix.image }}"
+    # build, test and publish, in this order, for every image of the matrix
+    order = [cmd for _job, _name, text in runs({"jobs": {"images": images}})
+             for cmd, _args in CALL_RE.findall(text)]
+    positions = [order.index(c) for c in ("build", "test", "publish")]
+    assert positions == sorted(positions)
+
+
+def test_secrets_only_reach_the_publish_step(workflow):
+    for job in workflow["jobs"].values():
+        for step in job.get("steps", []):
+            text = yaml.safe_dump(step)
+            if "secrets." in text:
+                assert "imagebuild publish" in step.get("run", ""), step.get("name")
+            # no ${{ }} expression is pasted into a shell line: values travel through env
+            assert "${{" not in step.get("run", ""), step.get("name")
+
+
+def test_every_imagebuild_call_is_a_real_command_with_valid_arguments(workflow):
+    calls = [(name, cmd, args) for _job, name, text in runs(workflow) for cmd, args in CALL_RE.findall(text)]
+    assert {cmd for _n, cmd, _a in calls} >= {"plan", "base", "build", "test", "publish", "export",
+                                            "slurm-script"}
+    unchecked = []
+    for step, cmd, args in calls:
+        assert cmd in cli.COMMANDS, f"step {step!r} runs unknown command imagebuild {cmd}"
+        module_name, _help = cli.COMMANDS[cmd]
+        try:
+            module = importlib.import_module(f"imagebuild.commands.{module_name}")
+        except ImportError:
+            unchecked.append(cmd)  # the command's module is not written yet
+            continue
+        parser = cli._Parser(prog=f"imagebuild {cmd}")
+        module.configure(parser)
+        argv = shlex.split(args)
+        parsed = parser.parse_args(argv)  # raises ImagebuildError on an unknown or malformed flag
+        assert isinstance(parsed, argparse.Namespace)
+    assert set(unchecked) <= {"plan"}, unchecked
