@@ -396,6 +396,29 @@ def order_tags(tags: list[str]) -> list[str]:
     return [tags[-1], *tags[:-1]]
 
 
+_TRANSIENT_PUSH = re.compile(r"connection reset|connection refused|broken pipe|i/o timeout|timed out|"
+                             r"\bEOF\b|too many requests|service unavailable|bad gateway|"
+                             r"gateway time-?out|\b(?:429|500|502|503|504)\b", re.IGNORECASE)
+
+
+class _TransientPush(RegistryError):
+    """A push failed in a way worth retrying (connection reset, 5xx, 429)."""
+
+
+def _engine_push_retrying(client, repository: str, tag: str, credentials: Credentials | None,
+                          secrets: list[str], *, tries: int, backoff: float,
+                          sleep: Callable[[float], None]) -> str | None:
+    """_engine_push with bounded exponential backoff on transient failures."""
+    for attempt in range(1, tries + 1):
+        try:
+            return _engine_push(client, repository, tag, credentials, secrets)
+        except _TransientPush as exc:
+            if attempt == tries:
+                raise RegistryError(f"{exc.message} (failed {tries} times)") from None
+            sleep(backoff * (2 ** (attempt - 1)))
+    return None  # pragma: no cover - the loop returns or raises
+
+
 def _engine_push(client, repository: str, tag: str, credentials: Credentials | None,
                  secrets: list[str]) -> str | None:
     """Push one tag through the engine; the digest it reports (stream ``aux``), or RegistryError."""
@@ -417,7 +440,8 @@ def _engine_push(client, repository: str, tag: str, credentials: Credentials | N
                         or "no basic auth credentials" in low:
                     user = credentials.user if credentials else "anonymous"
                     raise RegistryError(f"registry {host} refused the credentials for {user} ({text})")
-                raise RegistryError(f"pushing {repository}:{tag} failed: {text}")
+                kind = _TransientPush if _TRANSIENT_PUSH.search(text) else RegistryError
+                raise kind(f"pushing {repository}:{tag} failed: {text}")
             aux = event.get("aux")
             if isinstance(aux, dict) and DIGEST_RE.match(str(aux.get("Digest", ""))):
                 digest = aux["Digest"]
@@ -475,7 +499,8 @@ def publish_image(client, *, image_id: str, local_ref: str, tags: list[str], tar
     for tag in ordered:
         image.tag(repository, tag=tag)
         say(f"pushing {repository}:{tag}")
-        engine_digest = _engine_push(client, repository, tag, credentials, secrets)
+        engine_digest = _engine_push_retrying(client, repository, tag, credentials, secrets,
+                                              tries=api.tries, backoff=api.backoff, sleep=api._sleep)
         engine_digest = engine_digest or _engine_repo_digest(client, repository, local_ref)
         if engine_digest is None:
             raise RegistryError(f"the engine reported no digest for {repository}:{tag}")

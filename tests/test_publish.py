@@ -89,13 +89,22 @@ def engine(docker_client):
         docker_client.images.get(BASE)
     except Exception:  # noqa: BLE001
         need(f"the base image {BASE}", "create it with `imagebuild base` or debootstrap + docker import")
-    return docker_client
+    yield docker_client
+    # remove what these tests tagged (their own names only)
+    for image in docker_client.images.list():
+        for tag in image.tags:
+            if tag.startswith("imagebuild/pub-") or "/ci/pub-" in tag:
+                try:
+                    docker_client.images.remove(tag, noprune=False)
+                except Exception:  # noqa: BLE001 - best effort
+                    pass
 
 
 def build_small(client, name: str) -> str:
-    """A tiny distinct image FROM the local base (seconds); its local ref."""
+    """A tiny distinct image (one small layer made from the local base) in seconds; its local ref."""
     token = uuid.uuid4().hex
-    dockerfile = f"FROM {BASE}\nRUN echo {token} > /token\nLABEL io.imagebuild.image-id={name}\n"
+    dockerfile = (f"FROM {BASE} AS src\nRUN echo {token} > /token\n"
+                  f"FROM scratch\nCOPY --from=src /token /token\nLABEL io.imagebuild.image-id={name}\n")
     ref = f"imagebuild/{name}:test"
     client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ref, rm=True)
     return ref
@@ -165,6 +174,38 @@ def test_transient_failures_are_retried_with_backoff_then_given_up():
     waits.clear()
     assert publish._retrying(lambda: Resp(401), what="x", host="h", tries=4, backoff=0.5,
                              sleep=waits.append).status_code == 401 and waits == []
+
+
+def test_engine_push_retries_transient_errors_only():
+    digest = "sha256:" + "a" * 64
+    streams = []
+
+    class FakeAPI:  # the engine's push stream, as the docker SDK decodes it
+        def push(self, repository, tag, **kwargs):
+            return iter(streams.pop(0))
+
+    client = types.SimpleNamespace(api=FakeAPI())
+    waits = []
+    streams[:] = [[{"error": "received unexpected HTTP status: 503 Service Unavailable"}],
+                  [{"status": "Pushed"}, {"aux": {"Tag": "1", "Digest": digest, "Size": 528}}]]
+    assert publish._engine_push_retrying(client, "h:1/ns/x", "1", None, [], tries=4, backoff=0.5,
+                                         sleep=waits.append) == digest
+    assert waits == [0.5]
+    waits.clear()
+    streams[:] = [[{"error": "manifest invalid: manifest invalid"}]]
+    with pytest.raises(RegistryError, match="manifest invalid") as err:
+        publish._engine_push_retrying(client, "h:1/ns/x", "1", None, [], tries=4, backoff=0.5,
+                                      sleep=waits.append)
+    assert waits == [] and "failed 4 times" not in str(err.value)
+    streams[:] = [[{"error": "read: connection reset by peer"}]] * 4
+    with pytest.raises(RegistryError, match=r"connection reset by peer \(failed 4 times\)"):
+        publish._engine_push_retrying(client, "h:1/ns/x", "1", None, [], tries=4, backoff=0.5,
+                                      sleep=waits.append)
+    assert waits == [0.5, 1.0, 2.0]
+    streams[:] = [[{"error": "unauthorized: authentication required Pw-secret"}]]
+    with pytest.raises(RegistryError) as err:
+        publish._engine_push(client, "h:1/ns/x", "1", publish.Credentials("u", "Pw-secret"), ["Pw-secret"])
+    assert str(err.value).startswith("registry h:1 refused the credentials for u") and "Pw-secret" not in str(err.value)
 
 
 def test_report_checks(tmp_path):

@@ -37,8 +37,11 @@ def lookup_images(matrix: str, names: list[str]) -> dict:
     specs = load_images(matrix)
     missing = [n for n in names if n not in specs]
     if missing:
-        known = ", ".join(sorted(specs)) or "none"
-        raise ImagebuildError(f"unknown image {missing[0]!r} (known: {known})", file=matrix)
+        known = sorted(specs)
+        close = [k for k in known if missing[0] in k or k in missing[0]][:3] or known[:3]
+        hint = ", ".join(close) + (f" and {len(known) - len(close)} more: `imagebuild images`"
+                                   if len(known) > len(close) else "")
+        raise ImagebuildError(f"unknown image {missing[0]!r} (known: {hint or 'none'})", file=matrix)
     return {n: specs[n] for n in names}
 
 
