@@ -1,0 +1,298 @@
+"""Mutated matrix.yaml files through the real CLI: a valid mutant answers (exit 0 or 1); anything
+else is exit code 2 with exactly one line on stderr naming the file (and the line, where the problem
+has one), never a traceback.
+
+The mutants come from the real matrix.yaml with fixed seeds (the same file gives the same mutants):
+line deletions, duplications, swapped characters, changed indentation, versions replaced with
+garbage, unknown keys, unknown source ids, a second contradicting CUDA release, a GPU with an
+unknown compute capability, and truncation. Targeted cases then pin the line and column of each
+error class, and the argument named for a malformed command-line value.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+import pytest
+
+from imagebuild import cli
+
+ARGS = ["--driver", "550.54.15", "--gpu", "H100"]
+GARBAGE = ["12.x", "latest", "1.0; rm -rf /", "", "$(reboot)", "9.1.0.70 && id", "v12", "12..4",
+           "１２.４"]
+VERSION_RE = re.compile(r'"([0-9]+(?:\.[0-9]+)+)"')
+SOURCE_RE = re.compile(r"\bsource: ([A-Za-z0-9]+)\b")
+PER_KIND = 20
+
+
+@pytest.fixture(scope="module")
+def original(repo_root) -> str:
+    return (repo_root / "matrix.yaml").read_text(encoding="utf-8")
+
+
+def run_cli(path: Path, capsys, extra=()) -> tuple[int, str, str]:
+    capsys.readouterr()
+    try:
+        rc = cli.main(["resolve", "--matrix", str(path), *ARGS, *extra])
+    except BaseException as exc:  # noqa: BLE001 - an escaped exception is the failure we look for
+        pytest.fail(f"the CLI raised {type(exc).__name__}: {exc}")
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def error_location(err: str, path: Path) -> tuple[int | None, int | None]:
+    """The line and column the one-line error names for `path` (None when it names none)."""
+    m = re.match(rf"^imagebuild resolve: {re.escape(str(path))}(?::(\d+))?(?::(\d+))?: \S", err)
+    assert m, f"the error does not start by naming the file: {err!r}"
+    return (int(m.group(1)) if m.group(1) else None, int(m.group(2)) if m.group(2) else None)
+
+
+# --------------------------------------------------------------------------------------------------
+# mutation operators: each returns (new text, the 1-based line the problem is on, or None)
+
+
+def _lines(text):
+    return text.splitlines(keepends=True)
+
+
+def _pick(rng, lines, pred):
+    idx = [i for i, ln in enumerate(lines) if pred(ln)]
+    return rng.choice(idx)
+
+
+def m_delete(rng, text):
+    lines = _lines(text)
+    i = rng.randrange(len(lines))
+    del lines[i]
+    return "".join(lines), None
+
+
+def m_duplicate(rng, text):
+    lines = _lines(text)
+    i = rng.randrange(len(lines))
+    lines.insert(i, lines[i])
+    return "".join(lines), None
+
+
+def m_swap(rng, text):
+    lines = _lines(text)
+    i = _pick(rng, lines, lambda ln: len(ln.strip()) > 2)
+    ln = lines[i]
+    j = rng.randrange(len(ln.rstrip("\n")) - 1)
+    lines[i] = ln[:j] + ln[j + 1] + ln[j] + ln[j + 2:]
+    return "".join(lines), None
+
+
+def m_indent(rng, text):
+    lines = _lines(text)
+    i = _pick(rng, lines, lambda ln: ln.strip() and not ln.lstrip().startswith("#"))
+    ln = lines[i]
+    if ln.startswith(" ") and rng.random() < 0.5:
+        lines[i] = ln[rng.choice([1, 2]):]
+    else:
+        lines[i] = " " * rng.choice([1, 2, 3]) + ln
+    return "".join(lines), None
+
+
+def m_garbage_version(rng, text):
+    lines = _lines(text)
+    i = _pick(rng, lines, lambda ln: VERSION_RE.search(ln) and not ln.lstrip().startswith("#"))
+    matches = list(VERSION_RE.finditer(lines[i]))
+    m = rng.choice(matches)
+    bad = rng.choice(GARBAGE).replace('"', "")
+    lines[i] = lines[i][:m.start(1)] + bad + lines[i][m.end(1):]
+    return "".join(lines), i + 1
+
+
+def m_unknown_key(rng, text):
+    lines = _lines(text)
+    i = _pick(rng, lines, lambda ln: re.search(r"- \{[a-z_]+: ", ln) is not None)
+    key = rng.choice(["colour", "verifed", "drvier", "x_extra"])
+    lines[i] = lines[i].replace("{", f"{{{key}: 1, ", 1)
+    return "".join(lines), i + 1
+
+
+def m_unknown_source(rng, text):
+    lines = _lines(text)
+    i = _pick(rng, lines, lambda ln: SOURCE_RE.search(ln) and not ln.lstrip().startswith("#"))
+    lines[i] = SOURCE_RE.sub(f"source: {rng.choice(['S999', 'NOPE', 'S1x'])}", lines[i], count=1)
+    return "".join(lines), i + 1
+
+
+def m_contradicting_cuda(rng, text):
+    lines = _lines(text)
+    i = _pick(rng, lines, lambda ln: re.match(r'\s+- \{version: "[0-9.]+", driver: "[0-9.]+"', ln))
+    copy = re.sub(r'driver: "[0-9.]+"', f'driver: "{rng.choice(["999.99.99", "400.1", "555.42.02"])}"',
+                  lines[i])
+    lines.insert(i + 1, copy)
+    return "".join(lines), i + 2
+
+
+def m_unknown_cc(rng, text):
+    lines = _lines(text)
+    i = _pick(rng, lines, lambda ln: re.match(r"\s+- \{name: [^,]+, cc: \"[0-9.]+\"", ln))
+    lines[i] = re.sub(r'cc: "[0-9.]+"', f'cc: "{rng.choice(["9.9", "4.2", "13.7"])}"', lines[i], count=1)
+    return "".join(lines), i + 1
+
+
+def m_truncate(rng, text):
+    return text[:rng.randrange(len(text))], None
+
+
+KINDS = {"delete": m_delete, "duplicate": m_duplicate, "swap": m_swap, "indent": m_indent,
+         "garbage-version": m_garbage_version, "unknown-key": m_unknown_key,
+         "unknown-source": m_unknown_source, "contradicting-cuda": m_contradicting_cuda,
+         "unknown-cc": m_unknown_cc, "truncate": m_truncate}
+# kinds whose problem is on the mutated line, so an error must name exactly that line
+MUST_FAIL = {"unknown-key", "unknown-source", "contradicting-cuda", "unknown-cc"}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_mutants(kind, original, tmp_path, capsys):
+    outcomes = {"answered": 0, "refused": 0}
+    for seed in range(PER_KIND):
+        rng = random.Random(f"{kind}:{seed}")
+        text, line = KINDS[kind](rng, original)
+        path = tmp_path / f"{kind}-{seed}.yaml"
+        path.write_text(text, encoding="utf-8")
+        rc, out, err = run_cli(path, capsys)
+        what = f"{kind} seed {seed} (line {line})"
+        assert "Traceback" not in err + out, what
+        if rc in (0, 1):
+            assert kind not in MUST_FAIL, f"{what}: the mutant was accepted: {out[:300]}"
+            assert out.strip(), f"{what}: answered with nothing"
+            outcomes["answered"] += 1
+            continue
+        assert rc == 2, f"{what}: exit {rc}: {err}"
+        assert len(err.splitlines()) == 1 and err.endswith("\n"), f"{what}: {err!r}"
+        err_line, _ = error_location(err, path)
+        if line is not None:
+            assert err_line == line, f"{what}: the error names line {err_line}: {err}"
+        elif kind != "truncate":
+            # a line-level edit of a file that was valid: the loader always knows where
+            assert err_line is not None, f"{what}: no line in {err!r}"
+        outcomes["refused"] += 1
+    assert sum(outcomes.values()) == PER_KIND
+    if kind in MUST_FAIL:
+        assert outcomes["refused"] == PER_KIND
+
+
+# --------------------------------------------------------------------------------------------------
+# targeted: each error class names its line and column
+
+
+def _line_of(text: str, pattern: str) -> int:
+    for i, ln in enumerate(text.splitlines(), 1):
+        if re.search(pattern, ln):
+            return i
+    raise AssertionError(f"no line matches {pattern!r}")
+
+
+def _edit(text: str, lineno: int, fn) -> str:
+    lines = text.splitlines(keepends=True)
+    lines[lineno - 1] = fn(lines[lineno - 1])
+    return "".join(lines)
+
+
+def _refused(tmp_path, capsys, text, name="m.yaml", extra=()):
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    rc, out, err = run_cli(path, capsys, extra)
+    assert rc == 2, (rc, out, err)
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return path, err
+
+
+def test_yaml_syntax_error(original, tmp_path, capsys):
+    n = _line_of(original, r"^schema: 1")
+    text = _edit(original, n, lambda ln: ln + "\tbroken: [1, 2\n")
+    path, err = _refused(tmp_path, capsys, text)
+    assert error_location(err, path) == (n + 1, 1)
+    assert "YAML error" in err
+
+
+def test_unknown_key(original, tmp_path, capsys):
+    n = _line_of(original, r"- \{name: H100, ")
+    text = _edit(original, n, lambda ln: ln.replace("datacenter: true", "datacenter: true, colour: green"))
+    path, err = _refused(tmp_path, capsys, text)
+    col = text.splitlines()[n - 1].index("colour") + 1
+    assert error_location(err, path) == (n, col)
+    assert "unknown key 'colour'" in err
+
+
+@pytest.mark.parametrize("bad", ["12.x", "latest", "1.0; rm -rf /"])
+def test_bad_version(original, tmp_path, capsys, bad):
+    n = _line_of(original, r'- \{version: "12\.4\.1", driver:')
+    text = _edit(original, n, lambda ln: ln.replace('"12.4.1"', f'"{bad}"'))
+    path, err = _refused(tmp_path, capsys, text)
+    col = text.splitlines()[n - 1].index("version") + 1
+    assert error_location(err, path) == (n, col)
+    assert "malformed version" in err and repr(bad) in err
+
+
+def test_unknown_reference(original, tmp_path, capsys):
+    n = _line_of(original, r"- \{name: A100, ")
+    text = _edit(original, n, lambda ln: re.sub(r"source: \w+", "source: S999", ln))
+    path, err = _refused(tmp_path, capsys, text)
+    col = text.splitlines()[n - 1].index("source") + 1
+    assert error_location(err, path) == (n, col)
+    assert "unknown source 'S999'" in err
+
+
+def test_contradicting_facts(original, tmp_path, capsys):
+    n = _line_of(original, r'- \{version: "12\.4\.1", driver:')
+    text = _edit(original, n, lambda ln: ln + ln.replace("550.54.15", "560.1"))
+    path, err = _refused(tmp_path, capsys, text)
+    col = text.splitlines()[n].index("version") + 1
+    assert error_location(err, path) == (n + 1, col)
+    assert "12.4.1 is listed twice" in err
+
+
+def test_unknown_gpu_architecture(original, tmp_path, capsys):
+    n = _line_of(original, r"- \{name: H200, ")
+    text = _edit(original, n, lambda ln: re.sub(r'cc: "[0-9.]+"', 'cc: "9.9"', ln))
+    path, err = _refused(tmp_path, capsys, text)
+    col = text.splitlines()[n - 1].index("cc:") + 1
+    assert error_location(err, path) == (n, col)
+    assert "compute capability 9.9 is not under architectures" in err
+
+
+def test_truncated_to_nothing(tmp_path, capsys):
+    path, err = _refused(tmp_path, capsys, "")
+    assert str(path) in err
+
+
+def test_missing_file(tmp_path, capsys):
+    path = tmp_path / "absent.yaml"
+    rc, _, err = run_cli(path, capsys)
+    assert rc == 2 and len(err.splitlines()) == 1 and f"{path}: file not found" in err
+
+
+@pytest.mark.parametrize("extra,argument,needle", [
+    (["--cuda", ">=12.x"], "--cuda", "malformed specifier"),
+    (["--cuda", "1.0; rm -rf /"], "--cuda", "malformed specifier"),
+    (["--python", "latest"], "--python", "malformed specifier"),
+    (["--os", "windows95"], "--os", "unknown OS"),
+])
+def test_malformed_wish_on_the_command_line(original, tmp_path, capsys, extra, argument, needle):
+    _, err = _refused(tmp_path, capsys, original, extra=extra)
+    assert f"argument {argument}: " in err and needle in err
+
+
+@pytest.mark.parametrize("flag,value,needle", [
+    ("--driver", "550.abc", "malformed driver version"),
+    ("--driver", "$(id)", "malformed driver version"),
+    ("--gpu", "Z9000", "unknown GPU"),
+])
+def test_malformed_host_fact_on_the_command_line(original, tmp_path, capsys, flag, value, needle):
+    path = tmp_path / "m.yaml"
+    path.write_text(original, encoding="utf-8")
+    capsys.readouterr()
+    args = dict(zip(ARGS[::2], ARGS[1::2]))
+    args[flag] = value
+    rc = cli.main(["resolve", "--matrix", str(path), *[x for kv in args.items() for x in kv]])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.splitlines()) == 1, err
+    assert f"argument {flag}: " in err and needle in err
