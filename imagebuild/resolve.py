@@ -369,7 +369,7 @@ def _search(p: Problem, disabled: frozenset[str] = frozenset(), trace: Trace | N
                 yield sol
             if not found:
                 tried[d].append((val, None))
-        del assign[comp]
+        assign.pop(comp, None)
 
     if p.host_violations and not (set(r.id for r in p.host_violations) <= disabled):
         return

@@ -33,3 +33,22 @@ def docker_client():
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def smoke_cpu_image(docker_client) -> str:
+    """smoke-cpu built once per session through the real path: matrix.yaml -> resolver -> renderer
+    -> `imagebuild build` on the engine. Returns its local reference."""
+    from imagebuild import cli
+    from imagebuild.images import load_images
+
+    spec = load_images(ROOT / "matrix.yaml")["smoke-cpu"]
+    try:
+        docker_client.images.get("imagebuild/base:debian-bookworm")
+    except Exception:  # noqa: BLE001 - ImageNotFound
+        if cli.main(["base", "debian-bookworm"]) != 0:
+            need("the local Debian base image", "imagebuild base debian-bookworm failed")
+    code = cli.main(["build", "--matrix", str(ROOT / "matrix.yaml"), "smoke-cpu"])
+    assert code == 0, "imagebuild build smoke-cpu failed (see .imagebuild/logs/smoke-cpu.log)"
+    docker_client.images.get(spec.local_ref)
+    return spec.local_ref
