@@ -36,8 +36,19 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _ref_for(name: str, matrix: str) -> str:
+    """A matrix image id (smoke-cpu) becomes its local reference; anything with ':' is a ref."""
+    if ":" in name or "/" in name:
+        return name
+    from ..images import load_images, select
+    return select(load_images(matrix), [name])[0].local_ref
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("images", nargs="+", metavar="IMAGE", help="local image references (name:tag)")
+    from ..cli import add_matrix_option
+    add_matrix_option(parser)
+    parser.add_argument("images", nargs="+", metavar="IMAGE",
+                        help="matrix image ids (smoke-cpu) or local image references (name:tag)")
     parser.add_argument("--report", metavar="FILE",
                         help="write the JSON report here, JUnit XML beside it (one IMAGE only; "
                              "default .imagebuild/reports/<image-id>.json)")
@@ -56,6 +67,7 @@ def run(args) -> int:
     if args.report and len(args.images) != 1:
         raise UsageError("--report names the report of one image; give one IMAGE "
                          f"(without it each report goes to {REPORTS_DIR}/<image-id>.json)", argument="--report")
+    args.images = [_ref_for(name, args.matrix) for name in args.images]
     for ref in args.images:
         testrun.validate_ref(ref)
     opts = testrun.TestOptions(ranks=args.ranks, timeout=args.timeout, only=testrun.check_only(args.only))
