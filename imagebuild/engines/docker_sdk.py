@@ -350,6 +350,42 @@ class DockerEngine:
                 tmp.unlink()
         return path
 
+    def layer_sizes(self, ref: str) -> list[tuple[str, int]]:
+        """(diff id, bytes of its uncompressed tar), lowest layer first, read from the `docker save`
+        stream without writing it anywhere."""
+        import json
+        import tarfile
+
+        info = self.inspect(ref)
+
+        class _Stream:       # a file-like view of the chunk iterator for tarfile's stream mode
+            def __init__(self, chunks):
+                self._chunks, self._buf = iter(chunks), b""
+
+            def read(self, n=-1):
+                while n < 0 or len(self._buf) < n:
+                    try:
+                        self._buf += next(self._chunks)
+                    except StopIteration:
+                        break
+                data, self._buf = (self._buf, b"") if n < 0 else (self._buf[:n], self._buf[n:])
+                return data
+
+        sizes: dict[str, int] = {}
+        manifest = None
+        with engine_errors(f"reading the layers of {ref}"):
+            with tarfile.open(fileobj=_Stream(self._client.api.get_image(info.id, chunk_size=1 << 20)),
+                              mode="r|") as tf:
+                for member in tf:
+                    if member.name.endswith("/layer.tar"):
+                        sizes[member.name] = member.size
+                    elif member.name == "manifest.json":
+                        manifest = json.load(tf.extractfile(member))
+        if not manifest:
+            raise EngineError(f"reading the layers of {ref}: the engine's archive has no manifest")
+        layers = manifest[0]["Layers"]
+        return [(diff, sizes.get(path, 0)) for diff, path in zip(info.layers, layers)]
+
     def load(self, tar_path: Path) -> list[str]:
         """`docker load` a tar (docker save layout); returns what the engine says it loaded."""
         loaded: list[str] = []
