@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Resolver figures against anchors measured in the same run.
+
+- process: a whole `imagebuild resolve` process vs a process that only loads matrix.yaml with PyYAML
+  (yaml.safe_load, what a user's own script would do). Target: ratio <= 2.
+- query: one resolve() on an already loaded knowledge base. Target: < 20 ms.
+- enumerate: every consistent stack of the whole knowledge base (no host facts). Target: < 1 s.
+Prints medians of N runs; run from the repository root.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = str(ROOT / "matrix.yaml")
+N = int(sys.argv[1]) if len(sys.argv) > 1 else 15
+
+
+def wall(cmd: list[str]) -> float:
+    t = time.perf_counter()
+    subprocess.run(cmd, check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    return time.perf_counter() - t
+
+
+def median(f, n=N) -> float:
+    return statistics.median(f() for _ in range(n))
+
+
+def main() -> None:
+    py = sys.executable
+    anchor_load = median(lambda: wall([py, "-c", f"import yaml; yaml.safe_load(open({MATRIX!r}))"]))
+    anchor_cload = median(lambda: wall([py, "-c", "import yaml; yaml.load(open(%r), Loader=yaml.CSafeLoader)" % MATRIX]))
+    proc = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "535.104.05",
+                                "--gpu", "H100", "--torch", ">=2.4"]))
+    proc_fail = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "470.82.01",
+                                     "--gpu", "A100", "--why-not", "torch==2.9.1"]))
+    proc_all = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--all"]), max(3, N // 3))
+
+    sys.path.insert(0, str(ROOT))
+    from imagebuild import knowledge
+    from imagebuild import resolve as R
+    k = knowledge.load(MATRIX)
+    R.resolve(k, R.Host(driver="535.104.05", gpu="H100"), {})  # compile once, as a process does
+    hosts = [(R.Host(driver="535.104.05", gpu="H100"), {"pytorch": ">=2.4"}),
+             (R.Host(driver="580.95.05", gpu="B200"), {}),
+             (R.Host(driver="550.54.15", gpu="A100"), {"cuda": "12.4"}),
+             (R.Host(driver="470.82.01", gpu="A100"), {"pytorch": "2.9"})]
+    per_query = {}
+    for host, wishes in hosts:
+        t = median(lambda: _time(lambda: R.resolve(k, host, wishes)), 25)
+        per_query[f"{host.driver}/{host.gpu} {wishes or ''}"] = t
+    load_in = median(lambda: _time(lambda: knowledge.load(MATRIX)), 10)
+    enum = median(lambda: _time(lambda: R.enumerate_stacks(k, R.Host())), 5)
+    groups = R.enumerate_stacks(k, R.Host())
+    count = sum(len(g.tails) for g in groups)
+
+    print(f"anchor  process: python + yaml.safe_load(matrix.yaml)     {anchor_load*1000:8.1f} ms")
+    print(f"        (same with the C loader, for reference)            {anchor_cload*1000:8.1f} ms")
+    print(f"process imagebuild resolve (a stack found)                {proc*1000:8.1f} ms  ratio {proc/anchor_load:5.2f}  (target <= 2)")
+    print(f"process imagebuild resolve --why-not (no stack, chain)    {proc_fail*1000:8.1f} ms  ratio {proc_fail/anchor_load:5.2f}")
+    print(f"process imagebuild resolve --all (whole table)            {proc_all*1000:8.1f} ms  ratio {proc_all/anchor_load:5.2f}")
+    print(f"in-process load + validate + compile of matrix.yaml       {load_in*1000:8.1f} ms")
+    for label, t in per_query.items():
+        print(f"query   {label:<48} {t*1000:8.2f} ms  (target < 20 ms)")
+    print(f"enumerate every consistent stack ({count} stacks, {len(groups)} groups)  {enum*1000:8.1f} ms  (target < 1000 ms)")
+
+
+def _time(f) -> float:
+    t = time.perf_counter()
+    f()
+    return time.perf_counter() - t
+
+
+if __name__ == "__main__":
+    main()
