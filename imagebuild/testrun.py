@@ -32,7 +32,6 @@ IMAGE_REF = re.compile(r"^(?:sha256:[0-9a-f]{64}|[a-z0-9]+(?:[._-][a-z0-9]+)*(?:
 LABEL_PREFIX = "io.imagebuild."
 REPORT_IN_CONTAINER = "/tmp/imagebuild-smoke/report.json"
 IMAGE_JSON = "/opt/imagebuild/image.json"
-LIB_IN_IMAGE = "/opt/imagebuild/lib"
 RDZV_PORT = 29500
 
 
@@ -70,6 +69,9 @@ def compare_labels(info: ImageInfo, image_json: dict | None) -> list[tuple[str, 
         if str(image_json.get(key, "")) != want[key]:
             diffs.append(f"{LABEL_PREFIX}{'image-id' if key == 'id' else key}={want[key]!r} but "
                          f"image.json {key}={image_json.get(key)!r}")
+    if "min_driver" in image_json and str(image_json["min_driver"]) != info.labels.get(LABEL_PREFIX + "min-driver"):
+        diffs.append(f"{LABEL_PREFIX}min-driver={info.labels.get(LABEL_PREFIX + 'min-driver')!r} but "
+                     f"image.json min_driver={image_json['min_driver']!r}")
     stack = image_json.get("stack", {}) if isinstance(image_json.get("stack"), dict) else {}
     for comp in COMPONENTS:
         label = want["stack"].get(comp)
@@ -271,11 +273,9 @@ def two_node(cs: Containers, info: ImageInfo, opts: TestOptions) -> CheckResult:
     rdzv_id = secrets.token_hex(6)
     nodes = []
     for node in ("node0", "node1"):
-        argv = ["python3", "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-                "--rdzv-backend", "c10d", "--rdzv-endpoint", f"node0:{RDZV_PORT}", "--rdzv-id", rdzv_id,
-                "--max-restarts", "0", "-m", "imagebuild.smoke.workers.ddp", "--backend", "gloo",
-                "--out", out, "--steps", "5", "--timeout", str(int(opts.timeout))]
-        env = {"PYTHONPATH": LIB_IN_IMAGE, "OMP_NUM_THREADS": "1"}
+        argv = ["imagebuild-smoke", "ddp-node", "--nnodes", "2", "--rdzv-endpoint", f"node0:{RDZV_PORT}",
+                "--rdzv-id", rdzv_id, "--out", out, "--steps", "5", "--timeout", str(int(opts.timeout))]
+        env = {"OMP_NUM_THREADS": "1"}
         nodes.append(cs.start(info.ref, argv, name=node, env=env, network=net, hostname=node))
     deadline = time.monotonic() + opts.timeout
     codes = [cs.wait(c, deadline) for c in nodes]

@@ -66,21 +66,24 @@ def smoke_cpu_image(docker_client, tmp_path_factory) -> str:
     return _build(docker_client, ctx, PROTO_REF)
 
 
-def _leftovers(client) -> list[str]:
-    names = [c.name for c in client.containers.list(all=True, filters={"label": "io.imagebuild.smoke"})]
-    names += [n.name for n in client.networks.list(filters={"label": "io.imagebuild.smoke"})]
+def _leftovers(client, token: str | None = None) -> set[str]:
+    """Containers and networks created by imagebuild test (one run's, given its token)."""
+    label = "io.imagebuild.smoke" + (f"={token}" if token else "")
+    names = {c.name for c in client.containers.list(all=True, filters={"label": label})}
+    names |= {n.name for n in client.networks.list(filters={"label": label})}
     return names
 
 
 @pytest.fixture(scope="module")
-def full_run(smoke_cpu_image, tmp_path_factory):
+def full_run(smoke_cpu_image, docker_client, tmp_path_factory):
     report = tmp_path_factory.mktemp("image-report") / "report.json"
+    before = _leftovers(docker_client)
     code = cli.main(["test", smoke_cpu_image, "--report", str(report), "--ranks", "2"])
-    return code, report
+    return code, report, _leftovers(docker_client) - before
 
 
 def test_every_check_passes_in_smoke_cpu(full_run, docker_client, smoke_cpu_image):
-    code, report = full_run
+    code, report, _ = full_run
     data = json.loads(report.read_text())
     statuses = {c["name"]: (c["status"], c["detail"]) for c in data["checks"]}
     assert list(statuses) == ["versions", "libraries", "mpi.config", "mpi.allreduce", "torch.allreduce",
@@ -97,21 +100,21 @@ def test_every_check_passes_in_smoke_cpu(full_run, docker_client, smoke_cpu_imag
 
 
 def test_two_node_run_used_two_containers(full_run):
-    _, report = full_run
+    _, report, _ = full_run
     two = next(c for c in json.loads(report.read_text())["checks"] if c["name"] == "ddp.two-node")
     assert "2 containers (node0, node1)" in two["detail"]
     assert two["metrics"]["max_rank_diff"] == 0 and two["metrics"]["nodes"] == 2
 
 
 def test_junit_beside_the_report(full_run):
-    _, report = full_run
+    _, report, _ = full_run
     root = ET.parse(str(report.with_suffix(".xml"))).getroot()
     assert root.get("tests") == "8" and root.get("failures") == "0"
     assert sorted(c.get("name") for c in root.iter("testcase"))[0] == "ddp.equivalence"
 
 
-def test_nothing_left_behind(full_run, docker_client):
-    assert _leftovers(docker_client) == []
+def test_nothing_left_behind(full_run):
+    assert full_run[2] == set()
 
 
 def test_labels_that_disagree_with_image_json_fail(smoke_cpu_image, docker_client, tmp_path):
@@ -166,7 +169,7 @@ def test_a_hung_container_is_killed_at_its_deadline(smoke_cpu_image, docker_clie
         assert time.monotonic() - start < 60
         box.reload()
         assert box.status != "running"
-    assert _leftovers(docker_client) == []
+    assert _leftovers(docker_client, cs.token) == set()
 
 
 def test_ctrl_c_removes_containers_and_networks(smoke_cpu_image, docker_client):
@@ -174,6 +177,6 @@ def test_ctrl_c_removes_containers_and_networks(smoke_cpu_image, docker_client):
         with Containers(docker_client) as cs:
             cs.network()
             cs.start(smoke_cpu_image, ["sleep", "600"], name="interrupted")
-            assert len(_leftovers(docker_client)) == 2
+            assert len(_leftovers(docker_client, cs.token)) == 2
             raise KeyboardInterrupt
-    assert _leftovers(docker_client) == []
+    assert _leftovers(docker_client, cs.token) == set()

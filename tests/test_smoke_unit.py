@@ -441,3 +441,22 @@ def test_only_names_checked():
     assert check_only(["versions", "ddp.two-node"]) == ["versions", "ddp.two-node"]
     with pytest.raises(UsageError, match="unknown check 'nccl'"):
         check_only(["nccl"])
+
+
+def test_min_driver_label_must_match_image_json():
+    from imagebuild.testrun import compare_labels
+
+    info, stack = _info()
+    info.labels["io.imagebuild.min-driver"] = "none"
+    assert compare_labels(info, {"id": "smoke-cpu", "flavor": "cpu", "stack": stack, "min_driver": "none"})[0][0] == PASS
+    status, text = compare_labels(info, {"id": "smoke-cpu", "flavor": "cpu", "stack": stack, "min_driver": "535.54"})[0]
+    assert status == FAIL and "min_driver='535.54'" in text
+
+
+@pytest.mark.parametrize("endpoint,rdzv_id", [("node0;reboot:29500", "a"), ("node0", "a"), ("node0:29500", "a b"),
+                                              ("$(id):1", "a")])
+def test_ddp_node_refuses_hostile_arguments(endpoint, rdzv_id, tmp_path):
+    out = _smoke("ddp-node", "--nnodes", "2", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id,
+                 "--out", str(tmp_path))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "must be" in out.stderr.splitlines()[-1]

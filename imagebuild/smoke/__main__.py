@@ -4,6 +4,8 @@ Exit 0 when no required check failed, 1 when one did, 2 when the suite could not
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 
 from . import CHECK_NAMES, run_suite
@@ -47,7 +49,47 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+_ENDPOINT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}:[0-9]{1,5}$")
+_RDZV_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def ddp_node(argv: list[str]) -> int:
+    """`imagebuild-smoke ddp-node`: this node's share of a multi-node DDP equivalence run.
+
+    Starts torchrun (one rank on this node, c10d rendezvous) with the same Python as the suite,
+    running the ddp.equivalence worker; each rank writes rank-<N>.json into --out. Used by
+    `imagebuild test` (ddp.two-node, two containers) and usable from a multi-node Slurm job.
+    """
+    ap = argparse.ArgumentParser(prog="imagebuild-smoke ddp-node")
+    ap.add_argument("--nnodes", type=_positive_int, required=True)
+    ap.add_argument("--rdzv-endpoint", required=True, help="HOST:PORT of the rendezvous (node 0)")
+    ap.add_argument("--rdzv-id", required=True)
+    ap.add_argument("--out", required=True, help="folder for this node's rank result")
+    ap.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    ap.add_argument("--steps", type=_positive_int, default=5)
+    ap.add_argument("--timeout", type=_timeout, default=180.0)
+    args = ap.parse_args(argv)
+    if not _ENDPOINT.match(args.rdzv_endpoint):
+        ap.error(f"--rdzv-endpoint must be HOST:PORT, not {args.rdzv_endpoint!r}")
+    if not _RDZV_ID.match(args.rdzv_id):
+        ap.error(f"--rdzv-id must be letters, digits, '-' or '_', not {args.rdzv_id!r}")
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(args.nnodes), "--nproc-per-node", "1",
+           "--rdzv-backend", "c10d", "--rdzv-endpoint", args.rdzv_endpoint, "--rdzv-id", args.rdzv_id,
+           "--max-restarts", "0", "-m", "imagebuild.smoke.workers.ddp", "--backend", args.backend,
+           "--out", args.out, "--steps", str(args.steps), "--timeout", str(int(args.timeout))]
+    sys.stdout.flush()
+    os.execve(sys.executable, cmd, env)
+    return 127  # not reached
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["ddp-node"]:
+        return ddp_node(argv[1:])
     args = parser().parse_args(argv)
     expect_path = args.expect or _expect.default_path()
     expectation = None

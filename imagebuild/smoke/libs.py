@@ -12,9 +12,9 @@ from . import proc
 _STD_DIRS = ("/usr/local/lib", "/usr/local/lib64", "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu",
              "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu", "/lib64", "/lib")
 # where the stacks imagebuild renders install their prefixes (and NVIDIA's images put CUDA)
-_PREFIX_DIRS = ("/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib",
-                "/usr/local/nccl/lib", "/usr/local/ucx/lib", "/usr/local/openmpi/lib", "/opt/hpcx/ucx/lib",
-                "/opt/hpcx/ompi/lib")
+_PREFIX_DIRS = ("/opt/ucx/lib", "/opt/openmpi/lib", "/usr/local/cuda/lib64",
+                "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/local/nccl/lib", "/usr/local/ucx/lib",
+                "/usr/local/openmpi/lib", "/opt/hpcx/ucx/lib", "/opt/hpcx/ompi/lib")
 _LDCONFIG_CACHE: dict[str, str] | None = None
 
 
