@@ -19,10 +19,13 @@
     bytes.
 
 ``oci-bundle``
-    ``skopeo copy docker-daemon:REF oci:LAYOUT:TAG`` then ``umoci unpack``: a ``config.json`` and a
-    ``rootfs/`` that runc runs and that Slurm's ``srun --container=BUNDLE`` accepts. The config
-    keeps the host's network and hostname (no network/uts namespaces) and no terminal, as a
-    multi-node batch job needs (see hpc_runtime_config).
+    A ``config.json`` and a ``rootfs/`` that runc runs and that Slurm's ``srun --container=BUNDLE``
+    accepts. By default the rootfs is the engine's flattened export (as for sqsh) and config.json
+    is ``runc spec``'s default filled in from the image config; ``method="umoci"`` uses
+    ``skopeo copy docker-daemon:`` + ``umoci unpack`` instead (several times slower on large
+    images: it re-compresses every layer). Either way the config keeps the host's network and
+    hostname, has no terminal and a writable root, as a multi-node batch job needs
+    (hpc_runtime_config).
 
 ``sif``
     Apptainer/Singularity (through spython) when one of them is on PATH; otherwise one line that
@@ -194,25 +197,27 @@ def _install(staged: Path, output: Path) -> None:
 # --------------------------------------------------------------------------- sqsh
 
 
-def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = False,
-                processors: int | None = None, progress: Progress | None = None) -> ExportResult:
-    """An enroot-compatible squashfs of ``ref`` at ``output`` (same image, same bytes)."""
-    say = progress or (lambda _m: None)
-    output = Path(output)
-    mksquashfs = require_tool("mksquashfs")
+def _inside(rootfs: Path, rel: str) -> Path:
+    """``rootfs/rel`` after checking that no symlink on the way leads out of ``rootfs``."""
+    target = rootfs / rel
+    parent = target.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    if not str(parent.resolve()).startswith(str(rootfs.resolve())):
+        raise ExportError(f"/{rel} of the image leads outside its root file system (a symlink)")
+    if target.is_symlink():
+        target.unlink()  # never write through a link
+    return target
+
+
+def _flatten(client, image, ref: str, rootfs: Path, say: Progress) -> None:
+    """The image's file system into ``rootfs``: ``export`` of a created, never started
+    container (whiteouts applied by the engine), without /dev/* and /.dockerenv."""
     tar = require_tool("tar")
-    image = _image(client, ref)
-    _refuse_existing(output, force)
-    files = enroot_files(image.attrs.get("Config") or {})
-    stage = _staging(output)
-    container = None
+    rootfs.mkdir()
+    os.chmod(rootfs, 0o755)
+    container = client.containers.create(image.id, command=["/bin/true"], entrypoint=[],
+                                         network_disabled=True, labels={"io.imagebuild.export": "1"})
     try:
-        rootfs = stage / "rootfs"
-        rootfs.mkdir()
-        os.chmod(rootfs, 0o755)
-        # a created, never started container: its export is the flattened image
-        container = client.containers.create(image.id, command=["/bin/true"], entrypoint=[],
-                                             network_disabled=True, labels={"io.imagebuild.export": "1"})
         say(f"flattening {ref} into {rootfs}")
         untar = subprocess.Popen(
             [tar, "-C", str(rootfs), "--numeric-owner", "-p", "-x", "--anchored",
@@ -228,14 +233,32 @@ def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = Fa
         err = untar.stderr.read().decode("utf-8", "replace").strip().splitlines()
         if untar.wait() != 0:
             raise ExportError(f"unpacking {ref} failed: {err[-1] if err else 'tar failed'}")
+    finally:
+        try:
+            container.remove(force=True)
+        except Exception:  # noqa: BLE001 - cleanup must not hide the real error
+            pass
+    (rootfs / "dev").mkdir(exist_ok=True)
+
+
+def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = False,
+                processors: int | None = None, progress: Progress | None = None) -> ExportResult:
+    """An enroot-compatible squashfs of ``ref`` at ``output`` (same image, same bytes)."""
+    say = progress or (lambda _m: None)
+    output = Path(output)
+    mksquashfs = require_tool("mksquashfs")
+    require_tool("tar")
+    image = _image(client, ref)
+    _refuse_existing(output, force)
+    files = enroot_files(image.attrs.get("Config") or {})
+    stage = _staging(output)
+    try:
+        rootfs = stage / "rootfs"
+        _flatten(client, image, ref, rootfs, say)
         for rel, text in files.items():
-            target = rootfs / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if target.is_symlink():
-                target.unlink()  # never write through a link that points out of the rootfs
+            target = _inside(rootfs, rel)
             target.write_text(text, encoding="utf-8")
             os.chmod(target, 0o644)
-        (rootfs / "dev").mkdir(exist_ok=True)
         say(f"writing squashfs {output}")
         staged_file = stage / "image.sqsh"
         argv = [mksquashfs, str(rootfs), str(staged_file), *MKSQUASHFS_FLAGS]
@@ -244,11 +267,6 @@ def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = Fa
         _run(argv, "mksquashfs")
         _install(staged_file, output)
     finally:
-        if container is not None:
-            try:
-                container.remove(force=True)
-            except Exception:  # noqa: BLE001 - cleanup must not hide the real error
-                pass
         _rmtree(stage)
     return ExportResult("sqsh", output, image.id)
 
@@ -257,47 +275,145 @@ def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = Fa
 
 
 def hpc_runtime_config(config: dict) -> dict:
-    """umoci's runtime config made fit for a batch job, as enroot and pyxis run containers: the
-    host's network (MPI, NCCL and UCX reach the other nodes) and hostname (the node's name in
-    logs and reports), and no terminal (a batch step has none)."""
+    """A runtime config made fit for a batch job, as enroot and pyxis run containers: the host's
+    network (MPI, NCCL and UCX reach the other nodes) and hostname (the node's name in logs and
+    reports), no terminal (a batch step has none), a writable root, /dev/shm without the 64 MiB
+    cap (MPI and NCCL put their shared-memory segments there) and the job's own rlimits."""
     config = json.loads(json.dumps(config))
     linux = config.setdefault("linux", {})
     linux["namespaces"] = [ns for ns in linux.get("namespaces", []) if ns.get("type") not in ("network", "uts")]
     config.pop("hostname", None)
-    config.setdefault("process", {})["terminal"] = False
+    process = config.setdefault("process", {})
+    process["terminal"] = False
+    process.pop("rlimits", None)
+    config.setdefault("root", {"path": "rootfs"})["readonly"] = False
+    for mount in config.get("mounts", []):
+        if mount.get("destination") == "/dev/shm":
+            mount["options"] = [o for o in mount.get("options", []) if not o.startswith("size=")]
     return config
 
 
+def _lookup_id(rootfs: Path, table: str, name: str) -> tuple[int, int] | None:
+    """(id, gid) of ``name`` in rootfs/etc/passwd (table "passwd") or (gid, gid) in etc/group."""
+    try:
+        text = (rootfs / "etc" / table).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        fields = line.split(":")
+        if len(fields) >= 4 and fields[0] == name and fields[2].isdigit():
+            gid = fields[3] if table == "passwd" else fields[2]
+            return int(fields[2]), int(gid) if gid.isdigit() else 0
+    return None
+
+
+def resolve_user(user: str, rootfs: Path) -> dict:
+    """The image's USER ("", "uid", "uid:gid", "name", "name:group") as runtime-spec uid/gid."""
+    name, _, group = (user or "").partition(":")
+    if not name:
+        uid, gid = 0, 0
+    elif name.isdigit():
+        uid, gid = int(name), 0
+        if not group:
+            for line in ((rootfs / "etc" / "passwd").read_text(errors="replace").splitlines()
+                         if (rootfs / "etc" / "passwd").is_file() else []):
+                fields = line.split(":")
+                if len(fields) >= 4 and fields[2] == name and fields[3].isdigit():
+                    gid = int(fields[3])
+                    break
+    else:
+        found = _lookup_id(rootfs, "passwd", name)
+        if found is None:
+            raise ExportError(f"image USER {name!r} is not in the image's /etc/passwd")
+        uid, gid = found
+    if group:
+        if group.isdigit():
+            gid = int(group)
+        else:
+            found = _lookup_id(rootfs, "group", group)
+            if found is None:
+                raise ExportError(f"image group {group!r} is not in the image's /etc/group")
+            gid = found[0]
+    return {"uid": uid, "gid": gid}
+
+
+def runtime_config(image_config: dict, defaults: dict, rootfs: Path) -> dict:
+    """A runtime-spec config.json for an image: runc's defaults (``runc spec``) with the image's
+    command, environment, working directory, user and labels, then hpc_runtime_config."""
+    config = json.loads(json.dumps(defaults))
+    entrypoint = list(image_config.get("Entrypoint") or [])
+    cmd = list(image_config.get("Cmd") or [])
+    process = config.setdefault("process", {})
+    process["args"] = entrypoint + cmd if entrypoint or cmd else ["/bin/sh"]
+    process["env"] = list(image_config.get("Env") or
+                          ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
+    process["cwd"] = image_config.get("WorkingDir") or "/"
+    process["user"] = resolve_user(image_config.get("User") or "", rootfs)
+    config["root"] = {"path": "rootfs", "readonly": False}
+    labels = image_config.get("Labels") or {}
+    if labels:
+        config["annotations"] = {str(k): str(v) for k, v in sorted(labels.items())}
+    return hpc_runtime_config(config)
+
+
+OCI_METHODS = ("flatten", "umoci")
+
+
 def export_oci_bundle(client, ref: str, output: str | os.PathLike, *, force: bool = False,
-                      docker_host: str | None = None, progress: Progress | None = None) -> ExportResult:
-    """An OCI runtime bundle (config.json + rootfs/) of ``ref`` at directory ``output``."""
+                      method: str = "flatten", docker_host: str | None = None,
+                      progress: Progress | None = None) -> ExportResult:
+    """An OCI runtime bundle (config.json + rootfs/) of ``ref`` at directory ``output``.
+
+    ``method`` "flatten" (default): the engine's export of the image as rootfs/ and a config.json
+    from ``runc spec`` filled in from the image config (fast: no layer re-compression).
+    "umoci": ``skopeo copy docker-daemon:`` into an OCI layout, then ``umoci unpack`` (slower,
+    and its config comes from umoci). Both end with hpc_runtime_config.
+    """
+    if method not in OCI_METHODS:
+        raise ImagebuildError(f"unknown OCI bundle method {method!r} (one of: {', '.join(OCI_METHODS)})")
     say = progress or (lambda _m: None)
     output = Path(output)
-    skopeo = require_tool("skopeo")
-    umoci = require_tool("umoci")
+    if method == "umoci":
+        skopeo, umoci = require_tool("skopeo"), require_tool("umoci")
+    else:
+        runc = require_tool("runc")
+        require_tool("tar")
     image = _image(client, ref)
     _refuse_existing(output, force)
-    host = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    if not re.match(r"^(unix://)?/[A-Za-z0-9._/-]+$|^tcp://[A-Za-z0-9.-]+:[0-9]{1,5}$", host):
-        raise ExportError(f"DOCKER_HOST {host!r} is not a unix socket path or tcp://HOST:PORT")
     stage = _staging(output)
     try:
-        layout = stage / "layout"
         bundle = stage / "bundle"
-        say(f"copying {ref} into an OCI layout")
-        # by id: the engine resolves exactly the image we inspected
-        _run([skopeo, "copy", "--quiet", "--src-daemon-host", host, f"docker-daemon:{image.id}",
-              f"oci:{layout}:{_TAG}"], "skopeo copy")
-        say(f"unpacking the bundle into {output}")
-        argv = [umoci, "unpack", "--image", f"{layout}:{_TAG}", str(bundle)]
-        if os.geteuid() != 0:
-            argv.insert(2, "--rootless")
-        _run(argv, "umoci unpack")
-        config = json.loads((bundle / "config.json").read_text(encoding="utf-8"))
-        if not (bundle / "rootfs").is_dir() or "process" not in config:
-            raise ExportError("umoci produced no usable bundle (config.json or rootfs/ missing)")
-        (bundle / "config.json").write_text(
-            json.dumps(hpc_runtime_config(config), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        if method == "umoci":
+            host = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+            if not re.match(r"^(unix://)?/[A-Za-z0-9._/-]+$|^tcp://[A-Za-z0-9.-]+:[0-9]{1,5}$", host):
+                raise ExportError(f"DOCKER_HOST {host!r} is not a unix socket path or tcp://HOST:PORT")
+            layout = stage / "layout"
+            say(f"copying {ref} into an OCI layout")
+            # by id: the engine resolves exactly the image we inspected
+            _run([skopeo, "copy", "--quiet", "--src-daemon-host", host, f"docker-daemon:{image.id}",
+                  f"oci:{layout}:{_TAG}"], "skopeo copy")
+            say(f"unpacking the bundle into {output}")
+            argv = [umoci, "unpack", "--image", f"{layout}:{_TAG}", str(bundle)]
+            if os.geteuid() != 0:
+                argv.insert(2, "--rootless")
+            _run(argv, "umoci unpack")
+            config = json.loads((bundle / "config.json").read_text(encoding="utf-8"))
+            if not (bundle / "rootfs").is_dir() or "process" not in config:
+                raise ExportError("umoci produced no usable bundle (config.json or rootfs/ missing)")
+            config = hpc_runtime_config(config)
+        else:
+            bundle.mkdir()
+            specdir = stage / "spec"
+            specdir.mkdir()
+            argv = [runc, "spec", "--bundle", str(specdir)]
+            if os.geteuid() != 0:
+                argv.insert(2, "--rootless")
+            _run(argv, "runc spec")
+            defaults = json.loads((specdir / "config.json").read_text(encoding="utf-8"))
+            _flatten(client, image, ref, bundle / "rootfs", say)
+            config = runtime_config(image.attrs.get("Config") or {}, defaults, bundle / "rootfs")
+        (bundle / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
+                                            encoding="utf-8")
         _install(bundle, output)
     finally:
         _rmtree(stage)

@@ -154,12 +154,67 @@ def test_failed_mksquashfs_leaves_no_half_written_file(image, tmp_path, monkeypa
     assert os.listdir(out.parent) == []
 
 
+def test_image_user_becomes_uid_and_gid(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\nalice:x:1000:1001::/home/a:/bin/sh\n")
+    (tmp_path / "etc/group").write_text("root:x:0:\nvideo:x:44:\n")
+    assert export.resolve_user("", tmp_path) == {"uid": 0, "gid": 0}
+    assert export.resolve_user("alice", tmp_path) == {"uid": 1000, "gid": 1001}
+    assert export.resolve_user("1000", tmp_path) == {"uid": 1000, "gid": 1001}
+    assert export.resolve_user("alice:video", tmp_path) == {"uid": 1000, "gid": 44}
+    assert export.resolve_user("5:6", tmp_path) == {"uid": 5, "gid": 6}
+    with pytest.raises(ExportError, match="'bob' is not in the image's /etc/passwd"):
+        export.resolve_user("bob", tmp_path)
+
+
+def test_runtime_config_suits_a_batch_job(tmp_path):
+    defaults = {"process": {"terminal": True, "args": ["sh"], "rlimits": [{"type": "RLIMIT_NOFILE"}]},
+                "root": {"path": "rootfs", "readonly": True}, "hostname": "runc",
+                "mounts": [{"destination": "/dev/shm", "type": "tmpfs", "options": ["nosuid", "size=65536k"]}],
+                "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")]}}
+    config = export.runtime_config({"Entrypoint": ["/e"], "Cmd": ["x"], "Env": ["A=1"], "WorkingDir": "/w",
+                                    "Labels": {"b": "2", "a": "1"}}, defaults, tmp_path)
+    assert config["process"]["args"] == ["/e", "x"] and config["process"]["env"] == ["A=1"]
+    assert config["process"]["cwd"] == "/w" and config["process"]["terminal"] is False
+    assert "rlimits" not in config["process"] and "hostname" not in config
+    assert config["root"] == {"path": "rootfs", "readonly": False}
+    assert [n["type"] for n in config["linux"]["namespaces"]] == ["pid", "ipc", "mount"]
+    assert config["mounts"][0]["options"] == ["nosuid"]
+    assert list(config["annotations"]) == ["a", "b"]
+
+
 @pytest.mark.engine
-def test_oci_bundle_runs_under_runc(image, tmp_path):
-    for tool in ("skopeo", "umoci", "runc"):
+def test_enroot_files_never_written_through_image_symlinks(docker_client, tmp_path):
+    """An image whose /etc/rc and /etc/environment are links to absolute paths: the export writes
+    its own regular files and nothing lands at the link targets on the host."""
+    try:
+        docker_client.images.get(BASE)
+    except Exception:  # noqa: BLE001
+        need(f"the base image {BASE}", "create it with debootstrap + docker import")
+    if shutil.which("mksquashfs") is None or shutil.which("unsquashfs") is None:
+        need("mksquashfs (Debian package squashfs-tools)", "not on PATH")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dockerfile = (f"FROM {BASE} AS src\nRUN mkdir -p /out/etc && ln -s {outside}/rc /out/etc/rc "
+                  f"&& ln -s {outside}/environment /out/etc/environment\n"
+                  "FROM scratch\nCOPY --from=src /out/ /\n")
+    ref = "imagebuild/export-links:test"
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ref, rm=True)
+    out = export.export_sqsh(docker_client, ref, tmp_path / "x.sqsh").path
+    assert os.listdir(outside) == []
+    listing = subprocess.run(["unsquashfs", "-lls", str(out)], capture_output=True, text=True,
+                             check=True).stdout
+    kinds = {line.split()[-1]: line[0] for line in listing.splitlines() if "squashfs-root/etc/" in line}
+    assert kinds["squashfs-root/etc/rc"] == "-" and kinds["squashfs-root/etc/environment"] == "-"
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("method", export.OCI_METHODS)
+def test_oci_bundle_runs_under_runc(image, tmp_path, method):
+    for tool in (("skopeo", "umoci", "runc") if method == "umoci" else ("runc",)):
         if shutil.which(tool) is None:
             need(f"{tool} (Debian package {tool})", "not on PATH")
-    bundle = export.export_oci_bundle(image["client"], image["ref"], tmp_path / "bundle").path
+    bundle = export.export_oci_bundle(image["client"], image["ref"], tmp_path / "bundle", method=method).path
     config = json.loads((bundle / "config.json").read_text())
     assert config["process"]["cwd"] == "/work"
     assert "GREETING=hello world" in config["process"]["env"]
@@ -169,7 +224,7 @@ def test_oci_bundle_runs_under_runc(image, tmp_path):
     assert config["process"]["terminal"] is False and "hostname" not in config
     assert (bundle / "rootfs/work/token").read_text().strip() == image["token"]
     with pytest.raises(ExportError, match="already exists"):
-        export.export_oci_bundle(image["client"], image["ref"], bundle)
+        export.export_oci_bundle(image["client"], image["ref"], bundle, method=method)
     name = f"imagebuild-test-{uuid.uuid4().hex[:8]}"
     run = subprocess.run(["runc", "run", "--bundle", str(bundle), name], capture_output=True, text=True,
                          timeout=120)

@@ -19,6 +19,9 @@ def configure(parser) -> None:
     parser.add_argument("--output", required=True, metavar="PATH",
                         help="the file (sqsh, sif) or folder (oci-bundle) to write")
     parser.add_argument("--force", action="store_true", help="replace PATH when it exists")
+    parser.add_argument("--oci-method", choices=("flatten", "umoci"), default="flatten",
+                        help="oci-bundle: the engine's flattened export + runc spec (default, fast), "
+                             "or skopeo + umoci")
     add_matrix_option(parser)
 
 
@@ -41,7 +44,12 @@ def run(args) -> int:
     ref = resolve_ref(args.image, args.matrix)
     if args.format == "sif" and export.find_apptainer() is None:
         export.export_sif(None, ref, args.output)  # raises the one line naming what is missing
-    result = export.export_image(connect(), ref, args.format, args.output, force=args.force,
-                                 progress=lambda msg: print(msg, file=sys.stderr))
+    say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
+    if args.format == "oci-bundle":
+        result = export.export_oci_bundle(connect(), ref, args.output, force=args.force,
+                                          method=args.oci_method, progress=say)
+    else:
+        result = export.export_image(connect(), ref, args.format, args.output, force=args.force,
+                                     progress=say)
     print(f"{result.path} ({result.format}, image {result.image_id[:19]})")
     return 0
