@@ -7,12 +7,11 @@ the image lacks is a failure, never a skip.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 from . import bandwidth, expect, gdr, libs, proc
-from .context import CheckTimeout, Context
+from .context import Context
 from .report import FAIL, PASS, SKIP, CheckResult, combine
 from .workers import read_results
 
@@ -68,14 +67,16 @@ def check_versions(ctx: Context) -> CheckResult:
     t = probe["torch"]
     system = probe["system"]["versions"]
 
-    def compare(component: str, label: str, installed: str | None, matcher=expect.version_matches) -> None:
+    def compare(component: str, label: str, installed: str | None) -> None:
         if ctx.expectation is None:
             parts.append((SKIP if installed is None else PASS,
                           f"{label} {installed or 'not found'} (no expectation to compare)"))
             return
         want = ctx.expected(component)
-        ok, why = matcher(installed, want) if matcher is not expect.torch_version_matches else \
-            matcher(installed, want, ctx.expected("cuda"))
+        if component == "pytorch":
+            ok, why = expect.torch_version_matches(installed, want, ctx.expected("cuda"))
+        else:
+            ok, why = expect.version_matches(installed, want)
         parts.append((PASS if ok else FAIL, f"{label}: {why}"))
 
     info = expect.os_release()
@@ -90,7 +91,7 @@ def check_versions(ctx: Context) -> CheckResult:
     if not t.get("present") and ctx.expects_present("pytorch"):
         parts.append((FAIL, f"pytorch: cannot import torch ({t.get('error', 'unknown error')})"))
     else:
-        compare("pytorch", "pytorch", torch_version, expect.torch_version_matches)
+        compare("pytorch", "pytorch", torch_version)
     # CUDA and the libraries torch loads vs. the system's own copies: reported separately
     if t.get("present"):
         compare("cuda", "torch.version.cuda", t.get("cuda"))
