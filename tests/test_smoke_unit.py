@@ -181,8 +181,9 @@ def test_os_names_from_os_release(tmp_path):
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc/os-release").write_text('ID=debian\nVERSION_ID="12"\nVERSION_CODENAME=bookworm\n')
     info = expect.os_release(str(tmp_path))
-    assert expect.os_names(info) == ["debian-bookworm", "debian-12"]
+    assert expect.os_names(info) == ["debian-bookworm", "debian-12", "debian12"]
     assert expect.os_matches(info, "debian-bookworm")[0]
+    assert expect.os_matches(info, "debian12")[0]
     assert expect.os_matches(info, "Debian-12")[0]
     assert not expect.os_matches(info, "ubuntu-22.04")[0]
 

@@ -19,8 +19,9 @@ Comparison rules (documented here, unit-tested in tests/test_smoke_unit.py):
   match exactly. When it does not, the local part is ignored only if it agrees with the expected
   CUDA: ``+cpu`` needs cuda ``none``; ``+cuXYZ`` needs a CUDA whose major and minor digits are XYZ.
   So a CPU wheel in a CUDA image, or a cu121 wheel in a CUDA 12.4 image, fails.
-* The OS is ``<ID>-<VERSION_CODENAME>`` or ``<ID>-<VERSION_ID>`` from /etc/os-release
-  (``debian-bookworm``, ``debian-12``, ``ubuntu-22.04``), case-insensitive.
+* The OS is ``<ID>-<VERSION_CODENAME>``, ``<ID>-<VERSION_ID>`` or ``<ID><VERSION_ID>`` from
+  /etc/os-release (``debian-bookworm``, ``debian-12``, ``debian12``, ``ubuntu22.04``),
+  case-insensitive.
 """
 
 from __future__ import annotations
@@ -139,6 +140,8 @@ def os_names(info: dict[str, str]) -> list[str]:
     for key in ("VERSION_CODENAME", "VERSION_ID"):
         if ident and info.get(key):
             names.append(f"{ident}-{info[key].lower()}")
+    if ident and info.get("VERSION_ID"):
+        names.append(f"{ident}{info['VERSION_ID'].lower()}")  # the matrix's spelling: debian12, ubuntu22.04
     return names
 
 
