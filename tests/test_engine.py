@@ -162,11 +162,11 @@ def test_run_many_on_a_private_network_then_everything_is_gone(engine, base_imag
     token = secrets.token_hex(4)
     with engine.network(f"ib-test-net-{token}") as net:
         results = engine.run_many([
-            RunSpec(base_image, ("sleep", "3"), network=net, name=f"ib-n1-{token}", hostname="node1"),
+            RunSpec(base_image, ("sleep", "2"), network=net, name=f"ib-n1-{token}", hostname="node1"),
             RunSpec(base_image, ("getent", "hosts", f"ib-n1-{token}"), network=net, name=f"ib-n2-{token}",
                     hostname="node2"),
             RunSpec(base_image, ("sh", "-c", "echo waiting; sleep 120"), network=net, name=f"ib-n3-{token}"),
-        ], timeout=8)
+        ], timeout=5)
         assert [r.timed_out for r in results] == [False, False, True]
         assert results[0].exit_code == 0 and results[1].exit_code == 0
         ip = results[1].output.split()[0]
@@ -217,21 +217,75 @@ def test_inspect_save_remove_roundtrip(engine, base_image, tmp_path, docker_clie
 
 # ------------------------------------------------------------------ podman (optional)
 
-def test_podman_socket_builds_and_runs(tmp_path):
-    """Through podman's Docker-compatible API. Runs when IMAGEBUILD_PODMAN_HOST names a running
-    `podman system service` socket (MACHINE.md lists the set-up); CI does not install podman."""
-    host = os.environ.get("IMAGEBUILD_PODMAN_HOST")
-    if not host:
-        if IN_CI and shutil.which("podman"):
-            pytest.fail("podman is installed under CI=true but IMAGEBUILD_PODMAN_HOST is not set")
-        pytest.skip("podman is optional: set IMAGEBUILD_PODMAN_HOST=unix:///...sock to test it")
+PODMAN_CONF = """[containers]
+default_ulimits = []
+[engine]
+cgroup_manager = "cgroupfs"
+runtime = "runc"
+"""
+
+
+@pytest.fixture(scope="session")
+def podman_client(tmp_path_factory, engine, base_image):
+    """A private `podman system service` (own storage, own socket) holding a copy of the base
+    image; the settings are MACHINE.md's (cgroupfs, runc, no default ulimits)."""
+    podman = shutil.which("podman")
+    if not podman or not shutil.which("runc"):
+        pytest.skip("podman is optional and not installed (apt-get install podman runc); "
+                    "CI does not install it")
     import docker
-    client = docker.DockerClient(base_url=host, timeout=300)
-    eng = get_engine("docker", client=client)
+    d = tmp_path_factory.mktemp("podman")
+    (d / "containers.conf").write_text(PODMAN_CONF)
+    sock = d / "podman.sock"
+    env = dict(os.environ, CONTAINERS_CONF=str(d / "containers.conf"))
+    argv = [podman, "--root", str(d / "root"), "--runroot", str(d / "run"), "--runtime", "runc",
+            "--cgroup-manager", "cgroupfs", "system", "service", "--time=0", f"unix://{sock}"]
+    log = open(d / "service.log", "wb")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        client = None
+        for _ in range(100):
+            try:
+                client = docker.DockerClient(base_url=f"unix://{sock}", timeout=300)
+                client.ping()
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                client = None
+                threading.Event().wait(0.1)
+        assert client is not None, (d / "service.log").read_text()[-2000:]
+        pod = get_engine("docker", client=client)
+        pod.load(engine.save(base_image, d / "base.tar"))
+        (d / "base.tar").unlink()
+        yield client
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        subprocess.run([podman, "--root", str(d / "root"), "--runroot", str(d / "run"), "system", "reset",
+                        "--force"], env=env, capture_output=True, timeout=120)
+
+
+def test_podman_socket_builds_and_runs(podman_client, tmp_path):
+    """The same engine code through podman's Docker-compatible API."""
+    eng = get_engine("docker", client=podman_client)
     assert eng.name == "podman"
     ctx = tmp_path / "ctx"
-    ctx.mkdir()
-    (ctx / "Dockerfile").write_text("FROM imagebuild/base:debian-bookworm\nRUN echo podman > /p.txt\n")
-    res = eng.build(ctx, "imagebuild/podman-test:local", log=tmp_path / "p.log")
-    run = eng.run(res.image_id, ["cat", "/p.txt"], timeout=60)
-    assert run.output.strip() == "podman"
+    shutil.copytree(ROOT / "tests/fixtures/build/ok", ctx)
+    res = eng.build(ctx, "imagebuild/podman-test:local", buildargs={"TOKEN": "podman"},
+                    labels={"io.imagebuild.flavor": "cpu"}, log=tmp_path / "p.log")
+    assert res.steps == 6 and res.image_id.startswith("sha256:")     # 7 steps (LABEL added) less FROM
+    again = eng.build(ctx, "imagebuild/podman-test:local", buildargs={"TOKEN": "podman"},
+                      labels={"io.imagebuild.flavor": "cpu"}, log=tmp_path / "p2.log")
+    assert again.image_id == res.image_id and again.cached_steps == again.steps == 6
+    assert eng.inspect("imagebuild/podman-test:local").labels["io.imagebuild.flavor"] == "cpu"
+    run = eng.run("imagebuild/podman-test:local", ["cat", "/token.txt"], timeout=120)
+    assert run.ok and run.output.strip() == "built for podman"
+    timed = eng.run("imagebuild/podman-test:local", ["sleep", "60"], timeout=2)
+    assert timed.timed_out
+    assert podman_client.containers.list(all=True) == []
+    with pytest.raises(EngineError, match="podman"):
+        eng.build(ROOT / "tests/fixtures/build/ca-secret", "imagebuild/podman-ca:local", log=tmp_path / "c.log")

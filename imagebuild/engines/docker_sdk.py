@@ -27,7 +27,10 @@ from . import (
 )
 
 OWNER_LABEL = {"io.imagebuild.owner": "imagebuild"}
-_STEP_RE = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+# Docker's classic builder: "Step 2/5 : RUN x" / " ---> Using cache"; podman (buildah) through its
+# Docker API: "STEP 2/5: RUN x" / "--> Using cache 0123abcd..."
+_STEP_RE = re.compile(r"^(?:Step|STEP) (\d+)/(\d+) ?: (.*)$")
+_CACHE_RE = re.compile(r"^\s*-{2,3}> Using cache\b")
 _TARGET_RE = re.compile(r"^/[^\x00-\x1f\x7f:,]*$")
 
 
@@ -117,7 +120,7 @@ class DockerEngine:
         t0 = time.monotonic()
         with _open_log(log) as out:
             out.write(f"# imagebuild: build {ref} from {context} ({dockerfile}), "
-                      f"{self.name} classic builder\n")
+                      f"{'podman (buildah)' if self.name == 'podman' else 'docker classic builder'}\n")
 
             def lines(text: str):
                 nonlocal pending
@@ -135,10 +138,10 @@ class DockerEngine:
                     if not m.group(3).upper().startswith("FROM "):
                         steps += 1
                     progress(f"Step {m.group(1)}/{m.group(2)}: {_one_line(m.group(3), 60)}")
-                elif line.strip() == "---> Using cache":
+                elif _CACHE_RE.match(line):
                     cached += 1
                     progress(f"Step {current.split(' ', 1)[0]}: cached")
-                elif line.strip() and not line.startswith(" ---> "):
+                elif line.strip() and not re.match(r"^\s*-{2,3}> ", line):
                     tail.append(line)
 
             with engine_errors(f"building {ref}"):
