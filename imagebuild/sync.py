@@ -1,8 +1,8 @@
 """Keep matrix.yaml's PyTorch pins in step with the real wheels on the package index.
 
 For each PyTorch release, the default wheel for Linux x86_64 (CPython 3.12) pins the cuDNN, NCCL and
-CUDA runtime it bundles in its `Requires-Dist`, and states `Requires-Python`. `sync` reads that
-metadata, compares it with the release's default variant in the matrix and, when asked, rewrites
+CUDA runtime it bundles in its `Requires-Dist`, and states `Requires-Python` (whose lower bound is
+raised to the oldest interpreter the release really has a wheel for). `sync` reads that metadata, compares it with the release's default variant in the matrix and, when asked, rewrites
 only the differing values on their own lines (comments and layout stay as they are).
 
 The metadata is read without downloading the wheel (torch wheels are close to 1 GB):
@@ -80,10 +80,11 @@ class WheelPins:
     cuda_runtime: str | None = None
     cuda: str | None = None          # major.minor implied by the CUDA runtime pin
     how: str = ""                    # how the metadata was read (for the report)
+    wheel_pythons: tuple[str, ...] = ()  # the Pythons the release has Linux x86_64 wheels for
 
     def value(self, name: str) -> str | None:
         if name == "python":
-            return python_floor(self.requires_python)
+            return effective_python_floor(self.requires_python, self.wheel_pythons)
         return getattr(self, name)
 
 
@@ -106,7 +107,7 @@ def _pin(req) -> str:
 
 def pins_from_metadata(version: str, wheel: str, requires_python: str | None,
                        requires_dist: Iterable[str], how: str = "",
-                       python_tag: str = "cp312") -> WheelPins:
+                       python_tag: str = "cp312", wheel_pythons: Iterable[str] = ()) -> WheelPins:
     """Pick the cuDNN, NCCL and CUDA runtime pins out of a wheel's Requires-Dist lines. Lines whose
     markers do not hold on Linux x86_64 CPython (extras, other platforms) are ignored."""
     from packaging.requirements import InvalidRequirement, Requirement
@@ -135,7 +136,7 @@ def pins_from_metadata(version: str, wheel: str, requires_python: str | None,
         except VersionSyntaxError:
             cuda = None
     return WheelPins(version, wheel, requires_python, found.get("cudnn"), found.get("nccl"),
-                     found.get("cuda_runtime"), cuda, how)
+                     found.get("cuda_runtime"), cuda, how, tuple(wheel_pythons))
 
 
 def pins_from_pip_report(report: dict, version: str) -> WheelPins:
@@ -147,6 +148,16 @@ def pins_from_pip_report(report: dict, version: str) -> WheelPins:
             return pins_from_metadata(version, url.rsplit("/", 1)[-1], meta.get("requires_python"),
                                       meta.get("requires_dist", []), "pip report")
     raise SyncError(f"the pip report names no torch {version}")
+
+
+def effective_python_floor(requires_python: str | None, wheel_pythons: Iterable[str]) -> str | None:
+    """The oldest Python a release really installs on: Requires-Python's lower bound, raised to
+    the oldest interpreter it has a wheel for (torch 2.5.1 says >=3.8 but has no cp38 wheel)."""
+    floor = python_floor(requires_python)
+    pys = sorted(wheel_pythons, key=parse_version)
+    if pys and (floor is None or parse_version(pys[0]) > parse_version(floor)):
+        return pys[0]
+    return floor
 
 
 def python_floor(spec: str | None) -> str | None:
@@ -497,6 +508,29 @@ def pick_wheel(links: list[Link], version: str) -> tuple[Link, str] | None:
     return None
 
 
+def wheel_pythons(links: list[Link], version: str) -> tuple[str, ...]:
+    """The CPython versions a torch release has Linux x86_64 wheels for, oldest first."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import Version
+
+    want = Version(version)
+    found = set()
+    for link in links:
+        if not link.filename.endswith(".whl"):
+            continue
+        try:
+            name, ver, _build, tags = parse_wheel_filename(link.filename)
+        except InvalidWheelFilename:
+            continue
+        if name != PROJECT or ver != want:
+            continue
+        for t in tags:
+            m = re.fullmatch(r"cp([0-9])([0-9]+)", t.interpreter)
+            if m and _PLATFORM_RE.match(t.platform):
+                found.add(f"{m.group(1)}.{m.group(2)}")
+    return tuple(sorted(found, key=parse_version))
+
+
 class _RangeFile(io.RawIOBase):
     """A read-only, seekable view of a remote file through HTTP range requests, in blocks."""
 
@@ -595,7 +629,8 @@ class Index:
     def pins(self, version: str) -> WheelPins:
         """Read the default wheel's metadata for one torch release, without the wheel."""
         parse_version(version)
-        picked = pick_wheel(self.links(PROJECT), version)
+        links = self.links(PROJECT)
+        picked = pick_wheel(links, version)
         if picked is None:
             raise SyncError(f"torch {version}: the index at {self.url} has no CPython Linux x86_64 "
                             "wheel")
@@ -610,7 +645,8 @@ class Index:
             how = f"PEP 658 metadata ({len(raw)} bytes)"
         else:
             raw, how = self._metadata_by_ranges(link)
-        return _pins_from_metadata_file(version, link.filename, raw, how, py)
+        return _pins_from_metadata_file(version, link.filename, raw, how, py,
+                                        wheel_pythons(links, version))
 
     def _metadata_by_ranges(self, link: Link) -> tuple[bytes, str]:
         import requests
@@ -640,13 +676,13 @@ class Index:
 
 
 def _pins_from_metadata_file(version: str, wheel: str, raw: bytes, how: str,
-                             python_tag: str = "cp312") -> WheelPins:
+                             python_tag: str = "cp312", pythons: tuple[str, ...] = ()) -> WheelPins:
     msg = HeaderParser().parsestr(raw.decode("utf-8", errors="replace"))
     if (msg.get("Name") or "").lower() != PROJECT or msg.get("Version") != version:
         raise SyncError(f"{wheel}: its metadata names {msg.get('Name')} {msg.get('Version')}, "
                         f"not torch {version}")
     return pins_from_metadata(version, wheel, msg.get("Requires-Python"),
-                              msg.get_all("Requires-Dist") or [], how, python_tag)
+                              msg.get_all("Requires-Dist") or [], how, python_tag, pythons)
 
 
 # --------------------------------------------------------------------------------------------------

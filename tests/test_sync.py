@@ -148,6 +148,43 @@ def test_pins_from_a_pip_report():
         sync.pins_from_pip_report(report, "2.5.1")
 
 
+@pytest.mark.parametrize("rp,pythons,floor", [
+    (">=3.8", ("3.9", "3.10", "3.12"), "3.9"),     # torch 2.5.1: no cp38 wheel despite >=3.8
+    (">=3.10", ("3.8", "3.10"), "3.10"),
+    (">=3.8.0", (), "3.8.0"),
+    (None, ("3.11",), "3.11"),
+    (None, (), None),
+])
+def test_effective_python_floor(rp, pythons, floor):
+    assert sync.effective_python_floor(rp, pythons) == floor
+
+
+def test_wheel_pythons_from_a_project_page():
+    page = "".join(f'<a href="/f/{n}#sha256={"0" * 64}">{n}</a>' for n in (
+        "torch-2.5.1-cp313-cp313-manylinux1_x86_64.whl", "torch-2.5.1-cp39-cp39-manylinux1_x86_64.whl",
+        "torch-2.5.1-cp38-cp38-macosx_11_0_arm64.whl", "torch-2.5.1-cp38-cp38-win_amd64.whl",
+        "torch-2.5.1-cp310-cp310-manylinux1_x86_64.whl", "torch-2.5.0-cp38-cp38-manylinux1_x86_64.whl",
+        "torch-2.5.1.tar.gz"))
+    links = sync.parse_project_page(page, "text/html", "https://index.invalid/simple/torch/")
+    assert links[0].url == "https://index.invalid/f/torch-2.5.1-cp313-cp313-manylinux1_x86_64.whl"
+    assert links[0].sha256 == "0" * 64 and links[0].metadata is None
+    assert sync.wheel_pythons(links, "2.5.1") == ("3.9", "3.10", "3.13")
+    link, py = sync.pick_wheel(links, "2.5.1")
+    assert py == "cp310" and link.filename == "torch-2.5.1-cp310-cp310-manylinux1_x86_64.whl"
+    p = sync.pins_from_metadata("2.5.1", link.filename, ">=3.8", [], wheel_pythons=("3.9", "3.10"))
+    assert p.value("python") == "3.9"
+
+
+def test_pep691_json_page():
+    body = ('{"files": [{"filename": "torch-2.4.1-cp312-cp312-manylinux1_x86_64.whl", '
+            '"url": "../../f/torch-2.4.1-cp312-cp312-manylinux1_x86_64.whl", '
+            '"hashes": {"sha256": "' + "a" * 64 + '"}, "core-metadata": {"sha256": "' + "b" * 64 + '"}}]}')
+    (link,) = sync.parse_project_page(body, "application/vnd.pypi.simple.v1+json",
+                                      "https://index.invalid/simple/torch/")
+    assert link.url == "https://index.invalid/f/torch-2.4.1-cp312-cp312-manylinux1_x86_64.whl"
+    assert (link.sha256, link.metadata) == ("a" * 64, "b" * 64)
+
+
 @pytest.mark.parametrize("spec,floor", [(">=3.10,<3.15", "3.10"), ("<3.13, >=3.8", "3.8"),
                                         ("<3.13", None), (None, None)])
 def test_python_floor(spec, floor):
@@ -331,7 +368,12 @@ class _Index:
                 attr = f' data-dist-info-metadata="sha256={hashlib.sha256(meta).hexdigest()}"'
             links.append(f'<a href="../../files/{name}#sha256={hashlib.sha256(whl).hexdigest()}"'
                          f' data-requires-python="{rp}"{attr}>{name}</a>')
-            # a wheel for another platform and an older interpreter, which must not be picked
+            # the same wheel for older interpreters (the Python floor counts them; the cp312 one is read)
+            for py in ("cp38", "cp310"):
+                other = name.replace("cp312-cp312", f"{py}-{py}")
+                self.files[f"/files/{other}"] = whl
+                links.append(f'<a href="../../files/{other}">{other}</a>')
+            # a wheel for another platform, which must not be picked
             self.files[f"/files/torch-{ver}-cp312-cp312-manylinux2014_aarch64.whl"] = b"not a zip"
             links.append(f'<a href="../../files/torch-{ver}-cp312-cp312-manylinux2014_aarch64.whl">x</a>')
         self.files["/simple/torch/"] = ("<html><body>" + "<br/>".join(links) + "</body></html>").encode()
@@ -508,4 +550,5 @@ def test_real_index_torch_2_4_1():
     p = index.pins("2.4.1")
     assert (p.cudnn, p.nccl, p.cuda_runtime, p.cuda) == ("9.1.0.70", "2.20.5", "12.1.105", "12.1")
     assert sync.python_floor(p.requires_python) in ("3.8", "3.8.0")
+    assert p.value("python") in ("3.8", "3.8.0") and "3.12" in p.wheel_pythons
     assert p.wheel.startswith("torch-2.4.1-") and p.wheel.endswith("_x86_64.whl")
