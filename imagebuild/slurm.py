@@ -22,7 +22,7 @@ import os
 import re
 import shlex
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import UsageError
 
@@ -92,7 +92,6 @@ class SbatchSpec:
     partition: str | None = None
     account: str | None = None
     reports_dir: str | None = None      # host folder (pyxis); default: submit dir/imagebuild-reports
-    extra_sbatch: tuple[str, ...] = field(default=())
 
     def __post_init__(self):
         check_path(self.image_path, "--image-path")
@@ -119,8 +118,6 @@ class SbatchSpec:
             check_name(self.account, "--account")
         if self.reports_dir is not None:
             check_path(self.reports_dir, "--reports-dir")
-        if self.extra_sbatch:
-            raise UsageError("extra #SBATCH lines are not supported", argument="--sbatch")
 
     @property
     def ntasks_per_node(self) -> int:

@@ -208,6 +208,14 @@ def test_engine_push_retries_transient_errors_only():
     assert str(err.value).startswith("registry h:1 refused the credentials for u") and "Pw-secret" not in str(err.value)
 
 
+def test_auth_challenges_are_parsed():
+    assert publish._parse_challenge('Basic realm="imagebuild-test"') == ("basic", {"realm": "imagebuild-test"})
+    scheme, params = publish._parse_challenge(
+        'Bearer realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull"')
+    assert scheme == "bearer" and params == {"realm": "https://auth.example/token",
+                                             "service": "registry.example", "scope": "repository:a/b:pull"}
+
+
 def test_report_checks(tmp_path):
     good = {"image": "a", "image_id": "sha256:" + "1" * 64, "passed": True}
     publish.check_report(good, "sha256:" + "1" * 64, name="a")
