@@ -47,7 +47,7 @@ FIELDS = ("cuda", "cudnn", "nccl", "cuda_runtime", "python")
 WRITABLE = ("cudnn", "nccl", "cuda_runtime", "python")
 _PLATFORM_RE = re.compile(r"^(manylinux1|manylinux2010|manylinux2014|manylinux_[0-9]+_[0-9]+|linux)"
                           r"_x86_64$")
-_URL_RE = re.compile(r"^(https?|file)://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+$")
+_URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+$")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
@@ -375,7 +375,7 @@ def write_matrix(path: str, differences: list[Difference]) -> bool:
 
 def validate_index_url(url: str) -> str:
     if not _URL_RE.match(url):
-        raise SyncError(f"malformed index URL {url!r} (expected http(s)://... or file://...)",
+        raise SyncError(f"malformed index URL {url!r} (expected http://... or https://...)",
                         argument="--index-url")
     return url.rstrip("/") + "/"
 

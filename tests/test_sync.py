@@ -471,6 +471,7 @@ def test_cli_sync_agree_differ_and_write(local_index, matrix, capsys):
     (["--versions", "1.0; rm -rf /"], "malformed version"),
     (["--index-url", "http://127.0.0.1:1/simple/"], "cannot reach the package index"),
     (["--index-url", "ftp://x y"], "malformed index URL"),
+    (["--index-url", "file:///opt/wheels"], "malformed index URL"),
 ])
 def test_cli_bad_input_is_one_line(matrix, capsys, argv, needle):
     rc = cli.main(["knowledge", "sync", "pytorch", "--matrix", str(matrix), "--quiet"] + argv)
