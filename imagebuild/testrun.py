@@ -82,7 +82,8 @@ def compare_labels(info: ImageInfo, image_json: dict | None) -> list[tuple[str, 
             diffs.append(f"{LABEL_PREFIX}stack.{comp}={label!r} but image.json says {inside!r}")
     if diffs:
         return [(FAIL, "labels differ from image.json: " + "; ".join(diffs))]
-    return [(PASS, f"labels equal {IMAGE_JSON} ({len(COMPONENTS)} components, id, flavor)")]
+    compared = "id, flavor" + (", min-driver" if "min_driver" in image_json else "")
+    return [(PASS, f"labels equal {IMAGE_JSON} ({len(COMPONENTS)} components, {compared})")]
 
 
 class Containers:
@@ -199,6 +200,14 @@ class Containers:
             pass
 
     def close(self) -> None:
+        label = {"label": f"io.imagebuild.smoke={self.token}"}
+        try:  # also those whose create call was interrupted before it returned
+            self._containers += [c for c in self.client.containers.list(all=True, filters=label)
+                                 if c.id not in {k.id for k in self._containers}]
+            self._networks += [n for n in self.client.networks.list(filters=label)
+                               if n.id not in {k.id for k in self._networks}]
+        except Exception:  # noqa: BLE001 - best effort: the engine may be the thing that failed
+            pass
         for container in reversed(self._containers):
             try:
                 container.remove(force=True)

@@ -180,3 +180,22 @@ def test_ctrl_c_removes_containers_and_networks(smoke_cpu_image, docker_client):
             assert len(_leftovers(docker_client, cs.token)) == 2
             raise KeyboardInterrupt
     assert _leftovers(docker_client, cs.token) == set()
+
+
+def test_sigterm_mid_run_removes_every_container(smoke_cpu_image, docker_client, tmp_path):
+    """`imagebuild test` killed with SIGTERM while its suite container runs leaves nothing behind."""
+    import signal
+
+    before = _leftovers(docker_client)
+    child = subprocess.Popen([sys.executable, "-m", "imagebuild", "test", smoke_cpu_image, "--only", "ddp.equivalence",
+                              "--report", str(tmp_path / "r.json")], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (_leftovers(docker_client) - before):
+        time.sleep(0.2)
+    assert _leftovers(docker_client) - before, "the suite container never appeared"
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130 and err.strip().endswith("interrupted")
+    assert _leftovers(docker_client) - before == set()
+    assert not (tmp_path / "r.json").exists()  # no half-written report either

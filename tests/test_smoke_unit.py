@@ -461,3 +461,27 @@ def test_ddp_node_refuses_hostile_arguments(endpoint, rdzv_id, tmp_path):
                  "--out", str(tmp_path))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "must be" in out.stderr.splitlines()[-1]
+
+
+def _imagebuild(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "imagebuild", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, env=env)
+
+
+def test_imagebuild_test_without_an_engine_is_one_line(tmp_path):
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock")
+    out = _imagebuild("test", "imagebuild/smoke-cpu:x", env=env)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no container engine answers" in lines[0] and "no-engine.sock" in lines[0]
+
+
+def test_imagebuild_test_argument_errors_are_one_line():
+    out = _imagebuild("test", "a:1", "b:2", "--report", "r.json")
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "give one IMAGE" in out.stderr
+    out = _imagebuild("test", "a:1", "--only", "nccl")
+    assert out.returncode == 2 and "unknown check 'nccl'" in out.stderr
+    out = _imagebuild("test", "a:1", "--ranks", "0")
+    assert out.returncode == 2 and "between 1 and 64" in out.stderr
+    out = _imagebuild("test", "a;rm -rf /")
+    assert out.returncode == 2 and "not an image reference" in out.stderr

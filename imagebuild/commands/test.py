@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 
 from ..errors import UsageError
 
@@ -44,6 +45,10 @@ def _ref_for(name: str, matrix: str) -> str:
     return select(load_images(matrix), [name])[0].local_ref
 
 
+def _terminate(signum, frame):  # noqa: ARG001 - signal API
+    raise KeyboardInterrupt
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     from ..cli import add_matrix_option
     add_matrix_option(parser)
@@ -72,6 +77,8 @@ def run(args) -> int:
         testrun.validate_ref(ref)
     opts = testrun.TestOptions(ranks=args.ranks, timeout=args.timeout, only=testrun.check_only(args.only))
     client = connect()
+    # a CI runner stops jobs with SIGTERM: leave through the same clean-up path as Ctrl-C
+    signal.signal(signal.SIGTERM, _terminate)
     for ref in args.images:  # every image known and labelled before anything runs
         testrun.inspect_image(client, ref)
     failed = 0
