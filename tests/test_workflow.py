@@ -4,6 +4,7 @@ and every `imagebuild ...` line it runs naming a real command with arguments tha
 from __future__ import annotations
 
 import argparse
+import json
 import importlib
 import re
 import shlex
@@ -85,4 +86,21 @@ def test_every_imagebuild_call_is_a_real_command_with_valid_arguments(workflow):
         argv = shlex.split(args)
         parsed = parser.parse_args(argv)  # raises ImagebuildError on an unknown or malformed flag
         assert isinstance(parsed, argparse.Namespace)
-    assert set(unchecked) <= {"plan"}, unchecked
+    assert unchecked == [], f"commands without a module: {unchecked}"
+
+
+def test_plan_prints_the_matrix_the_workflow_expects(capsys):
+    """The contract between job `plan` and job `images`: one line of JSON with an `include` list
+    whose entries name images of the matrix under `image`."""
+    from imagebuild.images import load_images
+
+    driver = yaml.safe_load((ROOT / "cluster" / "driver.yaml").read_text())
+    assert cli.main(["plan", "--matrix", str(ROOT / "matrix.yaml"), "--driver-from", "550.54.15",
+                     "--driver-to", str(driver["driver"]), "--gpu", str(driver["gpu"]),
+                     "--format", "github"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1  # one line for $GITHUB_OUTPUT
+    matrix = json.loads(out)
+    known = load_images(ROOT / "matrix.yaml")
+    assert matrix["include"], "an upgrade from 550 to the cluster's driver rebuilds some images"
+    assert all(entry["image"] in known for entry in matrix["include"])
