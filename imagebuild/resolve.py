@@ -22,7 +22,8 @@ from .errors import UsageError
 from .knowledge import STACK, Knowledge, Matcher, Rule, version_matcher
 from .versions import NONE, VersionSyntaxError, major_minor, parse_driver, parse_version
 
-MODE_RANK = {"native": 0, "minor-version": 1, "forward-compat": 2, "unknown": 3, "n/a": 0}
+# A CPU build ("n/a": no CUDA) ranks last: on a GPU host any CUDA build that runs beats it.
+MODE_RANK = {"native": 0, "minor-version": 1, "forward-compat": 2, "unknown": 3, "n/a": 4}
 
 
 # --------------------------------------------------------------------------------------------------
