@@ -53,10 +53,10 @@ DRIVERS = ["450.80.02", "525.60.13", "535.104.05", "550.54.15", "560.35.05", "57
 
 # The order the resolver documents (matrix.yaml `preference`): torch, CUDA mode (native, then
 # minor-version, then forward-compat; "unknown" when the host driver is not given), CUDA, Python,
-# OS (the file's order), Open MPI, UCX. Two things the documentation leaves open are taken as the
-# resolver does them: a CPU stack (no mode) ranks with native, and cuDNN then NCCL (not named in
-# `preference`) rank right after CUDA, newest first, "none" last. Both are reported to the lead.
-MODE_RANK = {"native": 0, "minor-version": 1, "forward-compat": 2, "unknown": 3, "n/a": 0}
+# OS (the file's order), Open MPI, UCX. A CPU stack (no mode) ranks after every CUDA mode. cuDNN
+# then NCCL, which `preference` does not name, rank as the resolver takes them: right after CUDA,
+# newest first, "none" last.
+MODE_RANK = {"native": 0, "minor-version": 1, "forward-compat": 2, "unknown": 3, "n/a": 4}
 
 
 # --------------------------------------------------------------------------------------------------
