@@ -3,8 +3,7 @@
 
     python benchmarks/bench_build.py [--context DIR] [--change-line N] [--repeat R]
 
-1. cold build: the image and its build cache removed first (the image's own intermediate images
-   for the classic builder; the BuildKit cache when the Dockerfile needs BuildKit);
+1. cold build: without the build cache (--no-cache), after removing what earlier runs built;
 2. rebuild with nothing changed (ratio to cold; every step should come from the cache);
 3. rebuild after changing one late line (default: the last RUN): which steps were cached;
 4. the image of 1 and the image of 3 differ only in their last layers: the share of bytes they
@@ -78,15 +77,14 @@ def _link_or_copy(src, dst):
         shutil.copy2(src, dst)
 
 
-def cold_reset(engine, refs: list[str], built_ids: set[str], buildkit: bool, prune: bool) -> None:
+def cold_reset(engine, refs: list[str], built_ids: set[str]) -> None:
     """Remove the refs and every image this run built (a rebuilt tag leaves its old image behind,
-    which would keep the classic builder's intermediate images, its cache, alive)."""
+    which would keep the classic builder's intermediate images, its cache, alive). The cold build
+    itself runs without the cache, so other people's images and caches on the engine stay."""
     for ref in list(refs) + sorted(built_ids):
         if engine.exists(ref):
-            engine.remove(ref, force=True)       # also removes its untagged parents: classic cache
+            engine.remove(ref, force=True)       # also removes its untagged parents
     built_ids.clear()
-    if buildkit and prune:
-        engine.client.api.prune_builds()
 
 
 def main(argv=None) -> int:
@@ -96,8 +94,6 @@ def main(argv=None) -> int:
     ap.add_argument("--change-line", type=int, default=None, metavar="N",
                     help="the Dockerfile line to change for the rebuild (default: the last RUN)")
     ap.add_argument("--repeat", type=int, default=1, help="measure each figure R times, report the median")
-    ap.add_argument("--no-prune", action="store_true",
-                    help="keep the engine's BuildKit cache (the cold build is then not fully cold)")
     ap.add_argument("--secret", action="append", default=[], metavar="ID=FILE",
                     help="a BuildKit secret the Dockerfile mounts (e.g. ca-bundle=/etc/ssl/certs/ca-certificates.crt)")
     ap.add_argument("--keep", action="store_true", help="keep the two images at the end")
@@ -124,17 +120,17 @@ def main(argv=None) -> int:
     cold, warm, changed = [], [], []
     built: set[str] = set()
 
-    def build(context: Path, ref: str, log: str):
+    def build(context: Path, ref: str, log: str, no_cache: bool = False):
         res = engine.build(context, ref, dockerfile=args.dockerfile, secrets=secrets_ or None,
-                           log=logs / log)
+                           log=logs / log, no_cache=no_cache)
         built.add(res.image_id)
         return res
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-build-ctx-"))
     try:
         for r in range(args.repeat):
-            cold_reset(engine, [changed_ref, base_ref], built, buildkit, not args.no_prune)
-            cold.append(build(ctx, base_ref, f"cold{r}.log"))
+            cold_reset(engine, [changed_ref, base_ref], built)
+            cold.append(build(ctx, base_ref, f"cold{r}.log", no_cache=True))
         for r in range(args.repeat):
             warm.append(build(ctx, base_ref, f"warm{r}.log"))
         changed_line = 0
@@ -180,7 +176,7 @@ def main(argv=None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
         if not args.keep:
             try:
-                cold_reset(engine, [changed_ref, base_ref], built, False, False)
+                cold_reset(engine, [changed_ref, base_ref], built)
             except ImagebuildError:
                 pass
     print(f"bench_build: logs in {logs}")

@@ -160,8 +160,11 @@ def build_all(jobs: Sequence[BuildJob], *, engine: Engine, jobs_n: int = 1, keep
                 outcomes[job.image_id] = outcome
                 if outcome.status == FAILED and not keep_going:
                     stop = True
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:
+        # Ctrl-C or a bug in here: start nothing new and do not wait for running builds
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return [outcomes[j.image_id] for j in jobs]
 
 

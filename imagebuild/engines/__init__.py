@@ -196,7 +196,7 @@ class Engine(Protocol):
     def build(self, context: Path, ref: str, *, dockerfile: str = "Dockerfile",
               buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
               secrets: Mapping[str, Path] | None = None, log: Path,
-              progress: Progress | None = None) -> BuildResult: ...
+              progress: Progress | None = None, no_cache: bool = False) -> BuildResult: ...
 
     def run(self, image: str, command: Sequence[str], *, env: Mapping[str, str] | None = None,
             network: str | None = None, name: str | None = None, hostname: str | None = None,

@@ -58,7 +58,7 @@ class BuildKitEngine(DockerEngine):
     def build(self, context: Path, ref: str, *, dockerfile: str = "Dockerfile",
               buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
               secrets: Mapping[str, Path] | None = None, log: Path,
-              progress: Progress | None = None) -> BuildResult:
+              progress: Progress | None = None, no_cache: bool = False) -> BuildResult:
         if self.name == "podman":
             raise EngineError(f"building {ref}: secrets and RUN --mount need BuildKit, which podman's "
                               f"Docker API at DOCKER_HOST={docker_host()} does not offer; use Docker")
@@ -80,6 +80,8 @@ class BuildKitEngine(DockerEngine):
                 argv += ["--build-arg", f"{k}={v}"]
             for sid, src in secrets.items():
                 argv += ["--secret", f"id={sid},src={src}"]
+            if no_cache:
+                argv.append("--no-cache")
             argv.append(str(context))
             env = dict(os.environ, DOCKER_BUILDKIT="1", DOCKER_HOST=docker_host())
             env.pop("BUILDKIT_PROGRESS", None)

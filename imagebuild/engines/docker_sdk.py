@@ -100,13 +100,13 @@ class DockerEngine:
     def build(self, context: Path, ref: str, *, dockerfile: str = "Dockerfile",
               buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
               secrets: Mapping[str, Path] | None = None, log: Path,
-              progress: Progress | None = None) -> BuildResult:
+              progress: Progress | None = None, no_cache: bool = False) -> BuildResult:
         context, dockerfile_path = check_context(context, dockerfile)
         if secrets or dockerfile_needs_buildkit(dockerfile_path.read_text(errors="replace")):
             from .buildkit import BuildKitEngine
             return BuildKitEngine(self._client, _engine_name=self.name).build(
                 context, ref, dockerfile=dockerfile, buildargs=buildargs, labels=labels,
-                secrets=secrets, log=log, progress=progress)
+                secrets=secrets, log=log, progress=progress, no_cache=no_cache)
         check_ref(ref)
         buildargs = check_mapping(buildargs, "build argument")
         labels = check_mapping(labels, "label")
@@ -147,7 +147,8 @@ class DockerEngine:
             with engine_errors(f"building {ref}"):
                 stream = self._client.api.build(
                     path=str(context), dockerfile=dockerfile, tag=ref, labels=labels or None,
-                    buildargs=buildargs or None, rm=True, forcerm=True, decode=True)
+                    buildargs=buildargs or None, rm=True, forcerm=True, decode=True,
+                    nocache=no_cache)
                 for chunk in stream:
                     if "stream" in chunk:
                         text = str(chunk["stream"])
