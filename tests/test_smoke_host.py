@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -86,3 +87,30 @@ def test_gpu_tier_without_cuda_skips_with_a_reason(host_ready, tmp_path):
         assert by_name[name]["detail"].startswith("tier gpu: no CUDA device visible")
     assert by_name["gpudirect"]["status"] == "pass" and "not measured" in by_name["gpudirect"]["detail"]
     assert "skipped: torch.allreduce, ddp.equivalence" in out.stdout
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        if text in cmd:
+            found.append(f"{pid}: {cmd}")
+    return found
+
+
+def test_ranks_past_the_timeout_are_killed_and_reported(host_ready, tmp_path):
+    """Real ranks (each importing torch, then gloo) cannot finish in 4 s on this machine: the check
+    fails "timed out after 4s" and no rank survives it (their --out lies under our TMPDIR)."""
+    report = tmp_path / "r.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-m", "imagebuild.smoke", "--only", "ddp.equivalence", "--timeout", "4",
+                          "--report", str(report)], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
+    data = json.loads(report.read_text())
+    check = data["checks"][0]
+    assert check["status"] == "fail" and check["detail"].startswith("timed out after 4s"), out.stdout
+    assert out.returncode == 1 and data["passed"] is False
+    assert _processes_mentioning(str(tmp_path)) == []

@@ -294,18 +294,17 @@ def check_mpi_allreduce(ctx: Context) -> CheckResult:
                  "-x", f"UCX_TLS={tls}"]
     argv += ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
              ctx.python, "-m", "imagebuild.smoke.workers.mpi_allreduce", "--lib", lib, "--out", out_dir]
-    timeout = ctx.left()
     env = ctx.env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
-    outcome = proc.run(argv, timeout=timeout, env=env)
+    outcome = proc.run(argv, timeout=ctx.left(), env=env)
     results = read_results(out_dir, ctx.ranks)
-    errs = _rank_errors(results, [outcome], ctx.ranks, timeout)
+    errs = _rank_errors(results, [outcome], ctx.ranks, ctx.timeout)
     metrics: dict[str, float] = {"ranks": ctx.ranks, "seconds_mpirun": round(outcome.seconds, 3)}
     if results:
         metrics["elements_checked"] = results[min(results)].get("checked", 0)
         metrics.update(bandwidth_metrics(results[min(results)].get("timings", {}), ctx.ranks))
     via = f"pml ucx, UCX_TLS={tls}" if use_ucx else "default pml"
     if errs:
-        return CheckResult("mpi.allreduce", FAIL, f"{ctx.ranks} ranks ({via}): " + "; ".join(errs), metrics)
+        return CheckResult("mpi.allreduce", FAIL, "; ".join(errs) + f" ({ctx.ranks} ranks, {via})", metrics)
     return CheckResult("mpi.allreduce", PASS,
                        f"{ctx.ranks} ranks under mpirun ({via}), MPI_Allreduce(MPI_SUM) on "
                        f"{int(metrics.get('elements_checked', 0))} doubles per rank verified element by element",
@@ -348,10 +347,8 @@ def _launch_torch(ctx: Context, module: str, out_dir: str, args: list[str], extr
         envs.append(ctx.env(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(ctx.ranks),
                             LOCAL_WORLD_SIZE=str(ctx.ranks), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
                             MASTER_PORT=port, **(extra_env or {})))
-    timeout = ctx.left()
-    outcomes = proc.run_group(argvs, envs, timeout=timeout)
-    results = read_results(out_dir, ctx.ranks)
-    return outcomes, results, timeout
+    outcomes = proc.run_group(argvs, envs, timeout=ctx.left())
+    return outcomes, read_results(out_dir, ctx.ranks)
 
 
 def check_torch_allreduce(ctx: Context) -> CheckResult:
@@ -365,11 +362,11 @@ def check_torch_allreduce(ctx: Context) -> CheckResult:
         sizes = bandwidth.sizes(8, 2 << 20, 8)
         iters = "10"
     out_dir = ctx.scratch("torch-allreduce")
-    outcomes, results, timeout = _launch_torch(
+    outcomes, results = _launch_torch(
         ctx, "torch_allreduce", out_dir,
         ["--backend", backend, "--sizes", ",".join(map(str, sizes)), "--iters", iters,
          "--timeout", str(int(ctx.timeout))])
-    errs = _rank_errors(results, outcomes, ctx.ranks, timeout)
+    errs = _rank_errors(results, outcomes, ctx.ranks, ctx.timeout)
     metrics: dict[str, float] = {"ranks": ctx.ranks}
     first = results.get(0, {})
     if first:
@@ -377,7 +374,7 @@ def check_torch_allreduce(ctx: Context) -> CheckResult:
         metrics.update(bandwidth_metrics(first.get("timings", {}), ctx.ranks))
     dtypes = [d for d in first.get("dtypes", []) if not any(u.startswith(d) for u in first.get("unsupported", []))]
     if errs:
-        return CheckResult("torch.allreduce", FAIL, f"{backend}, {ctx.ranks} ranks: " + "; ".join(errs), metrics)
+        return CheckResult("torch.allreduce", FAIL, "; ".join(errs) + f" ({backend}, {ctx.ranks} ranks)", metrics)
     largest = bandwidth.human(sizes[-1])
     detail = (f"{backend}, {ctx.ranks} ranks: {', '.join(dtypes)} verified element by element; "
               f"busbw {metrics.get(f'busbw_GBps.{largest}', 0):.3g} GB/s at {largest}")
@@ -391,9 +388,9 @@ def check_ddp_equivalence(ctx: Context) -> CheckResult:
     if early:
         return early
     out_dir = ctx.scratch("ddp")
-    outcomes, results, timeout = _launch_torch(
+    outcomes, results = _launch_torch(
         ctx, "ddp", out_dir, ["--backend", backend, "--steps", "5", "--timeout", str(int(ctx.timeout))])
-    errs = _rank_errors(results, outcomes, ctx.ranks, timeout)
+    errs = _rank_errors(results, outcomes, ctx.ranks, ctx.timeout)
     first = results.get(0, {})
     metrics: dict[str, float] = {"ranks": ctx.ranks}
     for key in ("steps", "tolerance", "max_rank_diff", "max_rel_diff"):
@@ -404,7 +401,7 @@ def check_ddp_equivalence(ctx: Context) -> CheckResult:
         metrics["single_step_ms"] = round(first["single_step_s"] * 1e3, 4)
         metrics["ddp_over_single"] = round(first["ddp_step_s"] / max(first["single_step_s"], 1e-12), 4)
     if errs:
-        return CheckResult("ddp.equivalence", FAIL, f"{backend}, {ctx.ranks} ranks: " + "; ".join(errs), metrics)
+        return CheckResult("ddp.equivalence", FAIL, "; ".join(errs) + f" ({backend}, {ctx.ranks} ranks)", metrics)
     detail = (f"{backend}, {ctx.ranks} ranks, {first.get('steps')} SGD steps on {first.get('device')}: "
               f"parameters identical on all ranks after every step (max abs diff "
               f"{first.get('max_rank_diff')}), within {first.get('tolerance'):g} relative of a single-process "
@@ -437,13 +434,13 @@ def check_gpudirect(ctx: Context) -> CheckResult:
     sub = Context(tier=ctx.tier, ranks=ranks, timeout=ctx.timeout, expectation=ctx.expectation,
                   workdir=ctx.workdir, python=ctx.python, deadline=ctx.deadline, _probe=ctx._probe)
     out_dir = ctx.scratch("gdr-nccl")
-    outcomes, results, timeout = _launch_torch(
+    outcomes, results = _launch_torch(
         sub, "torch_allreduce", out_dir, ["--backend", "nccl", "--sizes", "1048576", "--iters", "3"],
         extra_env={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,P2P,SHM,GRAPH"})
     log = "\n".join(o.output for o in outcomes)
     counts = gdr.parse_nccl_log(log)
     metrics.update({f"nccl.{k}": v for k, v in counts.items()})
-    errs = _rank_errors(results, outcomes, ranks, timeout)
+    errs = _rank_errors(results, outcomes, ranks, ctx.timeout)
     if errs:
         return CheckResult("gpudirect", FAIL, detail + "; NCCL job failed: " + "; ".join(errs), metrics,
                            required=False)
