@@ -11,6 +11,7 @@ that satisfy every rule (evaluated from the rules' own matchers) and the CUDA-mo
 (b) `resolve` finds no stack exactly when the oracle's set is empty;
 (c) `enumerate_stacks`, its groups' tails expanded, is exactly the oracle's set;
 (d) the stack `resolve` returns is a maximum of the documented preference order;
+    and `check` of a complete stack says yes exactly when the stack is in the oracle's set;
 (e) a failure's explanation is a chain of cited facts (a wish, a host line, or "[source]") and
     the rules it cites leave nothing on their own, and, when it names no CUDA-mode verdicts,
     dropping any one of them leaves something (a minimal core).
@@ -409,6 +410,15 @@ def test_resolver_agrees_with_brute_force(data):
     else:
         # (e)
         _check_explanation(o, res)
+
+    # `check` of a complete stack agrees with the oracle, for a stack in the set and one drawn from
+    # the whole product (usually not in it)
+    product = [dict(zip(STACK, c)) for c in itertools.product(
+        *(o.domains[c] or ["none"] for c in STACK))]
+    for stack in ([data.draw(st.sampled_from(truth))] if truth else []) + \
+            [data.draw(st.sampled_from(product))]:
+        verdict = resolve.check(k, host, stack, allow_unverified=unverified).ok
+        assert verdict == (stack in truth), (stack, verdict)
 
     # (c)
     groups = resolve.enumerate_stacks(k, host, wishes, allow_unverified=unverified)
