@@ -8,7 +8,6 @@ import base64
 import http.server
 import io
 import json
-import os
 import shutil
 import socket
 import subprocess
