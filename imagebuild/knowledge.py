@@ -749,6 +749,7 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
                           optional=("date", "install", "os", "cuda", "line", "pml", "needs", "note",
                                     "url", "sha256"))
                 ver = c.version(r, "version", w)
+                c.version(r, "line", w, True)
                 if ver in table:
                     c.fail(f"{comp}.releases: {ver} is listed twice", r, "version")
                 install = c.text(r, "install", w, True) or "source"
@@ -787,7 +788,8 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
         src = c.source(o, sources, w)
         cuda_range = c.spec(o, "cuda", w, True)
         oses[oid] = {"id": oid, "name": c.text(o, "name", w), "family": c.text(o, "family", w),
-                     "python": [str(p) for p in pys], "kernel": c.text(o, "kernel", w, True),
+                     "python": [str(p) for p in pys], "kernel": c.version(o, "kernel", w, True),
+                     "glibc": c.version(o, "glibc", w, True),
                      "cuda": cuda_range, "nvidia_repo": c.text(o, "nvidia_repo", w, True),
                      "base": c.text(o, "base", w, True),
                      "source": src, "line": o.line}
