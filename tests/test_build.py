@@ -270,3 +270,13 @@ def test_bad_ca_bundle_is_one_line(tmp_path):
                                "--ca-bundle", arg], capture_output=True, text=True, timeout=60, cwd=tmp_path,
                               env=dict(os.environ))
         assert proc.returncode == 2 and want in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+
+
+@pytest.mark.parametrize("name", ["no-such-image", "smoke-cpu;rm -rf /"])
+def test_cli_unknown_or_hostile_image_name_is_one_line(name, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "imagebuild", "build", "--matrix", str(ROOT / "matrix.yaml"),
+                           name, "--output", str(tmp_path / "out")], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and f"unknown image {name!r}" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out").exists()

@@ -289,3 +289,20 @@ def test_podman_socket_builds_and_runs(podman_client, tmp_path):
     assert podman_client.containers.list(all=True) == []
     with pytest.raises(EngineError, match="podman"):
         eng.build(ROOT / "tests/fixtures/build/ca-secret", "imagebuild/podman-ca:local", log=tmp_path / "c.log")
+
+
+def test_full_disk_is_one_line_and_leaves_no_file(engine, base_image, tmp_path):
+    """save() onto a real 1 MB tmpfs: the engine streams 200 MB, the disk fills up."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        need("mounting a small tmpfs (root)", mounted.stderr.strip() or "mount failed")
+    try:
+        with pytest.raises(EngineError) as exc:
+            engine.save(base_image, small / "base.tar")
+        assert "No space left on device" in str(exc.value) and str(small / "base.tar") in str(exc.value)
+        assert list(small.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(small)], check=False)

@@ -133,13 +133,13 @@ def run(args) -> int:
     output = args.output or root / ".imagebuild" / "build"
     log_dir = args.log_dir or root / ".imagebuild" / "logs"
     secrets = {CA_SECRET: check_ca_bundle(args.ca_bundle)} if args.ca_bundle else {}
-    engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
     if args.context:
         jobs = jobs_for_contexts(args.context, secrets=secrets)
     else:
         jobs = jobs_for(list(dict.fromkeys(args.images)), args.matrix, Path(output), secrets=secrets)
     if not jobs:
         raise UsageError("no images to build")
+    engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     outcomes = build_all(jobs, engine=engine, jobs_n=args.jobs, keep_going=args.keep_going,
                          log_dir=log_dir, progress=progress)
