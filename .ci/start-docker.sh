@@ -13,7 +13,12 @@ if ! command -v dockerd >/dev/null 2>&1; then
   apt-get install -y -qq docker.io >&2
 fi
 mkdir -p "$root"
-nohup dockerd --data-root "$root" --host "unix://$sock" --pidfile /run/imagebuild-docker.pid \
+# a dockerd that died leaves its pid file behind, and a new one refuses to start while it exists
+pidfile=/run/imagebuild-docker.pid
+if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then
+  rm -f "$pidfile" "$sock"
+fi
+nohup dockerd --data-root "$root" --host "unix://$sock" --pidfile "$pidfile" \
   --exec-root /run/imagebuild-docker-exec >/var/log/imagebuild-dockerd.log 2>&1 &
 for _ in $(seq 1 60); do
   if DOCKER_HOST=unix://$sock /usr/bin/docker info >/dev/null 2>&1; then
