@@ -280,3 +280,20 @@ def test_cli_unknown_or_hostile_image_name_is_one_line(name, tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and f"unknown image {name!r}" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_buildkit_engine_counts_cache_and_names_the_failing_step(docker_client, engine, refs, token, tmp_path):
+    bk = get_engine("buildkit", client=docker_client)
+    ref = refs("bk-ok")
+    first = bk.build(FIX / "ok", ref, buildargs={"TOKEN": token + "bk"}, labels={"io.imagebuild.flavor": "cpu"},
+                     log=tmp_path / "bk1.log")
+    again = bk.build(FIX / "ok", ref, buildargs={"TOKEN": token + "bk"}, labels={"io.imagebuild.flavor": "cpu"},
+                     log=tmp_path / "bk2.log")
+    assert first.steps == again.steps == 3          # RUN, COPY, RUN: BuildKit shows no ARG/ENV steps
+    assert first.cached_steps < 3 and again.cached_steps == 3 and again.image_id == first.image_id
+    assert engine.inspect(ref).labels["io.imagebuild.flavor"] == "cpu"
+    with pytest.raises(BuildError) as exc:
+        bk.build(FIX / "fails", refs("bk-fails"), buildargs={"TOKEN": token + "bk"}, log=tmp_path / "bk3.log")
+    msg = str(exc.value)
+    assert f'step 3/4 RUN echo "about-to-fail-{token}bk" && false' in msg, msg   # BuildKit expands ARGs
+    assert f"last lines: about-to-fail-{token}bk" in msg and "exit code: 1" in msg and str(tmp_path / "bk3.log") in msg
