@@ -146,3 +146,16 @@ def test_debootstrap_end_to_end(engine, tmp_path):
     finally:
         if engine.exists(ref):
             engine.remove(ref, force=True)
+
+
+def test_dead_mirror_is_one_line_and_leaves_nothing(engine, tmp_path):
+    if not shutil.which("debootstrap") or os.geteuid() != 0:
+        need("debootstrap as root", "apt-get install debootstrap and run the tests as root")
+    ref = f"imagebuild/test-base-dead:{secrets.token_hex(4)}"
+    proc = _cli("debian-bookworm", "--ref", ref, "--mirror", "http://127.0.0.1:9/debian", "--workdir",
+                str(tmp_path), "-q", timeout=120)
+    assert proc.returncode == 2
+    line = proc.stderr.strip()
+    assert "\n" not in line and "debootstrap failed" in line and "127.0.0.1:9" in line, proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["imagebuild-base-debian-bookworm.log"]
+    assert not engine.exists(ref)
