@@ -250,16 +250,42 @@ class TestOptions:
         return not self.only or name in self.only
 
 
+def _follow(cs: Containers, container, log: Callable[[str], None]):
+    """Hand each line the container prints to `log` as it comes (a daemon thread)."""
+    import threading
+
+    def pump() -> None:
+        try:
+            pending = b""
+            for chunk in container.logs(stream=True, follow=True):
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    log(line.decode("utf-8", "replace").rstrip())
+            if pending.strip():
+                log(pending.decode("utf-8", "replace").rstrip())
+        except Exception:  # noqa: BLE001 - live output is a courtesy; the report is the truth
+            pass
+
+    thread = threading.Thread(target=pump, name=f"logs-{container.name}", daemon=True)
+    thread.start()
+    return thread
+
+
 def _suite_in_container(cs: Containers, info: ImageInfo, opts: TestOptions,
-                        progress: Callable[[CheckResult], None] | None) -> tuple[list[CheckResult], dict | None]:
+                        progress: Callable[[CheckResult], None] | None,
+                        log: Callable[[str], None] | None = None) -> tuple[list[CheckResult], dict | None]:
     names = [n for n in CHECK_NAMES if opts.wants(n)]
     if not names:
         return [], None
     argv = ["imagebuild-smoke", "--report", REPORT_IN_CONTAINER, "--ranks", str(opts.ranks),
             "--timeout", str(int(opts.timeout)), "--image", info.ref, "--only", *names]
     container = cs.start(info.ref, argv, name="suite")
+    follower = _follow(cs, container, log) if log else None
     wall = opts.timeout * max(len(names), 1) + 60
     code = cs.wait(container, time.monotonic() + wall)
+    if follower:
+        follower.join(timeout=5)
     image_json = cs.read_json(container, IMAGE_JSON)
     report = cs.read_json(container, REPORT_IN_CONTAINER)
     if code is None or report is None:
@@ -268,9 +294,10 @@ def _suite_in_container(cs: Containers, info: ImageInfo, opts: TestOptions,
         results = [CheckResult(n, FAIL, why) for n in names]
     else:
         results = Report.from_dict(report).checks
-    for r in results:
-        if r.name != "versions" and progress:
-            progress(r)
+    if progress and not log:  # with live output the suite has already shown these lines
+        for r in results:
+            if r.name != "versions":
+                progress(r)
     return results, image_json
 
 
@@ -324,13 +351,18 @@ def two_node(cs: Containers, info: ImageInfo, opts: TestOptions) -> CheckResult:
                        f"(worst {first.get('max_rel_diff', 0):.3g})", metrics)
 
 
-def test_image(client, ref: str, opts: TestOptions,
-               progress: Callable[[CheckResult], None] | None = None) -> Report:
-    """Run the suite in `ref` and the host-side checks; the Report (image = ref, plus ids)."""
+def test_image(client, ref: str, opts: TestOptions, progress: Callable[[CheckResult], None] | None = None,
+               log: Callable[[str], None] | None = None) -> Report:
+    """Run the suite in `ref` and the host-side checks; the Report (image = ref, plus ids).
+
+    `progress` receives each finished check; with `log`, the suite's own output inside the
+    container is streamed to it line by line instead, and `progress` then receives only what the
+    host decides (versions with the label comparison, ddp.two-node).
+    """
     info = inspect_image(client, ref)
     checks: list[CheckResult] = []
     with Containers(client) as cs:
-        results, image_json = _suite_in_container(cs, info, opts, progress)
+        results, image_json = _suite_in_container(cs, info, opts, progress, log)
         labels = compare_labels(info, image_json)
         for r in results:
             if r.name == "versions":

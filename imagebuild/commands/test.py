@@ -59,6 +59,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "default .imagebuild/reports/<image-id>.json)")
     parser.add_argument("--ranks", type=_count, default=2, help="ranks for the distributed checks (default 2)")
     parser.add_argument("--timeout", type=_seconds, default=180.0, help="seconds per check (default 180)")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="do not stream the suite's output; print only each check's result")
     parser.add_argument("--only", nargs="+", metavar="NAME", action="extend", default=[],
                         help="run only these checks (versions, libraries, mpi.config, mpi.allreduce, "
                              "torch.allreduce, ddp.equivalence, gpudirect, ddp.two-node)")
@@ -89,7 +91,11 @@ def run(args) -> int:
             print(f"{result.status.upper():<4} {result.name:<16} {result.metrics.get('seconds', 0):7.1f}s  "
                   f"{result.detail}", flush=True)
 
-        report = testrun.test_image(client, ref, opts, progress=show)
+        def inside(line: str) -> None:
+            if line.strip():
+                print(f"   | {line}", flush=True)
+
+        report = testrun.test_image(client, ref, opts, progress=show, log=None if args.quiet else inside)
         path = args.report or os.path.join(REPORTS_DIR, f"{report.extra['imagebuild_id']}.json")
         try:
             write_atomic(path, report.to_json())
