@@ -105,6 +105,10 @@ def check_versions(ctx: Context) -> CheckResult:
             # torch wheels may carry their own copy; the system one is optional then
             parts.append((SKIP, f"{label} not installed"))
             continue
+        error = probe["system"].get("errors", {}).get(key)
+        if have is None and error:
+            parts.append((FAIL, f"{label}: found but unreadable: {error}"[:400]))
+            continue
         compare(comp, label, have)
     ucx, ucx_src = ucx_version()
     if ucx is None and system.get("ucp"):
