@@ -140,6 +140,14 @@ def test_debootstrap_end_to_end(engine, tmp_path):
         out = engine.run(ref, ["sh", "-c", "cat /etc/debian_version; apt-get --version | head -n 1"],
                          timeout=60)
         assert out.ok and out.output.startswith("12.") and "apt " in out.output
+        # reproducibility: against the machine's base when `imagebuild base` made it too, the same
+        # package versions must give the very same image id (a mirror update may change versions)
+        if engine.inspect(BASE).labels.get("io.imagebuild.base") == "debian-bookworm":
+            q = ["dpkg-query", "-W", "-f", "${Package} ${Version}\n"]
+            mine, theirs = engine.run(ref, q, timeout=60), engine.run(BASE, q, timeout=60)
+            assert mine.ok and theirs.ok and len(mine.output.splitlines()) > 50
+            if mine.output == theirs.output:
+                assert info.id == engine.inspect(BASE).id
         again = _cli("debian-bookworm", "--ref", ref)
         assert again.returncode == 0 and "already exists" in again.stdout
         assert engine.inspect(ref).id == info.id
