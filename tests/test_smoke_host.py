@@ -114,3 +114,21 @@ def test_ranks_past_the_timeout_are_killed_and_reported(host_ready, tmp_path):
     assert check["status"] == "fail" and check["detail"].startswith("timed out after 4s"), out.stdout
     assert out.returncode == 1 and data["passed"] is False
     assert _processes_mentioning(str(tmp_path)) == []
+
+
+def test_mpi_allreduce_needs_no_ssh(host_ready, tmp_path):
+    """Runtime images may carry no ssh/rsh client; Open MPI 4's mpirun refuses to launch even
+    local ranks then, unless told so. The check runs with a PATH holding only MPI's tools."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("mpirun", "orterun", "orted", "ompi_info", "ldd", "ldconfig", "sh", "bash"):
+        found = shutil.which(tool)
+        if found:
+            (bindir / tool).symlink_to(found)
+    assert not (bindir / "ssh").exists() and not (bindir / "rsh").exists()
+    report = tmp_path / "r.json"
+    env = dict(os.environ, PATH=str(bindir))
+    out = subprocess.run([sys.executable, "-m", "imagebuild.smoke", "--only", "mpi.allreduce", "--report", str(report)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
+    check = json.loads(report.read_text())["checks"][0]
+    assert check["status"] == "pass", check["detail"] + out.stderr

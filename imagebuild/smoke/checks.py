@@ -299,6 +299,10 @@ def check_mpi_allreduce(ctx: Context) -> CheckResult:
     argv += ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
              ctx.python, "-m", "imagebuild.smoke.workers.mpi_allreduce", "--lib", lib, "--out", out_dir]
     env = ctx.env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    if not proc.which("ssh") and not proc.which("rsh"):
+        # Open MPI 4 refuses to start even a local job without a remote shell agent on PATH;
+        # an empty agent lets it launch the ranks on this host only (images need no ssh)
+        env.setdefault("OMPI_MCA_plm_rsh_agent", "")
     outcome = proc.run(argv, timeout=ctx.left(), env=env)
     results = read_results(out_dir, ctx.ranks)
     errs = _rank_errors(results, [outcome], ctx.ranks, ctx.timeout)
