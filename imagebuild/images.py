@@ -73,9 +73,16 @@ class ImageSpec:
         return dict(sorted(labels.items()))
 
     @property
+    def features(self) -> dict[str, bool]:
+        """What the smoke suite may require of the image: UCX built from source here has verbs
+        and rdmacm (and CUDA in CUDA images); Debian's UCX is taken as it comes."""
+        built = self.ucx.get("install", "source") == "source"
+        return {"ucx_cuda": built and self.stack["cuda"] != NONE, "verbs": built}
+
+    @property
     def image_json(self) -> dict:
         return {"id": self.id, "flavor": self.flavor, "stack": dict(sorted(self.stack.items())),
-                "min_driver": self.min_driver or "none", "tag": self.tag}
+                "features": self.features, "min_driver": self.min_driver or "none", "tag": self.tag}
 
 
 @dataclass(frozen=True)

@@ -274,6 +274,10 @@ class Renderer:
                 "NVIDIA_REQUIRE_CUDA": f"cuda>={major}.0 driver>={spec.min_driver}",
                 "OMPI_MCA_osc": "ucx",
             })
+        if spec.openmpi.get("line") == "4.1":
+            # Open MPI 4.1's UCX PML only selects InfiniBand devices unless told otherwise, so a
+            # single node or an Ethernet cluster would fail with "PML ucx cannot be selected".
+            env.update({"OMPI_MCA_pml_ucx_tls": "any", "OMPI_MCA_pml_ucx_devices": "any"})
         path += ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
         env["PATH"] = ":".join(path)
         if ld:

@@ -2,9 +2,8 @@
 bookworm, Debian's Open MPI/UCX, torch 2.13.0 CPU), two-node DDP across containers, and the
 failures a user must see (labels that lie, a missing library, unknown images, hung containers).
 
-`smoke_cpu_image` is defined here until tests/conftest.py provides the renderer-built one; this
-version builds the prototype in tests/fixtures/smoke-cpu-proto/ (wheels gathered on the host with
-`pip download`, installed offline in the build).
+`smoke_cpu_image` (tests/conftest.py) is the renderer-built image: matrix.yaml -> resolver ->
+recipes -> `imagebuild build smoke-cpu` on the real engine.
 """
 
 from __future__ import annotations
@@ -24,9 +23,7 @@ from conftest import ROOT, need
 from imagebuild import cli
 from imagebuild.testrun import Containers
 
-PROTO = ROOT / "tests" / "fixtures" / "smoke-cpu-proto"
 BASE = "imagebuild/base:debian-bookworm"
-PROTO_REF = "imagebuild/smoke-cpu-proto:test"
 
 
 def _build(client, context: Path | None, tag: str, dockerfile_text: str | None = None) -> str:
@@ -43,27 +40,6 @@ def _build(client, context: Path | None, tag: str, dockerfile_text: str | None =
         if "error" in chunk:
             pytest.fail(f"building {tag} failed: {chunk['error'].strip()} | " + " | ".join(lines[-8:]))
     return tag
-
-
-@pytest.fixture(scope="session")
-def smoke_cpu_image(docker_client, tmp_path_factory) -> str:
-    try:
-        docker_client.images.get(BASE)
-    except Exception:  # noqa: BLE001 - ImageNotFound or engine trouble
-        need(f"the base image {BASE}", "create it with `imagebuild base debian-bookworm`")
-    ctx = tmp_path_factory.mktemp("smoke-cpu-proto")
-    wheels = ctx / "wheels"
-    dl = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "torch==2.13.0", "-d", str(wheels)],
-                        capture_output=True, text=True, timeout=900)
-    if dl.returncode != 0:
-        need("torch 2.13.0 wheels (pip download)", (dl.stderr.strip().splitlines() or ["failed"])[-1])
-    shutil.copy(PROTO / "Dockerfile", ctx / "Dockerfile")
-    shutil.copy(PROTO / "image.json", ctx / "image.json")
-    lib = ctx / "lib" / "imagebuild"
-    lib.mkdir(parents=True)
-    shutil.copy(ROOT / "imagebuild" / "__init__.py", lib / "__init__.py")
-    shutil.copytree(ROOT / "imagebuild" / "smoke", lib / "smoke", ignore=shutil.ignore_patterns("__pycache__"))
-    return _build(docker_client, ctx, PROTO_REF)
 
 
 def _leftovers(client, token: str | None = None) -> set[str]:
@@ -128,7 +104,8 @@ def test_labels_that_disagree_with_image_json_fail(smoke_cpu_image, docker_clien
 
 
 def test_installed_version_differing_from_image_json_fails(smoke_cpu_image, docker_client, tmp_path):
-    stack = json.loads((PROTO / "image.json").read_text())
+    from imagebuild.images import load_images
+    stack = load_images(ROOT / "matrix.yaml")["smoke-cpu"].image_json
     stack["stack"]["ucx"] = "1.16.0"
     text = json.dumps(stack).replace('"', '\\"')
     ref = _build(docker_client, None, "imagebuild/smoke-cpu-proto:wrong-ucx",
