@@ -12,11 +12,10 @@ import subprocess
 import sys
 import tarfile
 import threading
-from pathlib import Path
 
 import pytest
 
-from conftest import IN_CI, ROOT, need
+from conftest import ROOT, need
 from imagebuild.engines import (
     Mount, RunSpec, check_ref, check_secrets, connect, dockerfile_needs_buildkit, get_engine,
 )

@@ -48,7 +48,7 @@ def engine_errors(action: str) -> Iterator[None]:
         yield
     except ImagebuildError:
         raise
-    except docker.errors.ImageNotFound as exc:
+    except docker.errors.ImageNotFound:
         raise EngineError(f"{action}: no such image in the engine at DOCKER_HOST={docker_host()}") \
             from None
     except docker.errors.APIError as exc:
