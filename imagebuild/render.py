@@ -52,6 +52,13 @@ def _safe(kind: str, value, what: str) -> str:
     return text
 
 
+# A site's CA bundle (`imagebuild build --ca-bundle FILE`, a BuildKit secret) is used by the steps
+# that download, and never stored in a layer. Without one, the secret file is absent and the
+# distribution's own CAs are used.
+CA_PRELUDE = ('if [ -s /run/secrets/ca-bundle ]; then export CURL_CA_BUNDLE=/run/secrets/ca-bundle '
+              'PIP_CERT=/run/secrets/ca-bundle SSL_CERT_FILE=/run/secrets/ca-bundle; fi')
+
+
 @dataclass
 class Step:
     kind: str                       # run | copy | env | label
@@ -62,6 +69,7 @@ class Step:
     dest: str | None = None
     from_stage: str | None = None
     items: list[tuple[str, str]] = field(default_factory=list)
+    downloads: bool = False         # fetches over TLS: gets the site CA bundle when one is given
 
 
 @dataclass
@@ -109,7 +117,9 @@ class Renderer:
         workdir = None
         if lines and lines[0].startswith("#workdir "):
             workdir = _safe("path", lines.pop(0).split(None, 1)[1], "workdir")
-        return Step("run", comment=comment, commands=lines, workdir=workdir)
+        downloads = any(ln.startswith(("curl ", "/opt/venv/bin/python -m pip install"))
+                        and "--no-index" not in ln for ln in lines)
+        return Step("run", comment=comment, commands=lines, workdir=workdir, downloads=downloads)
 
     # ---------------------------------------------------------------------------------------------
 
@@ -291,7 +301,7 @@ class Renderer:
     def dockerfile(self, spec: ImageSpec, k) -> str:
         stages = self.stages(spec, k)
         return self._render("docker/Dockerfile.j2", spec=spec, stages=stages,
-                            stack_items=sorted(spec.stack.items()))
+                            stack_items=sorted(spec.stack.items()), ca_prelude=CA_PRELUDE)
 
     def singularity(self, spec: ImageSpec, k) -> str:
         stages = self.stages(spec, k)

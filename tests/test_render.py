@@ -152,3 +152,16 @@ def test_hadolint_reports_nothing(specs):
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def test_download_steps_get_the_site_ca_bundle_as_a_secret_only(k, specs):
+    s = next(x for x in specs if x.family == "comms")
+    text = render.Renderer().dockerfile(s, k)
+    runs = [blk for blk in text.split("\nRUN ")[1:]]
+    fetching = [r for r in runs if "curl -fsSL" in r or "pip install" in r]
+    assert fetching and all(r.startswith("--mount=type=secret,id=ca-bundle ") for r in fetching)
+    assert all("--mount" not in r for r in runs if r not in fetching)
+    assert "COPY" not in "".join(ln for ln in text.splitlines() if "ca-bundle" in ln)
+    # the CPU image installs offline: classic builder, no secret needed
+    cpu = render.Renderer().dockerfile(next(x for x in specs if x.id == "smoke-cpu"), k)
+    assert "--mount" not in cpu
