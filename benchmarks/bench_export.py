@@ -43,8 +43,8 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def anchor(client, ref: str, workdir: Path) -> None:
-    target = Path(tempfile.mkdtemp(dir=workdir))
+def anchor(client, ref: str, target: Path) -> None:
+    target.mkdir()
     container = client.containers.create(ref, command=["/bin/true"], entrypoint=[])
     try:
         untar = subprocess.Popen(["tar", "-C", str(target), "--numeric-owner", "-px", "-f", "-"],
@@ -56,7 +56,6 @@ def anchor(client, ref: str, workdir: Path) -> None:
             raise SystemExit("tar failed in the anchor")
     finally:
         container.remove(force=True)
-        shutil.rmtree(target, ignore_errors=True)
 
 
 def sha256(path: Path) -> str:
@@ -89,6 +88,7 @@ def main() -> int:
           f"{os.cpu_count()} CPUs")
 
     def out(name: str) -> Path:
+        """A fresh output path: whatever an earlier run left there is removed before timing."""
         path = workdir / name
         if path.is_dir():
             shutil.rmtree(path)
@@ -97,23 +97,30 @@ def main() -> int:
         return path
 
     cases = {
-        "anchor: docker export | tar -x": lambda: anchor(client, args.image, workdir),
-        "sqsh": lambda: export.export_sqsh(client, args.image, out("a.sqsh")),
-        "oci-bundle (flatten + runc spec)": lambda: export.export_oci_bundle(
-            client, args.image, out("flatten.bundle"), method="flatten"),
-        "oci-bundle (skopeo + umoci)": lambda: export.export_oci_bundle(
-            client, args.image, out("umoci.bundle"), method="umoci"),
+        "anchor: docker export | tar -x": lambda p: anchor(client, args.image, p),
+        "sqsh": lambda p: export.export_sqsh(client, args.image, p),
+        "oci-bundle (flatten + runc spec)": lambda p: export.export_oci_bundle(
+            client, args.image, p, method="flatten"),
+        "oci-bundle (skopeo + umoci)": lambda p: export.export_oci_bundle(
+            client, args.image, p, method="umoci"),
     }
     # one untimed flattening first, so that no case pays alone for reading the layers from disk
-    anchor(client, args.image, workdir)
+    anchor(client, args.image, out("warm"))
+    out("warm")
     medians: dict[str, float] = {}
-    for name, fn in cases.items():
-        medians[name] = statistics.median(timed(fn) for _ in range(args.repeat))
+    for index, (name, fn) in enumerate(cases.items()):
+        times = []
+        for _ in range(args.repeat):
+            path = out(f"case{index}")
+            times.append(timed(lambda: fn(path)))
+        medians[name] = statistics.median(times)
+        out(f"case{index}")  # free the space before the next case
     base = medians["anchor: docker export | tar -x"]
     for name, seconds in medians.items():
         print(f"{name:<36} {seconds:8.2f} s  {seconds / base:6.2f} x anchor")
-    first = sha256(workdir / "a.sqsh")
+    export.export_sqsh(client, args.image, out("a.sqsh"))
     export.export_sqsh(client, args.image, out("b.sqsh"))
+    first = sha256(workdir / "a.sqsh")
     print(f"sqsh reproducible: {'yes' if sha256(workdir / 'b.sqsh') == first else 'NO'} "
           f"(sha256 {first[:16]}..., {(workdir / 'a.sqsh').stat().st_size / 1e6:.0f} MB)")
     if not args.workdir:
