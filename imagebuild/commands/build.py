@@ -89,7 +89,7 @@ def jobs_for(image_ids: list[str], matrix_path: str | Path, workdir: Path, *,
         spec = specs[i]
         ctx = write_context(spec, Path(workdir) / spec.id, root=root)
         jobs.append(BuildJob(image_id=spec.id, context=Path(ctx), ref=spec.local_ref,
-                             labels=None, secrets=dict(secrets or {}),  # the Dockerfile sets the labels
+                             labels={}, secrets=dict(secrets or {}),  # the Dockerfile sets the labels
                              depends_on=tuple(spec.depends_on)))
     return jobs
 
