@@ -38,7 +38,38 @@ def configure(parser) -> None:
     parser.add_argument("--context", type=Path, action="append", default=[], metavar="DIR",
                         help="build this ready context instead of matrix images (repeatable)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--locked", action="store_true",
+                        help="refuse to build anything whose stack, Dockerfile or base image "
+                             "drifted from images.lock, and say what drifted")
+    parser.add_argument("--lock", type=Path, metavar="FILE",
+                        help="the lock file for --locked (default: images.lock beside the matrix)")
     add_matrix_option(parser)
+
+
+def check_locked(image_ids: list[str], matrix: str, lock_path: Path) -> None:
+    """Before building: every image is in the lock, and its build inputs are what the lock says."""
+    from .. import lockfile
+    from ..engines import connect
+    from ..errors import BuildError
+    from ..images import load_images, select
+
+    locked = lockfile.read_lock(lock_path)
+    specs = select(load_images(matrix), image_ids)
+    client = connect()
+    root = Path(matrix).resolve().parent
+    problems = []
+    for spec in specs:
+        if spec.id not in locked:
+            problems.append(f"{spec.id}: not in {lock_path.name}")
+            continue
+        current = lockfile.entry_for_image(client, image_id=spec.id, stack=dict(spec.stack),
+                                           local_ref=spec.local_ref, root=root)
+        lines = lockfile.drift(locked[spec.id], current, only=lockfile.BUILD_INPUTS)
+        problems += [f"{spec.id}: {line}" for line in lines]
+    if problems:
+        more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise BuildError(f"refusing to build: drifted from {lock_path}: "
+                         + "; ".join(problems[:3]) + more + " (run `imagebuild lock` to accept)")
 
 
 def check_ca_bundle(path: Path) -> Path:
@@ -136,6 +167,9 @@ def run(args) -> int:
     if args.context:
         jobs = jobs_for_contexts(args.context, secrets=secrets)
     else:
+        if args.locked:
+            check_locked(list(dict.fromkeys(args.images)), args.matrix,
+                         args.lock or root / "images.lock")
         jobs = jobs_for(list(dict.fromkeys(args.images)), args.matrix, Path(output), secrets=secrets)
     if not jobs:
         raise UsageError("no images to build")
