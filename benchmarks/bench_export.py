@@ -81,6 +81,7 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001 - ImageNotFound
         print(f"bench_export: image {args.image} not found ({type(exc).__name__})", file=sys.stderr)
         return 2
+    ref = image.id  # by id: a tag moved by a concurrent build must not change the image mid-run
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench-export-"))
     workdir.mkdir(parents=True, exist_ok=True)
     size_mb = image.attrs.get("Size", 0) / 1e6
@@ -97,15 +98,15 @@ def main() -> int:
         return path
 
     cases = {
-        "anchor: docker export | tar -x": lambda p: anchor(client, args.image, p),
-        "sqsh": lambda p: export.export_sqsh(client, args.image, p),
+        "anchor: docker export | tar -x": lambda p: anchor(client, ref, p),
+        "sqsh": lambda p: export.export_sqsh(client, ref, p),
         "oci-bundle (flatten + runc spec)": lambda p: export.export_oci_bundle(
-            client, args.image, p, method="flatten"),
+            client, ref, p, method="flatten"),
         "oci-bundle (skopeo + umoci)": lambda p: export.export_oci_bundle(
-            client, args.image, p, method="umoci"),
+            client, ref, p, method="umoci"),
     }
     # one untimed flattening first, so that no case pays alone for reading the layers from disk
-    anchor(client, args.image, out("warm"))
+    anchor(client, ref, out("warm"))
     out("warm")
     medians: dict[str, float] = {}
     for index, (name, fn) in enumerate(cases.items()):
@@ -118,8 +119,8 @@ def main() -> int:
     base = medians["anchor: docker export | tar -x"]
     for name, seconds in medians.items():
         print(f"{name:<36} {seconds:8.2f} s  {seconds / base:6.2f} x anchor")
-    export.export_sqsh(client, args.image, out("a.sqsh"))
-    export.export_sqsh(client, args.image, out("b.sqsh"))
+    export.export_sqsh(client, ref, out("a.sqsh"))
+    export.export_sqsh(client, ref, out("b.sqsh"))
     first = sha256(workdir / "a.sqsh")
     print(f"sqsh reproducible: {'yes' if sha256(workdir / 'b.sqsh') == first else 'NO'} "
           f"(sha256 {first[:16]}..., {(workdir / 'a.sqsh').stat().st_size / 1e6:.0f} MB)")
