@@ -485,3 +485,15 @@ def test_imagebuild_test_argument_errors_are_one_line():
     assert out.returncode == 2 and "between 1 and 64" in out.stderr
     out = _imagebuild("test", "a;rm -rf /")
     assert out.returncode == 2 and "not an image reference" in out.stderr
+
+
+def test_gdr_command_env_lines_can_be_evaluated(tmp_path):
+    root = _tree(tmp_path, version=OPEN, modules=["nvidia_peermem"])
+    out = subprocess.run([sys.executable, "-m", "imagebuild.smoke.gdr", "--env", "--root", root],
+                         capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert out.splitlines() and all(line.startswith("export NCCL_") for line in out.splitlines())
+    shown = subprocess.run(["bash", "-c", out + 'echo "$NCCL_DMABUF_ENABLE:$NCCL_NET_GDR_LEVEL"'],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    # the kernel release comes from the machine running the test: DMA-BUF needs >= 5.12
+    expected = gdr.probe(root)
+    assert shown == f"{expected.nccl_env.get('NCCL_DMABUF_ENABLE', '')}:{expected.nccl_env['NCCL_NET_GDR_LEVEL']}"

@@ -142,9 +142,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="imagebuild-gdr-check",
                                  description="report the GPUDirect RDMA path this host offers")
     ap.add_argument("--json", action="store_true", help="print JSON instead of text")
+    ap.add_argument("--env", action="store_true",
+                    help="print the NCCL settings as shell `export` lines (for eval in job scripts)")
     ap.add_argument("--root", default="/", help="read /sys and /proc below this folder (tests)")
     args = ap.parse_args(argv)
     result = probe(args.root)
+    if args.env:
+        import shlex
+        for key, value in sorted(result.nccl_env.items()):
+            print(f"export {key}={shlex.quote(value)}")
+        return 0
     if args.json:
         print(json.dumps(result.to_dict(), sort_keys=True, indent=2))
     else:
