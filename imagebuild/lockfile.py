@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 
 from .errors import ImagebuildError
@@ -120,21 +119,8 @@ def write_lock(path: str | os.PathLike, entries: dict[str, dict]) -> None:
     """Write the lock atomically (temp file in the same folder, then rename)."""
     for image_id, entry in entries.items():
         _check_entry(image_id, entry, str(path))
-    text = dumps(entries)
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".images.lock.", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from .smoke.report import write_atomic
+    write_atomic(path, dumps(entries), mode=0o644)
 
 
 def _check_entry(image_id: str, entry, where: str) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import tempfile
 from dataclasses import dataclass
 
 from .errors import UsageError
@@ -207,17 +206,5 @@ def render_sbatch(spec: SbatchSpec) -> str:
 
 def write_script(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temp file beside it, then rename), mode 0755."""
-    folder = os.path.dirname(os.path.abspath(path)) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".sbatch.", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from .smoke.report import write_atomic
+    write_atomic(path, text, mode=0o755)

@@ -147,14 +147,18 @@ def junit_path(report_path: str) -> str:
     return (base if ext.lower() == ".json" else report_path) + ".xml"
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write through a temporary file in the same folder and rename: never a half-written file."""
+def write_atomic(path, text: str, mode: int | None = None) -> None:
+    """Write through a temporary file in the same folder and rename: never a half-written file.
+    The one atomic writer of the project (the smoke suite's copy is the standard-library one that
+    also ships inside images); `mode` sets the file's permissions before it appears."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
+        if mode is not None:
+            os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         try:
