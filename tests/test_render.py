@@ -14,7 +14,7 @@ import pytest
 from imagebuild import cli, images, knowledge, render
 from imagebuild.errors import RenderError
 
-from conftest import IN_CI, ROOT, need
+from conftest import ROOT, need
 
 MATRIX = str(ROOT / "matrix.yaml")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from conftest import ROOT, need
+from conftest import ROOT
 from imagebuild import cli
 from imagebuild.testrun import Containers
 
