@@ -70,6 +70,7 @@ class Step:
     from_stage: str | None = None
     items: list[tuple[str, str]] = field(default_factory=list)
     downloads: bool = False         # fetches over TLS: gets the site CA bundle when one is given
+    fragment: str | None = None     # the recipes/fragments/<name>.sh.j2 a run step came from
 
 
 @dataclass
@@ -119,7 +120,8 @@ class Renderer:
             workdir = _safe("path", lines.pop(0).split(None, 1)[1], "workdir")
         downloads = any(ln.startswith(("curl ", "/opt/venv/bin/python -m pip install"))
                         and "--no-index" not in ln for ln in lines)
-        return Step("run", comment=comment, commands=lines, workdir=workdir, downloads=downloads)
+        return Step("run", comment=comment, commands=lines, workdir=workdir, downloads=downloads,
+                    fragment=fragment)
 
     # ---------------------------------------------------------------------------------------------
 
@@ -322,6 +324,23 @@ class Renderer:
         except self._jinja.TemplateError as exc:
             raise RenderError(f"template {name}: {exc}") from None
         return text.rstrip("\n") + "\n"
+
+    def fragment_texts(self, spec: ImageSpec, k) -> dict[tuple[str, str], str]:
+        """(fragment, format) -> that one step laid out by each entry template: the unit the
+        golden tests compare, so a change to one component shows as a change to one file."""
+        out: dict[tuple[str, str], str] = {}
+        for stage in self.stages(spec, k):
+            for step in stage.steps:
+                if step.kind != "run" or step.fragment is None:
+                    continue
+                one = [Stage(stage.name, stage.base, [step])]
+                out.setdefault((step.fragment, "docker"), self._render(
+                    "docker/Dockerfile.j2", spec=spec, stages=one,
+                    stack_items=sorted(spec.stack.items()), ca_prelude=CA_PRELUDE))
+                out.setdefault((step.fragment, "singularity"), self._render(
+                    "singularity/image.def.j2", spec=spec, stages=one, env_items=[],
+                    label_items=[]))
+        return out
 
     def outputs(self, spec: ImageSpec, k) -> dict[str, str]:
         """Relative path -> text, for every generated file of one image."""
