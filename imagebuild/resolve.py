@@ -636,7 +636,8 @@ def explain_failure(p: Problem, trace: Trace) -> list[str]:
     chain += [f"{r.text}{_src(r.source)}" for r in rules]
     if modes:
         chain += _group_modes(p, modes)
-    chain.append(f"the host has {_host_text(p)}")
+    if p.facts_host:
+        chain.append(f"the host has {_host_text(p)}")
     return chain
 
 
