@@ -134,7 +134,7 @@ class Renderer:
                 _safe("version", val, comp)
         base = _safe("ref", spec.os.get("base") or "", f"base image of {spec.os['id']}")
         if spec.flavor == "cpu":
-            return [self._cpu_stage(spec, base)]
+            return self._cpu_stages(spec, base)
         if spec.os["family"] != "ubuntu":
             raise RenderError(f"image {spec.id}: CUDA recipes are written for Ubuntu; "
                               f"{spec.os['id']} ({spec.os['family']}) has none yet")
@@ -148,25 +148,31 @@ class Renderer:
             self.fragment("smoke", "smoke suite entry points", python_bin=python_bin),
         ]
 
-    def _cpu_stage(self, spec: ImageSpec, base: str) -> Stage:
+    def _cpu_stages(self, spec: ImageSpec, base: str) -> list[Stage]:
+        """Debian's MPI and UCX; PyTorch installed from host wheels in a stage of its own, so the
+        wheels never reach a layer of the image (only the installed /opt/venv is copied)."""
         s = spec.stack
         if spec.wheels != "host":
             raise RenderError(f"image {spec.id}: a CPU image installs PyTorch from host wheels "
                               "(wheels: host)")
-        steps = [
-            self.fragment("debian-mpi", "OS packages: Debian's Open MPI and UCX, Python",
-                          openmpi=s["openmpi"], ucx=s["ucx"], python=s["python"]),
-        ]
+        os_step = self.fragment("debian-mpi", "OS packages: Debian's Open MPI and UCX, Python",
+                                openmpi=s["openmpi"], ucx=s["ucx"], python=s["python"])
+        stages = []
+        steps = [os_step]
         if s["pytorch"] != NONE:
-            steps += [
+            stages.append(Stage("torch", base, [
+                os_step,
                 Step("copy", comment="PyTorch wheels gathered on the host (offline install)",
                      src="wheels/", dest="/tmp/wheels/"),
                 self.fragment("torch-wheels", "PyTorch (CPU)", pytorch=s["pytorch"]),
-            ]
+            ]))
+            steps.append(Step("copy", comment="PyTorch as the torch stage installed it",
+                              from_stage="torch", src="/opt/venv", dest="/opt/venv"))
         steps += self._common_tail(spec, "/opt/venv/bin/python")
         steps.append(Step("env", items=sorted(self.env_vars(spec).items())))
         steps.append(Step("label", items=sorted(spec.labels.items())))
-        return Stage(None, base, steps)
+        stages.append(Stage(None, base, steps))
+        return stages
 
     def _cuda_stages(self, spec: ImageSpec, k, base: str) -> list[Stage]:
         s = spec.stack
