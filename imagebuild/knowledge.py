@@ -419,35 +419,25 @@ class _Ctx:
             self.fail(f"{where}: {key} must be a string", node, key)
         return str(value)
 
-    def version(self, node, key, where: str, optional=False):
+    def _parsed(self, node, key, where: str, optional: bool, parse) -> str | None:
+        """A text value that `parse` accepts (it raises VersionSyntaxError otherwise)."""
         value = self.text(node, key, where, optional)
         if value is None:
             return None
         try:
-            parse_version(value)
+            parse(value)
         except VersionSyntaxError as exc:
             self.fail(f"{where}: {key}: {exc}", node, key)
         return value
+
+    def version(self, node, key, where: str, optional=False):
+        return self._parsed(node, key, where, optional, parse_version)
 
     def driver(self, node, key, where: str, optional=False):
-        value = self.text(node, key, where, optional)
-        if value is None:
-            return None
-        try:
-            parse_driver(value)
-        except VersionSyntaxError as exc:
-            self.fail(f"{where}: {key}: {exc}", node, key)
-        return value
+        return self._parsed(node, key, where, optional, parse_driver)
 
     def spec(self, node, key, where: str, optional=False):
-        value = self.text(node, key, where, optional)
-        if value is None:
-            return None
-        try:
-            parse_spec(value)
-        except VersionSyntaxError as exc:
-            self.fail(f"{where}: {key}: {exc}", node, key)
-        return value
+        return self._parsed(node, key, where, optional, parse_spec)
 
     def flag(self, node, key, where: str, default: bool):
         if key not in node:

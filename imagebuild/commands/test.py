@@ -18,23 +18,13 @@ REPORTS_DIR = os.path.join(".imagebuild", "reports")
 
 
 def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= 64:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 64, not {value}")
-    return value
+    from ..smoke.__main__ import bounded
+    return bounded(int, 1, 64)(text)
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 10 <= value <= 7200:
-        raise argparse.ArgumentTypeError(f"must be between 10 and 7200 seconds, not {text}")
-    return value
+    from ..smoke.__main__ import bounded
+    return bounded(float, 10, 7200)(text)
 
 
 def _ref_for(name: str, matrix: str) -> str:

@@ -13,24 +13,27 @@ from . import expect as _expect
 from .report import junit_path, write_atomic
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if not 1 <= value <= 1024:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 1024, not {value}")
-    return value
+def bounded(kind: type, lo: float, hi: float):
+    """An argparse type: a whole number (kind=int) or a number of seconds (kind=float) in
+    [lo, hi]. Shared with the host-side `imagebuild test` command."""
+    noun = "whole number" if kind is int else "number of seconds"
+    unit = "" if kind is int else " seconds"
+
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a {noun}: {text!r}") from None
+        if not lo <= value <= hi:
+            shown = value if kind is int else text
+            raise argparse.ArgumentTypeError(f"must be between {lo:g} and {hi:g}{unit}, not {shown}")
+        return value
+
+    return convert
 
 
-def _timeout(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 1 <= value <= 86400:
-        raise argparse.ArgumentTypeError(f"must be between 1 and 86400 seconds, not {text}")
-    return value
+_positive_int = bounded(int, 1, 1024)
+_timeout = bounded(float, 1, 86400)
 
 
 def parser() -> argparse.ArgumentParser:
