@@ -380,9 +380,10 @@ def validate_index_url(url: str) -> str:
     return url.rstrip("/") + "/"
 
 
-def pip_settings(runner: Callable[..., Any] = subprocess.run) -> dict[str, str]:
-    """pip's configured `index-url` and `cert` (environment first, then install, then global);
-    find-links and extra-index-url are deliberately not read."""
+def pip_settings(runner: Callable[..., Any] = subprocess.run,
+                 keys: tuple[str, ...] = ("index-url", "cert")) -> dict[str, str]:
+    """pip's configured values of `keys` (environment first, then install, then global). Sync reads
+    only `index-url` and `cert`: find-links and extra-index-url are deliberately not read there."""
     try:
         proc = runner([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
                       text=True, timeout=60)
@@ -394,7 +395,7 @@ def pip_settings(runner: Callable[..., Any] = subprocess.run) -> dict[str, str]:
         if m:
             found.setdefault(m.group(2), {})[m.group(1)] = m.group(3)
     out = {}
-    for key in ("index-url", "cert"):
+    for key in keys:
         for section in (":env:", "install", "global"):
             if section in found.get(key, {}):
                 out[key] = found[key][section]
