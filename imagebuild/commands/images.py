@@ -12,6 +12,8 @@ def configure(parser) -> None:
     parser.add_argument("--all", action="store_true",
                         help="also list the combinations that do not resolve, and why")
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--allow-unverified", action="store_true",
+                        help="also images that rely on facts marked verified: false")
 
 
 def run(args) -> int:
@@ -19,7 +21,7 @@ def run(args) -> int:
     from .. import knowledge
 
     k = knowledge.load(args.matrix)
-    specs, skipped = I.expand(k)
+    specs, skipped = I.expand(k, allow_unverified=args.allow_unverified)
     if args.json:
         doc = {"images": [{"id": s.id, "family": s.family, "flavor": s.flavor, "tag": s.tag,
                            "tags": list(s.tags), "ref": s.local_ref, "stack": s.stack,

@@ -84,6 +84,7 @@ def _facts(k) -> list[tuple[str, bool]]:
     out += [("ucx", True) for _ in k.ucx] + [("openmpi", True) for _ in k.openmpi]
     out += [("os", True) for _ in k.os] + [("gpudirect", True) for _ in k.gpudirect]
     out += [("nccl-feature", True) for _ in k.nccl_features]
+    out += [("rdma", r["verified"]) for r in k.rdma.values()]
     raw = k.raw
     for sect in ("cudnn",):
         if sect in raw:
