@@ -123,6 +123,9 @@ def main() -> int:
         plain_s = time_steps(torch, plain, torch.optim.SGD(plain.parameters(), lr=0.01), x, y, timed, device)
         result.update({"ddp_step_s": ddp_s, "single_step_s": plain_s})
     write_result(args.out, rank, result)
+    # every rank is past its last collective before any tears its sockets down: without this, a
+    # loaded machine sometimes lets gloo abort a peer still finishing ("terminate called ...")
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 

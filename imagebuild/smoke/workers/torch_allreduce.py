@@ -106,6 +106,9 @@ def main() -> int:
         "rank": rank, "world": world, "backend": args.backend, "device": str(device),
         "errors": errors, "unsupported": unsupported, "checked": checked, "timings": timings,
         "dtypes": [str(d).replace("torch.", "") for d in dtypes], "host": os.uname().nodename})
+    # every rank is past its last collective before any tears its sockets down: without this, a
+    # loaded machine sometimes lets gloo abort a peer still finishing ("terminate called ...")
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 
