@@ -13,6 +13,7 @@ matrix gives the same lock on any day. An image whose wheel set has no lock is n
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import shutil
@@ -140,6 +141,13 @@ class Lock:
 
 
 def parse_lock(text: str, path: str) -> Lock:
+    """A lock's entries (see _parse_lock); the same text is parsed once per process, since a
+    generation reads each lock for every image and format that uses it."""
+    return _parse_lock(text, path)
+
+
+@functools.lru_cache(maxsize=512)
+def _parse_lock(text: str, path: str) -> Lock:
     """Every entry is `name==version` followed by at least one `--hash=sha256:...`; anything else
     (an unpinned name, an option line such as --index-url, a URL) is refused with its line."""
     from packaging.utils import canonicalize_name
