@@ -92,7 +92,8 @@ class ImageSpec:
     @property
     def image_json(self) -> dict:
         return {"id": self.id, "flavor": self.flavor, "stack": dict(sorted(self.stack.items())),
-                "features": self.features, "rdma": self.rdma_label, "min_driver": self.min_driver or "none", "tag": self.tag}
+                "features": self.features, "rdma": self.rdma_label,
+                "min_driver": self.min_driver or "none", "tag": self.tag}
 
 
 @dataclass(frozen=True)

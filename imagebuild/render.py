@@ -86,16 +86,10 @@ PACKAGERS = {
                               "/etc/apt/sources.list.d/cuda.list"),
                "doca_files": ("/usr/share/keyrings/doca-archive-keyring.gpg",
                               "/etc/apt/sources.list.d/doca.list", "/etc/apt/preferences.d/doca"),
-               "rdma_core": {"runtime": ["ibverbs-providers", "ibverbs-utils", "libibverbs1",
-                                         "librdmacm1", "rdmacm-utils"],
-                             "devel": ["libibverbs-dev", "librdmacm-dev"]},
                "python": "python3"},
     "rhel": {"name": "dnf", "suffix": "-dnf", "key": "cuda-repo-key-dnf",
              "repo_files": ("/etc/pki/rpm-gpg/RPM-GPG-KEY-NVIDIA-CUDA", "/etc/yum.repos.d/cuda.repo"),
              "doca_files": ("/etc/pki/rpm-gpg/RPM-GPG-KEY-DOCA", "/etc/yum.repos.d/doca.repo"),
-             "rdma_core": {"runtime": ["libibverbs", "libibverbs-utils", "librdmacm", "librdmacm-utils",
-                                       "rdma-core"],
-                           "devel": ["rdma-core-devel"]},
              "python": "python{python}"},
 }
 
@@ -111,20 +105,17 @@ def _key_check(key: dict, what: str) -> dict:
 
 
 def image_lock(spec: ImageSpec, k):
-    """The image's wheel lock (wheellock.Lock), or None for an image that installs no wheel."""
+    """The image's wheel lock (wheellock.Lock), checked against its stack; None for an image that
+    installs no wheel."""
     if spec.wheel_lock is None:
         return None
-    from .wheellock import LockError, check_lock, parse_lock, wheel_set
-    path = Path(k.path).resolve().parent / spec.wheel_lock
+    from .wheellock import LockError, read_lock, wheel_set
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RenderError(f"image {spec.id}: cannot read its wheel lock {path}: {exc.strerror}") from None
-    try:
-        lock = parse_lock(text, str(path))
-        check_lock(lock, wheel_set(k, spec.stack, spec.os, spec.wheels))
+        lock = read_lock(k, wheel_set(k, spec.stack, spec.os, spec.wheels))
     except LockError as exc:
         raise RenderError(str(exc)) from None
+    if lock is None:
+        raise RenderError(f"image {spec.id}: its wheel lock {spec.wheel_lock} is missing")
     return lock
 
 
@@ -306,7 +297,7 @@ class Renderer:
                           repo_url=repo_url),
             *doca_repo,
             self.fragment("cuda-devel" + sfx, f"CUDA {cuda} development packages and RDMA headers",
-                          cuda=cuda, cuda_dash=cuda_dash, rdma_dev=rdma_pk["devel"]),
+                          cuda=cuda, cuda_dash=cuda_dash, rdma_dev=rdma_pk.get("devel")),
             self.fragment("gdrcopy", f"gdrcopy {gdr['version']} (user space)", cuda_home=cuda_home,
                           **gdr),
             self.fragment("ucx", f"UCX {ucx['version']}", flags=ucx_flags, **ucx),
@@ -344,7 +335,7 @@ class Renderer:
                           cuda_dash=cuda_dash),
             *doca_copies,
             self.fragment("rdma-runtime" + sfx, f"RDMA user space: {rdma_name}",
-                          packages=rdma_pk["runtime"], rdma_name=rdma_name),
+                          packages=rdma_pk.get("runtime"), rdma_name=rdma_name),
             Step("copy", comment="install prefixes built in the devel stage", from_stage="devel",
                  src="/opt/gdrcopy", dest="/opt/gdrcopy"),
             Step("copy", from_stage="devel", src="/opt/ucx", dest="/opt/ucx"),
@@ -358,10 +349,11 @@ class Renderer:
         return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
 
     def _rdma(self, spec: ImageSpec, pm: dict):
-        """(devel steps, runtime copies, package lists, name) of the image's RDMA user space."""
+        """(devel steps, runtime copies, package lists, name) of the image's RDMA user space. The
+        distribution's rdma-core passes no package lists: its fragments name their own packages."""
         r = spec.rdma
         if r is None:
-            return [], [], pm["rdma_core"], "the distribution's rdma-core"
+            return [], [], {}, "the distribution's rdma-core"
         name = f"{r['name']} {_safe('version', r['version'], 'rdma version')}"
         if pm["name"] not in r["packages"]:
             raise RenderError(f"image {spec.id}: {name} lists no {pm['name']} packages")

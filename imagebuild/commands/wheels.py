@@ -44,7 +44,7 @@ def _wheel_sets(args):
 def run(args) -> int:
     from ..smoke.report import write_atomic
     from ..sync import default_index, validate_index_url
-    from ..wheellock import LockError, compile_lock, lock_root, pip_sources, read_lock
+    from ..wheellock import LockError, compile_lock, lock_root, parse_lock, pip_sources, read_lock
 
     k, sets = _wheel_sets(args)
     root = lock_root(k)
@@ -55,7 +55,7 @@ def run(args) -> int:
     index = validate_index_url(args.index_url) if args.index_url else \
         (src.get("index-url") or [default_index()])[0]
     failed = 0
-    for key, (ws, ids) in sorted(sets.items()):
+    for _key, (ws, ids) in sorted(sets.items()):
         try:
             if not args.refresh and read_lock(k, ws) is not None:
                 print(f"{ws.path}: up to date ({len(ids)} image(s))")
@@ -69,7 +69,7 @@ def run(args) -> int:
             print(f"imagebuild wheels: {exc}", file=sys.stderr)
             continue
         write_atomic(root / ws.path, text, 0o644)
-        n = sum(1 for ln in text.splitlines() if "==" in ln and not ln.startswith("#"))
+        n = len(parse_lock(text, str(ws.path)).entries)
         print(f"{ws.path}: {n} packages, {len(ids)} image(s)")
     if failed:
         print(f"imagebuild wheels: {failed} of {len(sets)} wheel set(s) could not be locked",
@@ -82,7 +82,7 @@ def _check(k, sets, root: Path, strict: bool, named: bool) -> int:
     from ..wheellock import LOCK_DIR, LockError, read_lock
 
     bad = missing = 0
-    for key, (ws, ids) in sorted(sets.items()):
+    for _key, (ws, ids) in sorted(sets.items()):
         try:
             lock = read_lock(k, ws)
         except LockError as exc:
