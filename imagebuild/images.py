@@ -108,7 +108,7 @@ class Skipped:
         it is costly)."""
         if self.why:
             return self.why
-        return "; ".join(resolve(k, Host(), dict(self.wishes)).explanation)
+        return "; ".join(resolve(k, Host(), dict(self.wishes), repo_cuda=True).explanation)
 
 
 def _tag(stack: dict, flavor: str, os_id: str, rdma: dict | None = None) -> str:
@@ -235,7 +235,8 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                         "confirm it and set verified: true, or pass --allow-unverified")))
                     continue
                 try:
-                    res = resolve(k, Host(), w, allow_unverified=allow_unverified, explain=False)
+                    res = resolve(k, Host(), w, allow_unverified=allow_unverified, explain=False,
+                                  repo_cuda=True)  # the recipes install CUDA from the repository
                 except UsageError as exc:
                     fail(f"{name}: {exc}")
                 if not res.ok:

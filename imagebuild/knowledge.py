@@ -23,9 +23,11 @@ from .versions import (NONE, VersionSyntaxError, major_minor, parse_driver, pars
                        parse_version, version_key)
 
 # The stack's components, in the order the solver assigns them, and the host's facts.
-STACK = ("pytorch", "cuda", "cudnn", "nccl", "python", "os", "openmpi", "ucx")
+STACK = ("pytorch", "cuda", "cudnn", "nccl", "python", "os", "platform", "openmpi", "ucx")
 HOST = ("driver", "gpu", "gpu.cc", "gpu.datacenter", "kernel", "ofed", "open_kernel_modules")
-CATEGORY = {"os", "gpu"}
+CATEGORY = {"os", "gpu", "platform"}
+# The platform a stack is for when the matrix lists none (every fact below was read for x86_64).
+DEFAULT_PLATFORM = "x86_64"
 BOOLEAN = {"gpu.datacenter", "ofed", "open_kernel_modules"}
 DRIVER = {"driver"}
 COMPONENTS = STACK + HOST
@@ -79,6 +81,7 @@ def _loader_class():
     def construct_seq(loader, node):
         out = _List(loader.construct_object(child, deep=True) for child in node.value)
         out.line, out.column = node.start_mark.line + 1, node.start_mark.column + 1
+        out.item_pos = [(c.start_mark.line + 1, c.start_mark.column + 1) for c in node.value]
         return out
 
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_map)
@@ -92,25 +95,33 @@ _LOADER = None
 
 
 def load_yaml(path: Path) -> Any:
+    """The YAML document with positions. Before the composer builds anything, grammar.read_text and
+    grammar.scan bound the file (size, characters, nesting depth, node count, alias expansion);
+    afterwards grammar.check_fields checks every recipe-facing string. Each refusal is one
+    KnowledgeError naming the file, and the line and column where there is one."""
+    from . import grammar
+
     global _LOADER
     if _LOADER is None:
         _LOADER = _loader_class()
+    text = grammar.read_text(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise KnowledgeError("file not found", file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KnowledgeError(f"cannot read: {exc}", file=str(path)) from None
-    try:
-        return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader subclass
+        grammar.scan(text, str(path), _LOADER)
+        doc = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = exc.problem or exc.context or "invalid YAML"
         raise KnowledgeError(f"YAML error: {problem}", file=str(path),
                              line=mark.line + 1 if mark else None,
                              column=mark.column + 1 if mark else None) from None
+    except yaml.reader.ReaderError as exc:
+        pos = min(max(int(exc.position), 0), len(text))
+        raise KnowledgeError(f"YAML error: {exc.reason}", file=str(path),
+                             line=text.count("\n", 0, pos) + 1) from None
     except yaml.YAMLError as exc:
         raise KnowledgeError(f"YAML error: {exc}", file=str(path)) from None
+    grammar.check_fields(doc, str(path))
+    return doc
 
 
 # --------------------------------------------------------------------------------------------------
@@ -158,6 +169,11 @@ def driver_min(text: str) -> Matcher:
 def driver_max_branch(branch: int) -> Matcher:
     return Matcher(f"branch R{branch} or older",
                    lambda v: v != NONE and parse_driver(v).branch <= branch)
+
+
+def driver_min_branch(branch: int) -> Matcher:
+    return Matcher(f"branch R{branch} or newer",
+                   lambda v: v != NONE and parse_driver(v).branch >= branch)
 
 
 def mm_range(lo: str | None, hi: str | None, allow_none: bool = False) -> Matcher:
@@ -211,7 +227,10 @@ class Source:
 
 @dataclass(frozen=True)
 class Rule:
-    """When every `when` matcher holds, every `require` matcher must hold."""
+    """When every `when` matcher holds, every `require` matcher must hold and, if `any_of` is
+    given, every matcher of at least one of its alternatives (a support matrix's rows: "this
+    driver on these GPUs, or that driver on those"). `tag` marks rules that apply only under a
+    resolver option (e.g. "repo-cuda": CUDA taken from NVIDIA's package repository)."""
 
     id: str
     when: tuple[tuple[str, Matcher], ...]
@@ -220,19 +239,23 @@ class Rule:
     source: str
     line: int
     verified: bool = True
+    any_of: tuple[tuple[tuple[str, Matcher], ...], ...] = ()
+    tag: str | None = None
 
     @property
     def components(self) -> frozenset[str]:
-        return frozenset(c for c, _ in self.when + self.require)
+        alts = tuple(pair for alt in self.any_of for pair in alt)
+        return frozenset(c for c, _ in self.when + self.require + alts)
 
 
 @dataclass(frozen=True)
 class CudaRelease:
     version: str
-    driver: str | None
+    driver: str | None          # Table 3's driver; None: not known (native mode cannot be judged)
     source: str
     verified: bool
     line: int
+    wheels_only: bool = False   # known from NVIDIA's wheels (cuda-toolkit) only, not a repository
 
 
 @dataclass(frozen=True)
@@ -250,6 +273,7 @@ class Gpu:
     cc: str
     datacenter: bool
     source: str
+    platforms: tuple[str, ...] = ()      # empty: any platform the matrix lists
 
 
 @dataclass(frozen=True)
@@ -264,6 +288,7 @@ class Variant:
     verified: bool
     source: str
     line: int
+    platforms: tuple[str, ...] = (DEFAULT_PLATFORM,)
 
     @property
     def tag(self) -> str:
@@ -279,6 +304,18 @@ class Mode:
     package: str | None
     caveat: str | None
     source: str
+    branch_listed: bool = False  # the host branch must be one cuda.compat lists for the release
+
+
+@dataclass(frozen=True)
+class Compat:
+    """NVIDIA's forward-compatibility table: the driver branches a CUDA release's cuda-compat
+    package supports."""
+
+    cuda: str                   # major.minor
+    branches: tuple[int, ...]
+    source: str
+    line: int
 
 
 @dataclass
@@ -303,6 +340,10 @@ class Knowledge:
     rules: tuple[Rule, ...]
     raw: dict
     rdma: dict[str, dict] = field(default_factory=dict)   # id -> user-space RDMA alternative
+    compat: dict[str, Compat] = field(default_factory=dict)   # CUDA major.minor -> cuda-compat
+    platforms: dict[str, dict] = field(default_factory=dict)  # id -> entry, best first
+    nccl_releases: tuple[str, ...] = ()     # every NCCL release the knowledge names
+    cudnn_releases: tuple[str, ...] = ()    # every cuDNN release (wheel copies and system copies)
 
     # ---- queries the resolver asks
 
@@ -327,7 +368,11 @@ class Knowledge:
         if component in ("cudnn", "nccl"):
             vals = {getattr(v, component) for v in self.variants.values()
                     if (v.verified or allow_unverified) and getattr(v, component) != NONE}
+            if component == "nccl":
+                vals |= set(self.nccl_releases)
             return sorted(vals, key=version_key, reverse=True) + [NONE]
+        if component == "platform":
+            return list(self.platforms) or [DEFAULT_PLATFORM]
         if component == "python":
             vals = {p for o in self.os.values() for p in o["python"]}
             return sorted(vals, key=version_key, reverse=True)
@@ -457,7 +502,7 @@ class _Ctx:
 
 _TOP = {"schema", "as_of", "sources", "preference", "cuda", "drivers", "architectures", "gpus",
         "cudnn", "nccl", "pytorch", "ucx", "openmpi", "os", "gpudirect", "constraints", "images",
-        "tools", "rdma"}
+        "tools", "rdma", "platforms"}
 
 
 def load(path: str | Path) -> Knowledge:
@@ -493,8 +538,32 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
 
     rules: list[Rule] = []
 
-    def add_rule(rid, when, require, text, source, line, verified=True):
-        rules.append(Rule(rid, tuple(when), tuple(require), text, source, line, verified))
+    def add_rule(rid, when, require, text, source, line, verified=True, any_of=(), tag=None):
+        rules.append(Rule(rid, tuple(when), tuple(require), text, source, line, verified,
+                          tuple(tuple(alt) for alt in any_of), tag))
+
+    # platforms (CPU architectures), best first; a matrix without the section is x86_64 only
+    platforms: dict[str, dict] = {}
+    for pl in c.seq(doc.get("platforms", _List()), "platforms", doc, "platforms"):
+        w = "platforms[]"
+        c.mapping(pl, w, required=("id", "cuda_repo", "oci", "source"), optional=("note",))
+        pid = c.text(pl, "id", w)
+        if pid in platforms:
+            c.fail(f"platforms: {pid} is listed twice", pl, "id")
+        platforms[pid] = {"id": pid, "cuda_repo": c.text(pl, "cuda_repo", w),
+                          "oci": c.text(pl, "oci", w), "source": c.source(pl, sources, w)}
+    known_platforms = list(platforms) or [DEFAULT_PLATFORM]
+
+    def platform_list(node, key, where):
+        """An optional list of platform ids (validated); None when absent."""
+        if key not in node:
+            return None
+        vals = [str(x) for x in c.seq(node[key], f"{where}.{key}", node, key)]
+        for v in vals:
+            if v not in known_platforms:
+                c.fail(f"{where}: unknown platform {v!r} (known: {', '.join(known_platforms)})",
+                       node, key)
+        return tuple(vals)
 
     # preference
     preference = tuple(doc.get("preference") or ("pytorch", "mode", "cuda", "python", "os",
@@ -504,7 +573,8 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
             c.fail(f"preference: unknown component {p!r}", doc, "preference")
 
     # CUDA
-    cuda = c.mapping(doc["cuda"], "cuda", required=("modes", "majors", "releases"))
+    cuda = c.mapping(doc["cuda"], "cuda", required=("modes", "majors", "releases"),
+                     optional=("compat",))
     modes = []
     for m in c.seq(cuda["modes"], "cuda.modes", cuda, "modes"):
         w = "cuda.modes[]"
@@ -518,10 +588,13 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
             c.mapping(gpu_req, f"{w}.gpu", required=(), optional=("datacenter",))
         branch = m.get("branch") or {}
         if branch:
-            c.mapping(branch, f"{w}.branch", required=(), optional=("supported",))
+            c.mapping(branch, f"{w}.branch", required=(), optional=("supported", "listed"))
+            for key in branch:
+                c.flag(branch, key, f"{w}.branch", False)
         modes.append(Mode(c.text(m, "id", w), floor, tuple(sorted(gpu_req.items())),
                           bool(branch.get("supported", False)), c.text(m, "package", w, True),
-                          c.text(m, "caveat", w, True), c.source(m, sources, w)))
+                          c.text(m, "caveat", w, True), c.source(m, sources, w),
+                          bool(branch.get("listed", False))))
     majors: dict[int, tuple[str, str]] = {}
     for m in c.seq(cuda["majors"], "cuda.majors", cuda, "majors"):
         c.mapping(m, "cuda.majors[]", required=("major", "minor_compat_driver", "source"))
@@ -535,17 +608,49 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
     releases: dict[str, CudaRelease] = {}
     for r in c.seq(cuda["releases"], "cuda.releases", cuda, "releases"):
         w = "cuda.releases[]"
-        c.mapping(r, w, required=("version", "source"), optional=("driver", "verified", "note"))
+        c.mapping(r, w, required=("version", "source"),
+                  optional=("driver", "verified", "wheels_only", "note"))
         ver = c.version(r, "version", w)
         verified = c.flag(r, "verified", w, True)
+        wheels_only = c.flag(r, "wheels_only", w, False)
         drv = c.driver(r, "driver", w, optional=True)
-        if verified and drv is None:
-            c.fail(f"{w}: CUDA {ver} needs a driver (or verified: false)", r)
+        if verified and drv is None and not wheels_only:
+            c.fail(f"{w}: CUDA {ver} needs a driver (or verified: false, or wheels_only: true "
+                   "for a release known from NVIDIA's wheels only)", r)
         if ver in releases:
             c.fail(f"cuda.releases: CUDA {ver} is listed twice (contradicting facts?)", r, "version")
         if parse_version(ver).major not in majors:
             c.fail(f"{w}: CUDA {ver} has no entry under cuda.majors", r, "version")
-        releases[ver] = CudaRelease(ver, drv, c.source(r, sources, w), verified, r.line)
+        releases[ver] = CudaRelease(ver, drv, c.source(r, sources, w), verified, r.line,
+                                    wheels_only)
+    wheel_cuda = sorted((r.version for r in releases.values() if r.wheels_only), key=version_key)
+    if wheel_cuda:
+        not_wheel = Matcher("not " + ", ".join(wheel_cuda),
+                            (lambda ws: lambda x: x not in ws)(frozenset(wheel_cuda)))
+        text = (f"CUDA {', '.join(wheel_cuda)} are known from NVIDIA's wheels (cuda-toolkit) only; "
+                "no package repository is confirmed to carry them")
+        src = releases[wheel_cuda[0]].source
+        add_rule("cuda-wheels-only", [("pytorch", Matcher("none", lambda x: x == NONE))],
+                 [("cuda", not_wheel)], text + " (without PyTorch, CUDA comes from a repository)",
+                 src, cuda.line)
+        add_rule("cuda-wheels-only-repo", [], [("cuda", not_wheel)], text, src, cuda.line,
+                 tag="repo-cuda")
+    compat: dict[str, Compat] = {}
+    for e in c.seq(cuda.get("compat", _List()), "cuda.compat", cuda, "compat"):
+        w = "cuda.compat[]"
+        c.mapping(e, w, required=("cuda", "branches", "source"), optional=("note",))
+        mm = c.version(e, "cuda", w)
+        if mm.count(".") != 1:
+            c.fail(f"{w}: cuda is a major.minor such as 12.8", e, "cuda")
+        if mm in compat:
+            c.fail(f"cuda.compat: CUDA {mm} is listed twice", e, "cuda")
+        if not any(major_minor(r) == mm for r in releases):
+            c.fail(f"{w}: CUDA {mm} has no release under cuda.releases", e, "cuda")
+        brs = c.seq(e["branches"], f"{w}.branches", e, "branches")
+        if not brs or not all(isinstance(b, int) and not isinstance(b, bool) for b in brs):
+            c.fail(f"{w}: branches is a non-empty list of driver branches such as 535", e,
+                   "branches")
+        compat[mm] = Compat(mm, tuple(sorted(brs, reverse=True)), c.source(e, sources, w), e.line)
 
     # drivers
     drivers = c.mapping(doc["drivers"], "drivers", required=("branches",))
@@ -576,7 +681,7 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
     for a in c.seq(doc["architectures"], "architectures", doc, "architectures"):
         w = "architectures[]"
         c.mapping(a, w, required=("cc", "name", "source"),
-                  optional=("first_cuda", "last_cuda", "last_branch", "note"))
+                  optional=("first_cuda", "last_cuda", "first_branch", "last_branch", "note"))
         cc = c.version(a, "cc", w)
         if cc in architectures:
             c.fail(f"architectures: compute capability {cc} is listed twice", a, "cc")
@@ -592,53 +697,68 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
                      + (f"{first} to {last}.x" if first and last else
                         f"{first} and newer" if first else f"up to {last}.x"),
                      src, a.line)
-        if a.get("last_branch") is not None:
-            lb = a["last_branch"]
-            if not isinstance(lb, int):
-                c.fail(f"{w}: last_branch must be an integer", a, "last_branch")
-            add_rule(f"arch-{cc}-branch", [("gpu.cc", cc_is)], [("driver", driver_max_branch(lb))],
-                     f"{a['name']} GPUs are supported by drivers up to R{lb}", src, a.line)
+        _branch_rules(c, a, w, [("gpu.cc", cc_is)],
+                      f"{a['name']} GPUs (sm_{cc.replace('.', '')})", f"arch-{cc}", src, add_rule)
     gpus: dict[str, Gpu] = {}
     for g in c.seq(doc["gpus"], "gpus", doc, "gpus"):
         w = "gpus[]"
-        c.mapping(g, w, required=("name", "cc", "datacenter", "source"), optional=("note",))
+        c.mapping(g, w, required=("name", "cc", "datacenter", "source"),
+                  optional=("first_branch", "last_branch", "platforms", "note"))
         name, cc = c.text(g, "name", w), c.version(g, "cc", w)
         if cc not in architectures:
             c.fail(f"{w}: {name}: compute capability {cc} is not under architectures", g, "cc")
         if name in gpus:
             c.fail(f"gpus: {name} is listed twice", g, "name")
-        gpus[name] = Gpu(name, cc, c.flag(g, "datacenter", w, False), c.source(g, sources, w))
+        src = c.source(g, sources, w)
+        plats = platform_list(g, "platforms", f"{w} {name}") or ()
+        gpus[name] = Gpu(name, cc, c.flag(g, "datacenter", w, False), src, plats)
+        is_gpu = category_matcher([name])
+        _branch_rules(c, g, w, [("gpu", is_gpu)], name, f"gpu-{name}", src, add_rule)
+        if plats:
+            add_rule(f"gpu-{name}-platform", [("gpu", is_gpu)],
+                     [("platform", category_matcher(plats))],
+                     f"{name} nodes are {' or '.join(plats)} machines", src, g.line)
 
     # cuDNN
     if "cudnn" in doc:
-        cd = c.mapping(doc["cudnn"], "cudnn", required=("lines",), optional=("builds",))
+        cd = c.mapping(doc["cudnn"], "cudnn", required=("lines",), optional=("builds", "releases"))
+        # A support matrix: the rows of one cuDNN line (same `versions`) are alternatives. A stack
+        # with that cuDNN needs one row whose CUDA range, GPU range and driver floor all hold.
+        groups: dict[str, list] = {}
         for ln in c.seq(cd["lines"], "cudnn.lines", cd, "lines"):
             w = "cudnn.lines[]"
             c.mapping(ln, w, required=("versions", "cuda", "source"), optional=("driver", "cc", "note"))
             vs, cs = c.spec(ln, "versions", w), c.spec(ln, "cuda", w)
-            src = c.source(ln, sources, w)
-            req = []
-            if "driver" in ln:
-                req.append(("driver", driver_min(c.driver(ln, "driver", w))))
+            alt = [("cuda", version_matcher(cs))]
             if "cc" in ln:
-                req.append(("gpu.cc", version_matcher(c.spec(ln, "cc", w))))
-            if req:
-                add_rule(f"cudnn-{vs}-cuda-{cs}", [("cudnn", version_matcher(vs)),
-                                                  ("cuda", version_matcher(cs))], req,
-                         f"cuDNN {vs} built for CUDA {cs} needs "
-                         + " and ".join(f"{k} {m.text}" for k, m in req), src, ln.line)
+                alt.append(("gpu.cc", version_matcher(c.spec(ln, "cc", w))))
+            if "driver" in ln:
+                alt.append(("driver", driver_min(c.driver(ln, "driver", w))))
+            groups.setdefault(vs, []).append((alt, c.source(ln, sources, w), ln.line))
+        for vs, rows in groups.items():
+            srcs = sorted({s for _, s, _ in rows})
+            text = (f"cuDNN {vs} runs with " + "; or ".join(
+                ", ".join(f"{'sm' if k == 'gpu.cc' else k} {m.text}" for k, m in alt)
+                for alt, _, _ in rows))
+            add_rule(f"cudnn-{vs}-support", [("cudnn", version_matcher(vs))], [], text,
+                     ",".join(srcs), rows[0][2], any_of=[alt for alt, _, _ in rows])
+        cudnn_releases = _release_list(c, cd, "cudnn", sources)
         for b in c.seq(cd.get("builds", _List()), "cudnn.builds", cd, "builds"):
             _major_build_rule(c, b, "cudnn", sources, add_rule)
 
     # NCCL
     nccl_features: tuple = ()
+    nccl_releases: tuple[str, ...] = ()
+    if "cudnn" not in doc:
+        cudnn_releases = ()
     if "nccl" in doc:
-        nd = c.mapping(doc["nccl"], "nccl", required=("builds",), optional=("features",))
+        nd = c.mapping(doc["nccl"], "nccl", required=("builds",), optional=("features", "releases"))
+        nccl_releases = _release_list(c, nd, "nccl", sources)
         for b in c.seq(nd["builds"], "nccl.builds", nd, "builds"):
             _major_build_rule(c, b, "nccl", sources, add_rule)
         feats = []
         for f in c.seq(nd.get("features", _List()), "nccl.features", nd, "features"):
-            c.mapping(f, "nccl.features[]", required=("since", "feature", "source"))
+            c.mapping(f, "nccl.features[]", required=("since", "feature", "source"), optional=("note",))
             feats.append({"since": c.version(f, "since", "nccl.features[]"),
                           "feature": c.text(f, "feature", "nccl.features[]"),
                           "source": c.source(f, sources, "nccl.features[]")})
@@ -665,7 +785,7 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
         for v in c.seq(rel["variants"], w, rel, "variants"):
             c.mapping(v, w, required=("source",),
                       optional=("cuda", "cpu", "cudnn", "nccl", "cuda_runtime", "arch", "default",
-                                "verified", "note"))
+                                "verified", "platforms", "note"))
             vsrc = c.source(v, sources, w)
             verified = c.flag(v, "verified", w, True)
             if c.flag(v, "cpu", w, False):
@@ -696,7 +816,8 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
                 c.fail(f"{w}: torch {ver} has two {cuda_mm} variants", v)
             var = Variant(ver, cuda_mm, cudnn or NONE, nccl or NONE,
                           c.version(v, "cuda_runtime", w, True), arch,
-                          c.flag(v, "default", w, False), verified, vsrc, v.line)
+                          c.flag(v, "default", w, False), verified, vsrc, v.line,
+                          platform_list(v, "platforms", w) or (DEFAULT_PLATFORM,))
             variants[key] = var
             cuda_m = Matcher("none", lambda x: x == NONE) if cuda_mm == NONE \
                 else version_matcher(cuda_mm)
@@ -705,8 +826,28 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
             req = []
             if cudnn:
                 req.append(("cudnn", Matcher(cudnn, (lambda want: lambda x: x == want)(cudnn))))
-            if nccl:
-                req.append(("nccl", Matcher(nccl, (lambda want: lambda x: x == want)(nccl))))
+            if nccl == NONE:
+                req.append(("nccl", Matcher(NONE, lambda x: x == NONE)))
+            elif nccl:
+                # The wheel's NCCL or a newer NCCL 2 installed over it (users upgrade NCCL for its
+                # fixes; the image installs it explicitly and preloads it). The bundled one ranks
+                # first (Problem orders it so).
+                floor = parse_version(nccl)
+                req.append(("nccl", Matcher(f">= {nccl}", (lambda lo: lambda x: x != NONE and (
+                    parse_version(x) >= lo and parse_version(x).major == lo.major))(floor))))
+            runtime = c.version(v, "cuda_runtime", w, True)
+            var_tag = "cpu" if cuda_mm == NONE else "cu" + cuda_mm.replace(".", "")
+            if runtime in releases and major_minor(runtime) == cuda_mm:
+                # cu13-era wheels pin `cuda-toolkit==X.Y.Z`: the stack's CUDA is that release
+                add_rule(f"pytorch-{ver}-{var_tag}-cuda", when,
+                         [("cuda", Matcher(runtime, (lambda want: lambda x: x == want)(runtime)))],
+                         f"torch {ver}+{var_tag} wheels bring CUDA {runtime} (cuda-toolkit=={runtime})",
+                         vsrc, v.line, verified, tag="wheel-cuda")
+            plats = platform_list(v, "platforms", w) or (DEFAULT_PLATFORM,)
+            add_rule(f"pytorch-{ver}-{'cpu' if cuda_mm == NONE else 'cu' + cuda_mm.replace('.', '')}"
+                     "-platform", when, [("platform", category_matcher(plats))],
+                     f"torch {ver}+{'cpu' if cuda_mm == NONE else 'cu' + cuda_mm.replace('.', '')} "
+                     f"wheels are published for {', '.join(plats)}", vsrc, v.line, verified)
             if arch:
                 req.append(("gpu.cc", arch_matcher(list(arch))))
             if req:
@@ -766,7 +907,7 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
     for o in c.seq(doc["os"], "os", doc, "os"):
         w = "os[]"
         c.mapping(o, w, required=("id", "name", "family", "python", "source"),
-                  optional=("kernel", "glibc", "cuda", "nvidia_repo", "base", "note"))
+                  optional=("kernel", "glibc", "cuda", "nvidia_repo", "base", "platforms", "note"))
         oid = c.text(o, "id", w)
         if oid in oses:
             c.fail(f"os: {oid} is listed twice", o, "id")
@@ -783,15 +924,28 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
                      "glibc": c.version(o, "glibc", w, True),
                      "cuda": cuda_range, "nvidia_repo": c.text(o, "nvidia_repo", w, True),
                      "base": c.text(o, "base", w, True),
+                     "platforms": platform_list(o, "platforms", w) or (DEFAULT_PLATFORM,),
                      "source": src, "line": o.line}
-        req = [("python", category_matcher(str(p) for p in pys))]
+        is_os = category_matcher([oid])
+        add_rule(f"os-{oid}", [("os", is_os)],
+                 [("python", category_matcher(str(p) for p in pys)),
+                  ("platform", category_matcher(oses[oid]["platforms"]))],
+                 f"{o['name']} offers Python {', '.join(str(p) for p in pys)} on "
+                 f"{', '.join(oses[oid]['platforms'])}", src, o.line)
+        # CUDA from NVIDIA's repository for this OS: a stack without PyTorch takes CUDA from there.
+        # A PyTorch stack takes CUDA from the wheels torch pins, so the repository's range binds it
+        # only when the caller asks for repository CUDA (the `repo-cuda` tag: image expansion,
+        # whose recipes install CUDA packages from the repository).
         cuda_alts = [Matcher("none", lambda x: x == NONE)]
         if cuda_range:
             cuda_alts.append(version_matcher(cuda_range))
-        req.append(("cuda", any_of(cuda_alts)))
-        add_rule(f"os-{oid}", [("os", category_matcher([oid]))], req,
-                 f"{o['name']} offers Python {', '.join(str(p) for p in pys)} and CUDA "
-                 + (cuda_range or "none from NVIDIA's repository"), src, o.line)
+        repo_text = (f"NVIDIA's CUDA repository for {o['name']} carries CUDA "
+                     + (cuda_range or "none (no repository is confirmed)"))
+        add_rule(f"os-{oid}-cuda-repo", [("os", is_os), ("pytorch", Matcher("none", lambda x: x == NONE))],
+                 [("cuda", any_of(cuda_alts))], repo_text + "; without PyTorch, CUDA comes from there",
+                 src, o.line)
+        add_rule(f"os-{oid}-cuda-repo-torch", [("os", is_os)], [("cuda", any_of(cuda_alts))],
+                 repo_text, src, o.line, tag="repo-cuda")
 
     # GPUDirect
     gdr = []
@@ -862,7 +1016,38 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
         majors=majors, releases=releases, branches=branches, gpus=gpus,
         architectures=architectures, variants=variants, pytorch=pytorch, ucx=tables["ucx"],
         openmpi=tables["openmpi"], os=oses, gpudirect=tuple(gdr), nccl_features=nccl_features,
-        rules=tuple(rules), raw=doc, rdma=rdma)
+        rules=tuple(rules), raw=doc, rdma=rdma, compat=compat, platforms=platforms,
+        nccl_releases=nccl_releases, cudnn_releases=cudnn_releases)
+
+
+def _branch_rules(c: _Ctx, node, where: str, when, what: str, rid: str, src: str, add_rule):
+    """first_branch / last_branch of an architecture or a GPU: the driver branches that drive it."""
+    for key, matcher, word in (("first_branch", driver_min_branch, "from"),
+                               ("last_branch", driver_max_branch, "up to")):
+        if node.get(key) is None:
+            continue
+        b = node[key]
+        if not isinstance(b, int) or isinstance(b, bool):
+            c.fail(f"{where}: {key} must be an integer such as 535", node, key)
+        add_rule(f"{rid}-{key.split('_')[0]}-branch", when, [("driver", matcher(b))],
+                 f"{what} are driven by branches {word} R{b}", src, node.line)
+
+
+def _release_list(c: _Ctx, node, comp: str, sources) -> tuple[str, ...]:
+    """`releases:` of cudnn/nccl: [{versions: [..], source: ..}]: every published version."""
+    out: list[str] = []
+    for r in c.seq(node.get("releases", _List()), f"{comp}.releases", node, "releases"):
+        w = f"{comp}.releases[]"
+        c.mapping(r, w, required=("versions", "source"), optional=("note", "cuda_major"))
+        c.source(r, sources, w)
+        for v in c.seq(r["versions"], f"{w}.versions", r, "versions"):
+            try:
+                parse_version(str(v))
+            except VersionSyntaxError as exc:
+                c.fail(f"{w}.versions: {exc}", r, "versions")
+            if str(v) not in out:
+                out.append(str(v))
+    return tuple(sorted(out, key=version_key, reverse=True))
 
 
 def _major_build_rule(c: _Ctx, b, comp: str, sources, add_rule):

@@ -93,14 +93,21 @@ class Problem:
     """Domains and rules for one query. Values are strings; 'none' means absent."""
 
     def __init__(self, k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
-                 allow_unverified: bool = False):
+                 allow_unverified: bool = False, repo_cuda: bool = False):
         self.k = k
         self.host = host
         self.date = host.date or k.as_of
         self.allow_unverified = allow_unverified
+        # repo_cuda: CUDA must come from NVIDIA's package repository for the OS (what the image
+        # recipes install); otherwise a PyTorch stack takes CUDA from the wheels torch pins.
+        self.repo_cuda = repo_cuda
         self.facts_host: dict[str, str] = self._host_facts(host)
         self.wishes = {c: self._wish(c, s) for c, s in (wishes or {}).items()}
-        self.rules = [r for r in k.rules if r.verified or allow_unverified]
+        self.rules = [r for r in k.rules if (r.verified or allow_unverified)
+                      and (r.tag is None or (r.tag == "repo-cuda") == repo_cuda)]
+        # (pytorch, cuda major.minor) -> the NCCL its wheels bundle: ranked before newer NCCLs
+        self.bundled_nccl = {key: v.nccl for key, v in k.variants.items()
+                             if v.nccl != NONE and (v.verified or allow_unverified)}
         self.order = list(STACK)
         self.domains: dict[str, list[str]] = {}
         self.pruned: dict[str, dict[str, Fact]] = {c: {} for c in STACK}  # value -> why removed
@@ -147,16 +154,22 @@ class Problem:
                                  argument="--date") from None
         return facts
 
+    def gpu_host(self) -> bool:
+        """The host has a GPU: its --gpu names one, or only its driver is given."""
+        gpu = self.facts_host.get("gpu")
+        return (gpu is not None and gpu != NONE) or (gpu is None and "driver" in self.facts_host)
+
     def _wish(self, comp: str, spec: str) -> Matcher:
         if comp not in STACK:
             raise UsageError(f"unknown component {comp!r} (one of {', '.join(STACK)})",
                              argument=f"--{comp}")
-        if comp == "os":
+        if comp in ("os", "platform"):
             names = [s.strip() for s in spec.split(",")]
-            unknown = [n for n in names if n not in self.k.os]
+            known = list(self.k.os) if comp == "os" else self.k.domain("platform")
+            unknown = [n for n in names if n not in known]
             if unknown:
-                raise UsageError(f"unknown OS {unknown[0]!r} (one of {', '.join(self.k.os)})",
-                                 argument="--os")
+                raise UsageError(f"unknown {'OS' if comp == 'os' else comp} {unknown[0]!r} "
+                                 f"(one of {', '.join(known)})", argument=f"--{comp}")
             return Matcher(" or ".join(names), frozenset(names).__contains__)
         try:
             return version_matcher(spec)
@@ -172,8 +185,9 @@ class Problem:
         drv = self.facts_host.get("driver")
         if drv is None:
             rel = self.k.releases[version]
-            return CudaMode("unknown", f"host driver not given; native needs >= {rel.driver}",
-                            rel.source)
+            need = (f"native needs >= {rel.driver}" if rel.driver else
+                    "the driver it shipped with is not known")
+            return CudaMode("unknown", f"host driver not given; {need}", rel.source)
         if self.facts_host.get("gpu.cc") == NONE:
             return None
         return self._first_mode(version, drv)[0]
@@ -209,6 +223,16 @@ class Problem:
                 elif have != ("true" if want else "false"):
                     blocked.append(f"{self.facts_host.get('gpu')} is not a data-center GPU, which "
                                    f"cuda-compat needs [{m.source}]")
+            pkg = (m.package or "").format(major=v.major, minor=v.minor)
+            if m.branch_listed:
+                entry = self.k.compat.get(f"{v.major}.{v.minor}")
+                if entry is None:
+                    blocked.append(f"no {pkg or 'cuda-compat'} support table for CUDA "
+                                   f"{v.major}.{v.minor} is known [{m.source}]")
+                elif host.branch not in entry.branches:
+                    blocked.append(f"{pkg} supports driver branches "
+                                   f"{', '.join(f'R{b}' for b in entry.branches)}, not the host's "
+                                   f"R{host.branch} [{entry.source}]")
             if m.branch_supported:
                 supported, why = self.k.branch_supported(host.branch, self.date)
                 if not supported:
@@ -216,7 +240,6 @@ class Problem:
             if blocked:
                 reasons.extend(blocked)
                 continue
-            pkg = (m.package or "").format(major=v.major, minor=v.minor)
             return CudaMode(m.id, f"through {pkg}: the image's user-mode driver runs on the host's "
                             f"supported branch R{host.branch} [{m.source}]", m.source,
                             package=pkg, caveat=m.caveat), reasons
@@ -235,6 +258,12 @@ class Problem:
                     self.pruned[comp][val] = Fact(f"wish:{comp}", f"you asked for {comp} {wish.text}",
                                                   None)
                     continue
+                if comp == "cuda" and val == NONE and wish is None and self.gpu_host():
+                    # A user with a GPU wants a GPU stack; a CPU one only when asked for.
+                    self.pruned[comp][val] = Fact(
+                        "gpu-host", "the host has a GPU, so a CPU-only stack is given only when "
+                        "asked for (--cuda none or --gpu none)", None)
+                    continue
                 if comp == "cuda":
                     mode = self.cuda_mode(val)
                     if mode is None:
@@ -245,6 +274,12 @@ class Problem:
                         continue
                     self.modes[val] = mode
                 kept.append(val)
+            if comp == "cuda":
+                # Within a major.minor, releases with a confirmed repository (and Table 3 driver)
+                # come before those known from NVIDIA's wheels only.
+                kept.sort(key=lambda v: (v == NONE, tuple(-x for x in parse_version(
+                    major_minor(v)).release) if v != NONE else (), k.releases[v].wheels_only
+                    if v != NONE else False))
             if comp == "cuda" and "mode" in k.preference and \
                     k.preference.index("mode") < k.preference.index("cuda"):
                 kept.sort(key=lambda v: MODE_RANK[self.modes[v].mode])  # stable: newest first within
@@ -272,6 +307,21 @@ class Problem:
                 continue
             compiled = []
             skip = False
+            if r.any_of:
+                alts = []
+                for alt in r.any_of:
+                    parts, host_ok = [], True
+                    for comp, m in alt:
+                        if comp in pos:
+                            parts.append((comp, frozenset(v for v in self._all_values(comp)
+                                                          if m(v))))
+                        elif comp in self.facts_host and not m(self.facts_host[comp]):
+                            host_ok = False   # an unknown host fact is not checked
+                    if host_ok:
+                        alts.append(tuple(parts))
+                if any(not parts for parts in alts) and not r.require:
+                    continue                  # a row holds whatever the stack: nothing to check
+                compiled.append(("any", None, tuple(alts)))
             for part in ("when", "require"):
                 for comp, m in getattr(r, part):
                     if comp not in pos and comp not in self.facts_host:
@@ -284,11 +334,14 @@ class Problem:
                         if part == "when" and not holds:
                             skip = True
                         compiled.append((part, comp, holds))
-            if skip or not any(part == "require" for part, _, _ in compiled):
+            if skip or not any(part in ("require", "any") for part, _, _ in compiled):
                 continue
-            stack_comps = [comp for _, comp, _ in compiled if comp in pos]
+            stack_comps = [comp for part, comp, _ in compiled if comp in pos]
+            stack_comps += [comp for part, _, alts in compiled if part == "any"
+                            for parts in alts for comp, _ in parts]
             if not stack_comps:
-                if not all(h for part, _, h in compiled if part == "require"):
+                if not all(h for part, _, h in compiled if part == "require") or \
+                        any(part == "any" and not alts for part, _, alts in compiled):
                     self.host_violations.append(r)
                 continue
             depth = max(pos[c] for c in stack_comps)
@@ -307,12 +360,25 @@ class Problem:
             if not ok:
                 return False
         for part, comp, allowed in compiled:
+            if part == "any":
+                if not any(all(assign[c] in vals for c, vals in alt) for alt in allowed):
+                    return True
+                continue
             if part != "require":
                 continue
             ok = allowed if isinstance(allowed, bool) else assign[comp] in allowed
             if not ok:
                 return True
         return False
+
+    def ordered(self, comp: str, assign: dict[str, str], values: list[str]) -> list[str]:
+        """A component's candidates best first, given the components assigned before it: the NCCL
+        a PyTorch build bundles ranks before newer ones (installed over it on request)."""
+        if comp == "nccl" and assign.get("pytorch", NONE) != NONE and assign.get("cuda", NONE) != NONE:
+            bundled = self.bundled_nccl.get((assign["pytorch"], major_minor(assign["cuda"])))
+            if bundled is not None and bundled in values and values[0] != bundled:
+                return [bundled] + [v for v in values if v != bundled]
+        return values
 
 
 # --------------------------------------------------------------------------------------------------
@@ -348,7 +414,7 @@ def _search(p: Problem, disabled: frozenset[str] = frozenset(), trace: Trace | N
             return
         comp = order[d]
         tried[d] = []
-        for val in doms[comp]:
+        for val in p.ordered(comp, assign, doms[comp]):
             assign[comp] = val
             if trace is not None:
                 trace.steps += 1
@@ -388,9 +454,11 @@ def _first(p: Problem, disabled=frozenset(), domains=None) -> dict[str, str] | N
 
 
 def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
-            allow_unverified: bool = False, explain: bool = True) -> Resolution:
-    """The best stack, or (explain=True) the minimal chain of facts that rules every stack out."""
-    p = Problem(k, host, wishes, allow_unverified)
+            allow_unverified: bool = False, explain: bool = True,
+            repo_cuda: bool = False) -> Resolution:
+    """The best stack, or (explain=True) the minimal chain of facts that rules every stack out.
+    `repo_cuda`: CUDA must come from NVIDIA's repository for the OS (as image recipes install it)."""
+    p = Problem(k, host, wishes, allow_unverified, repo_cuda)
     passed: list = []
     trace = Trace()
     sol = None
@@ -428,11 +496,11 @@ class StackGroup:
 
 
 def enumerate_stacks(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
-                     allow_unverified: bool = False) -> list[StackGroup]:
+                     allow_unverified: bool = False, repo_cuda: bool = False) -> list[StackGroup]:
     """Every consistent stack, best first, grouped by everything but the tail components.
     The tail's consistent values depend only on the head components its rules mention, so they
     are computed once per distinct value of those (memoised)."""
-    p = Problem(k, host, wishes, allow_unverified)
+    p = Problem(k, host, wishes, allow_unverified, repo_cuda)
     split = len(p.order) - len(TAIL)
     assert tuple(p.order[split:]) == TAIL
     deps = sorted({c for level in p.by_depth[split:] for r, _ in level for c in r.components
@@ -450,19 +518,82 @@ def enumerate_stacks(k: Knowledge, host: Host, wishes: dict[str, str] | None = N
     return groups
 
 
+SYSTEM_COPIES = ("cudnn", "nccl")
+
+
 def check(k: Knowledge, host: Host, stack: dict[str, str],
-          allow_unverified: bool = False) -> Resolution:
-    """Is this complete stack consistent on this host? Each component is a wish '==value'."""
-    missing = [c for c in STACK if c not in stack]
-    if missing:
-        raise UsageError(f"the stack names no {missing[0]} (a complete stack names "
-                         f"{', '.join(STACK)}; use 'none' for an absent component)",
-                         argument=f"--{missing[0]}")
+          allow_unverified: bool = False,
+          system: dict[str, str] | None = None) -> Resolution:
+    """Is this stack consistent on this host? Each named component is a wish for that version
+    (a less precise version matches its patch releases: cuDNN 9.14.0 is 9.14.0.x); a component
+    not named is "any". `system` names copies installed beside the stack's own (NGC-style: a
+    system cuDNN or NCCL next to the ones torch's wheels bring); each is checked against the
+    facts about that library, the stack's CUDA and the host."""
     wishes = {}
-    for comp in STACK:
-        val = stack[comp]
-        wishes[comp] = val if comp == "os" or val == NONE else f"=={val}"
-    return resolve(k, host, wishes, allow_unverified)
+    for comp, val in stack.items():
+        if comp not in STACK:
+            raise UsageError(f"unknown component {comp!r} (one of {', '.join(STACK)})",
+                             argument=f"--{comp}")
+        val = str(val).strip()
+        if val.startswith("=="):
+            val = val[2:]
+        wishes[comp] = val
+    res = resolve(k, host, wishes, allow_unverified)
+    for comp, val in sorted((system or {}).items()):
+        problems = check_system_copy(k, host, comp, val, res.stack if res.ok else stack)
+        if problems:
+            res.ok = False
+            res.explanation = list(res.explanation) + problems
+        elif res.ok:
+            res.explanation.append(f"system {comp} {val}: consistent with CUDA "
+                                   f"{res.stack.get('cuda')} and the host (checked beside the "
+                                   f"stack's own {comp} {res.stack.get(comp)})")
+            res.stack[f"system_{comp}"] = val
+    return res
+
+
+def check_system_copy(k: Knowledge, host: Host, comp: str, val: str,
+                      stack: dict[str, str]) -> list[str]:
+    """The facts a system copy of cuDNN or NCCL violates (empty: none). The copy must be a release
+    the knowledge knows, built for the stack's CUDA major, and meet its support matrix on this
+    host; rules that tie a component to PyTorch's bundled copy do not bind it."""
+    if comp not in SYSTEM_COPIES:
+        raise UsageError(f"no system copy of {comp!r} is modelled (only {', '.join(SYSTEM_COPIES)})",
+                         argument=f"--system-{comp}")
+    try:
+        spec = version_matcher(val)
+    except VersionSyntaxError as exc:
+        raise UsageError(str(exc), argument=f"--system-{comp}") from None
+    known = k.cudnn_releases if comp == "cudnn" else k.domain("nccl", True)
+    matches = [v for v in known if v != NONE and spec(v)]
+    if not matches:
+        return [f"system {comp} {val}: not a {comp} release the knowledge names"]
+    p = Problem(k, host, {}, False)
+    cuda = stack.get("cuda")
+    out = []
+    for rule in p.rules:
+        comps = rule.components
+        if comp not in comps or "pytorch" in comps or not comps <= (
+                {comp, "cuda", "driver", "gpu", "gpu.cc", "gpu.datacenter"}):
+            continue
+        if "cuda" in comps and (cuda is None or cuda == NONE):
+            continue
+
+        def holds(pairs, value):
+            for c, m in pairs:
+                have = value if c == comp else (cuda if c == "cuda" else p.facts_host.get(c))
+                if have is None:
+                    continue      # not known: not checked
+                if not m(have):
+                    return False
+            return True
+
+        # The copy fits if some release matching `val` satisfies the rule.
+        if not any(not holds(rule.when, v) or (holds(rule.require, v) and (
+                not rule.any_of or any(holds(alt, v) for alt in rule.any_of)))
+                for v in matches):
+            out.append(f"system {comp} {val}: {rule.text}{_src(rule.source)}")
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -476,8 +607,8 @@ def _src(sid: str | None) -> str:
 def _describe(p: Problem, sol: dict[str, str], passed, brief: bool = False) -> Resolution:
     k = p.k
     stack = {"driver": p.facts_host.get("driver", "unknown"), "gpu": p.facts_host.get("gpu", "unknown")}
-    stack.update({c: sol[c] for c in ("os", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi",
-                                      "pytorch")})
+    stack.update({c: sol[c] for c in ("os", "platform", "python", "cuda", "cudnn", "nccl", "ucx",
+                                      "openmpi", "pytorch")})
     mode = p.modes.get(sol["cuda"])
     res = Resolution(ok=True, stack=stack, mode=mode, min_driver=min_driver(p, sol))
     if brief:
@@ -535,8 +666,17 @@ def _chosen_because(p: Problem, comp: str, val: str, sol: dict[str, str]) -> str
     if comp in ("cudnn", "nccl"):
         var = k.variants.get((sol["pytorch"], NONE if sol["cuda"] == NONE else major_minor(sol["cuda"])))
         if var is not None and val != NONE:
-            return f"bundled by torch {var.pytorch}+{var.tag}{_src(var.source)}"
+            bundled = getattr(var, comp)
+            if bundled == val:
+                return f"bundled by torch {var.pytorch}+{var.tag}{_src(var.source)}"
+            return (f"newer than the {bundled} torch {var.pytorch}+{var.tag} bundles"
+                    f"{_src(var.source)}: installed over it (nvidia-{comp}-cu{val and major_minor(sol['cuda']).split('.')[0]}"
+                    f"=={val}) and preloaded, as you asked")
         return "not part of this stack" if val == NONE else "newest that fits"
+    if comp == "platform":
+        entry = k.platforms.get(val)
+        return (f"the first platform in the matrix's order that fits{_src(entry['source'])}"
+                if entry else "the only platform the matrix knows")
     if comp == "python":
         return f"newest the OS offers that torch supports{_src(k.os[sol['os']]['source'])}"
     if comp == "os":
@@ -555,14 +695,34 @@ def min_driver(p: Problem, sol: dict[str, str]) -> str | None:
     v = parse_version(cuda)
     floor, _ = p.k.majors[v.major]
     best = parse_driver(floor)
-    for r in p.k.rules:
-        if not any(comp == "driver" for comp, _ in r.require):
+    facts = {c: val for c, val in p.facts_host.items() if c != "driver"}
+    facts.update(sol)
+
+    def floor_of(pairs):
+        """The driver floor a conjunction asks for, or None when one of its other parts fails
+        (a part on an unknown host fact is taken as holding: some host may meet it)."""
+        low = parse_driver("000")
+        for comp, m in pairs:
+            if comp == "driver":
+                if m.text.startswith(">= "):
+                    low = max(low, parse_driver(m.text[3:]))
+            elif comp in facts and not m(facts[comp]):
+                return None
+        return low
+
+    for r in p.rules:
+        if not any(comp == "driver" for comp, _ in r.require) and \
+                not any(comp == "driver" for alt in r.any_of for comp, _ in alt):
             continue
-        if all(comp in sol and m(sol[comp]) for comp, m in r.when):
-            for comp, m in r.require:
-                if comp == "driver" and m.text.startswith(">= "):
-                    cand = parse_driver(m.text[3:])
-                    best = max(best, cand)
+        if floor_of(r.when) is None:
+            continue
+        req = floor_of(r.require)
+        if req is not None:
+            best = max(best, req)
+        if r.any_of:
+            rows = [f for f in (floor_of(alt) for alt in r.any_of) if f is not None]
+            if rows:
+                best = max(best, min(rows))
     return best.text
 
 
@@ -638,7 +798,19 @@ def explain_failure(p: Problem, trace: Trace) -> list[str]:
         chain += _group_modes(p, modes)
     if p.facts_host:
         chain.append(f"the host has {_host_text(p)}")
-    return chain
+    return chain + _cpu_hint(p)
+
+
+def _cpu_hint(p: Problem) -> list[str]:
+    """On a GPU host the CPU stacks were left out; say whether one would fit."""
+    fact = p.pruned["cuda"].get(NONE)
+    if fact is None or fact.key != "gpu-host":
+        return []
+    doms = dict(p.domains)
+    doms["cuda"] = [NONE]
+    if _first(p, domains=doms) is not None:
+        return ["no GPU stack fits; a CPU-only stack does (ask for it with --cuda none)"]
+    return []
 
 
 def _host_text(p: Problem) -> str:

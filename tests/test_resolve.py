@@ -119,7 +119,7 @@ def test_json_document(capsys):
                      "--torch", ">=2.4", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["ok"] is True
-    assert set(doc["stack"]) == {"driver", "gpu", "os", "python", "cuda", "cudnn", "nccl", "ucx",
+    assert set(doc["stack"]) == {"driver", "gpu", "os", "platform", "python", "cuda", "cudnn", "nccl", "ucx",
                                  "openmpi", "pytorch"}
     assert all(isinstance(v, str) for v in doc["stack"].values())
     assert doc["modes"]["cuda"]["mode"] in ("native", "minor-version", "forward-compat")
@@ -149,4 +149,10 @@ def test_check_reads_an_images_labels(tmp_path, capsys):
 
 def test_unknown_component_in_check_is_refused(k):
     with pytest.raises(UsageError):
-        R.check(k, R.Host(), {"pytorch": "2.4.1"})
+        R.check(k, R.Host(), {"pytorch": "2.4.1", "tensorflow": "2.15"})
+
+
+def test_check_leaves_unnamed_components_free(k):
+    # Only the torch stack is named: UCX, Open MPI, OS, Python are "any", not required.
+    res = R.check(k, R.Host(driver="550.54.15", gpu="A100"), {"pytorch": "2.4.1", "cuda": "12.1"})
+    assert res.ok and res.stack["pytorch"] == "2.4.1" and res.stack["cuda"].startswith("12.1")

@@ -20,6 +20,10 @@ def configure(parser) -> None:
     g = parser.add_argument_group("the stack (exact versions, 'none' for absent)")
     for flag in WISH_FLAGS:
         g.add_argument(f"--{flag}", dest=f"wish_{flag}", metavar="VERSION")
+    g.add_argument("--system-cudnn", metavar="VERSION",
+                   help="a system cuDNN installed beside the one torch's wheels bring (NGC-style)")
+    g.add_argument("--system-nccl", metavar="VERSION",
+                   help="a system NCCL installed beside the one torch's wheels bring")
     parser.add_argument("--from-json", metavar="FILE",
                         help="a resolve --json document, a {component: version} mapping, or labels")
     parser.add_argument("--image", metavar="REF", help="read the stack from a built image's labels")
@@ -78,7 +82,9 @@ def run(args) -> int:
     if stack.get("driver") and not args.driver:
         args.driver = stack["driver"]
     k = knowledge.load(args.matrix)
-    res = R.check(k, host_from(args), stack, args.allow_unverified)
+    system = {comp: getattr(args, f"system_{comp}") for comp in ("cudnn", "nccl")
+              if getattr(args, f"system_{comp}", None)}
+    res = R.check(k, host_from(args), stack, args.allow_unverified, system=system)
     if args.json:
         print(json.dumps(res.to_json(), indent=2, sort_keys=True))
     elif res.ok:

@@ -9,7 +9,8 @@ from ..errors import UsageError
 
 # command-line flag -> stack component
 WISH_FLAGS = {"torch": "pytorch", "pytorch": "pytorch", "cuda": "cuda", "cudnn": "cudnn",
-              "nccl": "nccl", "python": "python", "os": "os", "ucx": "ucx", "openmpi": "openmpi"}
+              "nccl": "nccl", "python": "python", "os": "os", "platform": "platform", "ucx": "ucx",
+              "openmpi": "openmpi"}
 
 
 def add_host_options(parser) -> None:
@@ -129,8 +130,10 @@ def print_resolution(res) -> None:
         return
     mode = res.mode.mode if res.mode else "n/a"
     print("Best stack:")
-    for comp in ("driver", "gpu", "os", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi",
-                 "pytorch"):
+    for comp in ("driver", "gpu", "platform", "os", "python", "cuda", "cudnn", "nccl",
+                 "system_cudnn", "system_nccl", "ucx", "openmpi", "pytorch"):
+        if comp not in res.stack:
+            continue
         extra = ""
         if comp == "cuda" and res.stack["cuda"] != "none":
             extra = f"  ({mode}" + (f", needs {res.mode.package}" if res.mode.package else "") + ")"
@@ -149,13 +152,14 @@ def print_resolution(res) -> None:
 
 
 def _print_table(groups) -> None:
-    cols = ("pytorch", "cuda", "cudnn", "nccl", "python", "os", "mode", "min_driver", "openmpi",
-            "ucx")
+    cols = ("pytorch", "cuda", "cudnn", "nccl", "python", "os", "platform", "mode", "min_driver",
+            "openmpi", "ucx")
     rows = []
     for g in groups:
         j = g.to_json()
         ucx = j["ucx"]
         rows.append([j["pytorch"], j["cuda"], j["cudnn"], j["nccl"], j["python"], j["os"],
+                     j["platform"],
                      j["mode"] or "", j["min_driver"] or "-", ",".join(j["openmpi"]),
                      ucx[0] if len(ucx) == 1 else f"{ucx[-1]}..{ucx[0]} ({len(ucx)})"])
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
