@@ -26,6 +26,11 @@ from .versions import (NONE, VersionSyntaxError, major_minor, parse_driver, pars
 STACK = ("pytorch", "cuda", "cudnn", "nccl", "python", "os", "platform", "openmpi", "ucx")
 HOST = ("driver", "gpu", "gpu.cc", "gpu.datacenter", "kernel", "ofed", "open_kernel_modules")
 CATEGORY = {"os", "gpu", "platform"}
+# Rules that hold only in some readings of a stack: "repo-cuda" when CUDA comes from NVIDIA's package
+# repository (image recipes), "wheel-cuda" when it comes from the PyTorch wheels (resolve, check),
+# "cuda-aware" when UCX/Open MPI are built with CUDA (what imagebuild builds; `check` of an existing
+# machine, whose UCX may be built without CUDA, reports them as warnings).
+RULE_TAGS = frozenset({"repo-cuda", "wheel-cuda", "cuda-aware"})
 # The platform a stack is for when the matrix lists none (every fact below was read for x86_64).
 DEFAULT_PLATFORM = "x86_64"
 BOOLEAN = {"gpu.datacenter", "ofed", "open_kernel_modules"}
@@ -727,21 +732,24 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
         groups: dict[str, list] = {}
         for ln in c.seq(cd["lines"], "cudnn.lines", cd, "lines"):
             w = "cudnn.lines[]"
-            c.mapping(ln, w, required=("versions", "cuda", "source"), optional=("driver", "cc", "note"))
+            c.mapping(ln, w, required=("versions", "cuda", "source"),
+                      optional=("driver", "cc", "verified", "note"))
             vs, cs = c.spec(ln, "versions", w), c.spec(ln, "cuda", w)
+            ln_verified = c.flag(ln, "verified", w, True)
             alt = [("cuda", version_matcher(cs))]
             if "cc" in ln:
                 alt.append(("gpu.cc", version_matcher(c.spec(ln, "cc", w))))
             if "driver" in ln:
                 alt.append(("driver", driver_min(c.driver(ln, "driver", w))))
-            groups.setdefault(vs, []).append((alt, c.source(ln, sources, w), ln.line))
-        for vs, rows in groups.items():
+            groups.setdefault((vs, ln_verified), []).append((alt, c.source(ln, sources, w), ln.line))
+        for (vs, rows_verified), rows in groups.items():
             srcs = sorted({s for _, s, _ in rows})
             text = (f"cuDNN {vs} runs with " + "; or ".join(
                 ", ".join(f"{'sm' if k == 'gpu.cc' else k} {m.text}" for k, m in alt)
                 for alt, _, _ in rows))
-            add_rule(f"cudnn-{vs}-support", [("cudnn", version_matcher(vs))], [], text,
-                     ",".join(srcs), rows[0][2], any_of=[alt for alt, _, _ in rows])
+            add_rule(f"cudnn-{vs}-support" + ("" if rows_verified else "-unverified"),
+                     [("cudnn", version_matcher(vs))], [], text, ",".join(srcs), rows[0][2],
+                     verified=rows_verified, any_of=[alt for alt, _, _ in rows])
         cudnn_releases = _release_list(c, cd, "cudnn", sources)
         for b in c.seq(cd.get("builds", _List()), "cudnn.builds", cd, "builds"):
             _major_build_rule(c, b, "cudnn", sources, add_rule)
@@ -894,8 +902,10 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
                 req = []
                 if "os" in r:
                     req.append(("os", category_matcher(c.seq(r["os"], f"{w}.os", r, "os"))))
-                if r.get("cuda") is False:
-                    req.append(("cuda", Matcher("none", lambda x: x == NONE)))
+                # `cuda: false`: a build without CUDA support. It still runs beside a CUDA stack
+                # (torch does not go through MPI for its GPUs); it is just not CUDA-aware, which
+                # the answer says, and source builds rank first anyway (they are newer).
+                entry["cuda_aware"] = r.get("cuda") is not False
                 if req:
                     add_rule(f"{comp}-{ver}-build", [(comp, version_matcher("==" + ver))], req,
                              f"{comp} {ver} ({install} package) needs "
@@ -995,7 +1005,11 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
     # generic constraints
     for k in c.seq(doc.get("constraints", _List()), "constraints", doc, "constraints"):
         w = "constraints[]"
-        c.mapping(k, w, required=("id", "when", "require", "source"), optional=("note", "verified"))
+        c.mapping(k, w, required=("id", "when", "require", "source"),
+                  optional=("note", "verified", "tag"))
+        tag = c.text(k, "tag", w, optional=True)
+        if tag is not None and tag not in RULE_TAGS:
+            c.fail(f"{w}: tag must be one of {', '.join(sorted(RULE_TAGS))}", k, "tag")
         rid = c.text(k, "id", w)
         when = [(comp, _matcher_for(c, comp, val, k["when"], f"{w}.when"))
                 for comp, val in c.mapping(k["when"], f"{w}.when", (), COMPONENTS).items()]
@@ -1004,13 +1018,15 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
         text = "when " + ", ".join(f"{a} {m.text}" for a, m in when) + ": " + \
             ", ".join(f"{a} {m.text}" for a, m in req)
         add_rule(rid, when, req, text, c.source(k, sources, w), k.line,
-                 c.flag(k, "verified", w, True))
+                 c.flag(k, "verified", w, True), tag=tag)
 
     ids = [r.id for r in rules]
     dup = {i for i in ids if ids.count(i) > 1}
     if dup:
         c.fail(f"constraints: rule id {sorted(dup)[0]!r} is used twice", doc)
 
+    from .grammar import validate as validate_recipe_inputs
+    validate_recipe_inputs(doc, c)  # tools, images and rdma: every field, type and reference
     return Knowledge(
         path=path, as_of=as_of, sources=sources, preference=preference, modes=tuple(modes),
         majors=majors, releases=releases, branches=branches, gpus=gpus,

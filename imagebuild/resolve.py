@@ -93,7 +93,8 @@ class Problem:
     """Domains and rules for one query. Values are strings; 'none' means absent."""
 
     def __init__(self, k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
-                 allow_unverified: bool = False, repo_cuda: bool = False):
+                 allow_unverified: bool = False, repo_cuda: bool = False,
+                 skip_tags: frozenset[str] = frozenset()):
         self.k = k
         self.host = host
         self.date = host.date or k.as_of
@@ -104,7 +105,7 @@ class Problem:
         self.facts_host: dict[str, str] = self._host_facts(host)
         self.wishes = {c: self._wish(c, s) for c, s in (wishes or {}).items()}
         self.rules = [r for r in k.rules if (r.verified or allow_unverified)
-                      and (r.tag is None or (r.tag == "repo-cuda") == repo_cuda)]
+                      and r.tag not in skip_tags and _tag_applies(r.tag, repo_cuda)]
         # (pytorch, cuda major.minor) -> the NCCL its wheels bundle: ranked before newer NCCLs
         self.bundled_nccl = {key: v.nccl for key, v in k.variants.items()
                              if v.nccl != NONE and (v.verified or allow_unverified)}
@@ -288,10 +289,12 @@ class Problem:
     # -- rules
 
     def _index_rules(self) -> None:
+        # the rule set depends on the options too: they are part of the cache key below
         # The compiled rules depend on the host facts only (allowed sets are computed over whole
         # domains), so they are built once per host and kept on the knowledge object.
         cache = self.k.__dict__.setdefault("_compiled", {})
-        key = (tuple(sorted(self.facts_host.items())), self.allow_unverified)
+        key = (tuple(sorted(self.facts_host.items())), self.allow_unverified,
+               tuple(r.id for r in self.rules))
         if key not in cache:
             cache[key] = self._compile_rules()
         self.host_violations, self.by_depth = cache[key]
@@ -381,6 +384,14 @@ class Problem:
         return values
 
 
+def _tag_applies(tag: str | None, repo_cuda: bool) -> bool:
+    if tag == "repo-cuda":
+        return repo_cuda
+    if tag == "wheel-cuda":
+        return not repo_cuda
+    return True
+
+
 # --------------------------------------------------------------------------------------------------
 # The search
 
@@ -455,10 +466,11 @@ def _first(p: Problem, disabled=frozenset(), domains=None) -> dict[str, str] | N
 
 def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
             allow_unverified: bool = False, explain: bool = True,
-            repo_cuda: bool = False) -> Resolution:
+            repo_cuda: bool = False, skip_tags: frozenset[str] = frozenset()) -> Resolution:
     """The best stack, or (explain=True) the minimal chain of facts that rules every stack out.
-    `repo_cuda`: CUDA must come from NVIDIA's repository for the OS (as image recipes install it)."""
-    p = Problem(k, host, wishes, allow_unverified, repo_cuda)
+    `repo_cuda`: CUDA must come from NVIDIA's repository for the OS (as image recipes install it).
+    `skip_tags`: rules with these tags are not applied (see knowledge.RULE_TAGS)."""
+    p = Problem(k, host, wishes, allow_unverified, repo_cuda, skip_tags)
     passed: list = []
     trace = Trace()
     sol = None
@@ -538,7 +550,17 @@ def check(k: Knowledge, host: Host, stack: dict[str, str],
         if val.startswith("=="):
             val = val[2:]
         wishes[comp] = val
-    res = resolve(k, host, wishes, allow_unverified)
+    # An existing machine's UCX/Open MPI may be built without CUDA: the rules about CUDA-aware
+    # builds become warnings (when the stack breaks them) instead of ruling the machine out.
+    res = resolve(k, host, wishes, allow_unverified, skip_tags=frozenset({"cuda-aware"}))
+    if res.ok:
+        for rule in k.rules:
+            if rule.tag == "cuda-aware" and (rule.verified or allow_unverified) and \
+                    all(c in res.stack and m(res.stack[c]) for c, m in rule.when) and \
+                    not all(c in res.stack and m(res.stack[c]) for c, m in rule.require):
+                res.warnings.append(f"{rule.text}{_src(rule.source)}: fine if this "
+                                    f"{'/'.join(sorted(c for c, _ in rule.require))} is built "
+                                    "without CUDA, not if it must be CUDA-aware")
     for comp, val in sorted((system or {}).items()):
         problems = check_system_copy(k, host, comp, val, res.stack if res.ok else stack)
         if problems:
@@ -683,7 +705,9 @@ def _chosen_because(p: Problem, comp: str, val: str, sol: dict[str, str]) -> str
         return f"first in the matrix's OS order that fits{_src(k.os[val]['source'])}"
     table = getattr(k, comp)
     entry = table[val]
-    how = "Debian's package" if entry["install"] == "os" else "built from the release tarball"
+    how = "the OS's package" if entry["install"] == "os" else "built from the release tarball"
+    if not entry.get("cuda_aware", True) and sol.get("cuda", NONE) != NONE:
+        how += ", built without CUDA: not CUDA-aware"
     return f"newest that fits ({how}){_src(entry['source'])}"
 
 

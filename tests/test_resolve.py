@@ -40,20 +40,20 @@ def test_minor_version_mode_names_its_caveat(k):
     assert "PTX" in res.mode.caveat
 
 
-def test_forward_compat_needs_a_supported_branch_and_a_datacenter_gpu(k):
-    # R535 was still supported on 2026-01-01: CUDA 13 runs through cuda-compat on an H100 ...
-    res = R.resolve(k, R.Host(driver="535.104.05", gpu="H100", date="2026-01-01"), {"cuda": "13"})
+def test_forward_compat_follows_nvidias_table_and_needs_a_datacenter_gpu(k):
+    # FWD615: cuda-compat-13-x lists R535 as a host: CUDA 13 runs through it on an H100 ...
+    res = R.resolve(k, R.Host(driver="535.104.05", gpu="H100"), {"cuda": "13.0"})
     assert res.ok and res.mode.mode == "forward-compat"
-    assert res.mode.package == f"cuda-compat-13-{res.stack['cuda'].split('.')[1]}"
+    assert res.mode.package == "cuda-compat-13-0"
     # ... not on a consumer GPU ...
-    res = R.resolve(k, R.Host(driver="535.104.05", gpu="RTX 4090", date="2026-01-01"), {"cuda": "13"})
+    res = R.resolve(k, R.Host(driver="535.104.05", gpu="RTX 4090"), {"cuda": "13"})
     assert not res.ok
     assert any("not a data-center GPU" in line for line in res.explanation)
-    # ... and not once R535 reached its end of life (June 2026).
-    res = R.resolve(k, R.Host(driver="535.104.05", gpu="H100", date="2026-11-21"), {"cuda": "13"})
+    # ... and not on a branch the table does not list (R550), whatever its end-of-life date.
+    res = R.resolve(k, R.Host(driver="550.54.15", gpu="H100"), {"cuda": "13.0"})
     assert not res.ok
-    assert any("R535 reached end of life" in line for line in res.explanation)
-
+    assert any("cuda-compat-13-0 supports driver branches" in line and "R550" in line
+               for line in res.explanation), res.explanation
 
 def test_no_solution_gives_the_chain_of_facts(k):
     res = R.resolve(k, R.Host(driver="470.82.01", gpu="A100"), {"pytorch": "2.9"})
@@ -61,7 +61,7 @@ def test_no_solution_gives_the_chain_of_facts(k):
     text = "\n".join(res.explanation)
     assert "torch 2.9.1 is built for CUDA 12.8" in text
     assert "525.60.13 even with minor-version compatibility [S5]" in text
-    assert "R470 reached end of life 2024-07-20" in text
+    assert "cuda-compat-12-8 supports driver branches R535, not the host's R470 [FWD615]" in text
     assert "driver 470.82.01" in res.explanation[-1]
 
 
@@ -129,7 +129,7 @@ def test_json_document(capsys):
 def test_no_solution_exit_code_1(capsys):
     assert cli.main(["resolve", "--matrix", MATRIX, "--driver", "470.82.01", "--gpu", "A100",
                      "--why-not", "torch==2.9.1"]) == 1
-    assert "R470 reached end of life" in capsys.readouterr().out
+    assert "not the host's R470 [FWD615]" in capsys.readouterr().out
 
 
 def test_check_reads_an_images_labels(tmp_path, capsys):

@@ -80,7 +80,7 @@ def wishes_from(args) -> dict[str, str]:
 def parse_wish(text: str) -> tuple[str, str]:
     """'torch==2.9.1' -> ('pytorch', '==2.9.1'); 'cuda>=13' -> ('cuda', '>=13')."""
     import re
-    m = re.match(r"^\s*([a-z]+)\s*((?:==|>=|<=|!=|~=|>|<).*|\s+\S.*)$", text)
+    m = re.match(r"^\s*([a-z]+)\s*((?:==|>=|<=|!=|~=|>|<).*|\s+\S.*)\Z", text)
     if not m or m.group(1) not in WISH_FLAGS:
         raise UsageError(f"expected COMPONENT SPEC such as torch==2.9.1, got {text!r}",
                          argument="--why-not")
@@ -137,7 +137,7 @@ def print_resolution(res) -> None:
         extra = ""
         if comp == "cuda" and res.stack["cuda"] != "none":
             extra = f"  ({mode}" + (f", needs {res.mode.package}" if res.mode.package else "") + ")"
-        print(f"  {comp:<9} {res.stack[comp]}{extra}")
+        print(f"  {comp:<12} {res.stack[comp]}{extra}")
     if res.min_driver:
         print(f"  minimum driver for this stack: {res.min_driver}")
     if res.gpudirect:
