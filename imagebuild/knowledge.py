@@ -718,7 +718,7 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
         plats = platform_list(g, "platforms", f"{w} {name}") or ()
         gpus[name] = Gpu(name, cc, c.flag(g, "datacenter", w, False), src, plats)
         is_gpu = category_matcher([name])
-        _branch_rules(c, g, w, [("gpu", is_gpu)], name, f"gpu-{name}", src, add_rule)
+        _branch_rules(c, g, w, [("gpu", is_gpu)], f"{name} GPUs", f"gpu-{name}", src, add_rule)
         if plats:
             add_rule(f"gpu-{name}-platform", [("gpu", is_gpu)],
                      [("platform", category_matcher(plats))],

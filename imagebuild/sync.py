@@ -46,9 +46,9 @@ PYTHON_TAGS = ("cp312", "cp311", "cp310", "cp313", "cp39", "cp38")
 FIELDS = ("cuda", "cudnn", "nccl", "cuda_runtime", "python")
 WRITABLE = ("cudnn", "nccl", "cuda_runtime", "python")
 _PLATFORM_RE = re.compile(r"^(manylinux1|manylinux2010|manylinux2014|manylinux_[0-9]+_[0-9]+|linux)"
-                          r"_x86_64$")
-_URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+$")
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+                          r"_x86_64\Z")
+_URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+\Z")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 def marker_env(python_tag: str = "cp312") -> dict[str, str]:
@@ -89,11 +89,11 @@ class WheelPins:
 
 
 _PIN_NAMES = (
-    (re.compile(r"^nvidia-cudnn-cu([0-9]+)$"), "cudnn"),
-    (re.compile(r"^nvidia-nccl-cu([0-9]+)$"), "nccl"),
-    (re.compile(r"^nvidia-cuda-runtime-cu([0-9]+)$"), "cuda_runtime"),
-    (re.compile(r"^nvidia-cuda-runtime$"), "cuda_runtime"),
-    (re.compile(r"^cuda-toolkit$"), "cuda_runtime"),
+    (re.compile(r"^nvidia-cudnn-cu([0-9]+)\Z"), "cudnn"),
+    (re.compile(r"^nvidia-nccl-cu([0-9]+)\Z"), "nccl"),
+    (re.compile(r"^nvidia-cuda-runtime-cu([0-9]+)\Z"), "cuda_runtime"),
+    (re.compile(r"^nvidia-cuda-runtime\Z"), "cuda_runtime"),
+    (re.compile(r"^cuda-toolkit\Z"), "cuda_runtime"),
 )
 
 
@@ -391,7 +391,7 @@ def pip_settings(runner: Callable[..., Any] = subprocess.run,
         return {}
     found: dict[str, dict[str, str]] = {}
     for line in (proc.stdout or "").splitlines():
-        m = re.match(r"^(:env:|[a-z]+)\.([a-z-]+)='(.*)'$", line.strip())
+        m = re.match(r"^(:env:|[a-z]+)\.([a-z-]+)='(.*)'\Z", line.strip())
         if m:
             found.setdefault(m.group(2), {})[m.group(1)] = m.group(3)
     out = {}
@@ -419,6 +419,8 @@ class Link:
     url: str
     sha256: str | None
     metadata: str | None       # None: not advertised; "": advertised without hash; else its sha256
+    upload_time: str | None = None   # PEP 691 `upload-time` (ISO 8601), when the index gives it
+    yanked: bool = False
 
 
 class _LinkParser(HTMLParser):
@@ -462,7 +464,8 @@ def parse_project_page(body: str, content_type: str, page_url: str) -> list[Link
             url = urljoin(page_url, f["url"])
             meta = f.get("core-metadata", f.get("dist-info-metadata"))
             links.append(Link(f["filename"], urldefrag(url)[0], f.get("hashes", {}).get("sha256"),
-                              _metadata_attr(meta)))
+                              _metadata_attr(meta), f.get("upload-time"),
+                              bool(f.get("yanked"))))
         return links
     parser = _LinkParser()
     parser.feed(body)
@@ -507,6 +510,43 @@ def pick_wheel(links: list[Link], version: str) -> tuple[Link, str] | None:
             best = max(fits, key=lambda f: (f[0], f[1]))
             return best[2], py
     return None
+
+
+def published(links: list[Link], until: str | None = None,
+              platform: str | None = "x86_64") -> dict[str, str]:
+    """Final releases on a project page -> the day their first file was uploaded (YYYY-MM-DD),
+    keeping those uploaded by `until` that have a Linux wheel for `platform` (None: any file).
+    Pre-, dev- and yanked-only releases are left out; a post-release (2.26.2.post1, a re-upload)
+    counts as its base version."""
+    from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename,
+                                 parse_sdist_filename, parse_wheel_filename)
+
+    out: dict[str, str] = {}
+    for link in links:
+        if link.yanked:
+            continue
+        try:
+            if link.filename.endswith(".whl"):
+                _, ver, _, tags = parse_wheel_filename(link.filename)
+                if platform is not None and not any(
+                        t.platform.startswith(("manylinux", "linux"))
+                        and t.platform.endswith("_" + platform) for t in tags):
+                    continue
+            elif platform is None:
+                ver = parse_sdist_filename(link.filename)[1]
+            else:
+                continue
+        except (InvalidWheelFilename, InvalidSdistFilename):
+            continue
+        if ver.is_prerelease or ver.is_devrelease or ver.local:
+            continue
+        base = ".".join(str(x) for x in ver.release)
+        day = (link.upload_time or "")[:10]
+        if until is not None and (not day or day > until):
+            continue
+        if base not in out or (day and day < out[base]):
+            out[base] = day
+    return out
 
 
 def wheel_pythons(links: list[Link], version: str) -> tuple[str, ...]:

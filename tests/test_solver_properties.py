@@ -233,7 +233,7 @@ class Oracle:
     """Straightforward evaluation of the model: domains from the YAML model, rules from the loaded
     knowledge's matchers, CUDA modes from their documented meaning."""
 
-    def __init__(self, doc, k, host, wishes, allow_unverified=False):
+    def __init__(self, doc, k, host, wishes, allow_unverified=False, gpu_wants_gpu=True):
         self.doc, self.k, self.host, self.wishes = doc, k, host, wishes
         self.facts = {}
         if host.driver is not None:
@@ -245,9 +245,12 @@ class Oracle:
                 g = next(g for g in doc["gpus"] if g["name"] == host.gpu)
                 self.facts.update({"gpu": g["name"], "gpu.cc": g["cc"],
                                    "gpu.datacenter": "true" if g["datacenter"] else "false"})
-        self.rules = [r for r in k.rules if r.verified or allow_unverified]
+        # resolve's default reading: CUDA from the wheels for PyTorch stacks (rules tagged
+        # repo-cuda are the image expansion's), every other rule as it stands
+        self.rules = [r for r in k.rules if (r.verified or allow_unverified) and r.tag != "repo-cuda"]
         variants = [(rel["version"], v) for rel in doc["pytorch"]["releases"] for v in rel["variants"]
                     if v.get("verified", True) or allow_unverified]
+        self.bundled = {(ver, v["cuda"]): v["nccl"] for ver, v in variants if "cuda" in v and "nccl" in v}
         dom = {
             "pytorch": sorted({ver for ver, _ in variants}, key=_vkey, reverse=True) + [NONE],
             "cuda": sorted((r["version"] for r in doc["cuda"]["releases"]), key=_vkey,
@@ -268,6 +271,11 @@ class Oracle:
             keep = [v for v in values if self._wished(comp, v)]
             if comp == "cuda":
                 keep = [v for v in keep if self.mode[v] is not None]
+                # a host with a GPU gets a GPU stack unless it asks for CUDA (e.g. none)
+                gpu_host = (self.facts.get("gpu", NONE) != NONE if "gpu" in self.facts
+                            else "driver" in self.facts)
+                if gpu_wants_gpu and gpu_host and "cuda" not in wishes:
+                    keep = [v for v in keep if v != NONE]
             self.domains[comp] = keep
 
     def _wished(self, comp, value):
@@ -303,6 +311,9 @@ class Oracle:
         for comp, m in rule.when:
             if comp not in full or not m(full[comp]):
                 return True      # an unknown host fact is not checked; a false `when` is no claim
+        if rule.any_of and not any(all(m(full[comp]) for comp, m in alt if comp in full)
+                                   for alt in rule.any_of):
+            return False         # a support matrix: some row must hold (unknown facts hold)
         return all(m(full[comp]) for comp, m in rule.require if comp in full)
 
     def violated(self, full, rules=None):
@@ -329,8 +340,11 @@ class Oracle:
     def preference_key(self, s):
         """Smaller is better."""
         neg = lambda v: tuple(-x for x in parse_version(v).release) if v != NONE else (1,)  # noqa: E731
+        # NCCL: the one the PyTorch build bundles first, then newer ones (installed over it)
+        mm = NONE if s["cuda"] == NONE else ".".join(s["cuda"].split(".")[:2])
+        nccl_rank = (0 if self.bundled.get((s["pytorch"], mm)) == s["nccl"] else 1, neg(s["nccl"]))
         return (neg(s["pytorch"]), MODE_RANK[self.mode[s["cuda"]]], neg(s["cuda"]),
-                neg(s["cudnn"]), neg(s["nccl"]), neg(s["python"]), self.domains["os"].index(s["os"]), neg(s["openmpi"]),
+                neg(s["cudnn"]), nccl_rank, neg(s["python"]), self.domains["os"].index(s["os"]), neg(s["openmpi"]),
                 neg(s["ucx"]))
 
 
@@ -420,7 +434,7 @@ def test_resolver_agrees_with_brute_force(data):
     # the whole product (usually not in it). `check` takes no wishes, so its oracle is the model
     # without them: a stack the wishes exclude can still be consistent. Without wishes no domain
     # is empty ("none" is a value of every optional component, the others list at least one).
-    bare = Oracle(doc, k, host, {}, unverified)
+    bare = Oracle(doc, k, host, {}, unverified, gpu_wants_gpu=False)
     assert all(bare.domains[c] for c in STACK if c != "cuda") and NONE in bare.domains["cuda"]
     product = [dict(zip(STACK, c)) for c in itertools.product(*(bare.domains[c] for c in STACK))]
     for stack in ([data.draw(st.sampled_from(truth))] if truth else []) + \

@@ -1,0 +1,224 @@
+"""The answers users come for, on the clusters they run (the knowledge issue's cases).
+
+Each case goes through the real matrix.yaml and the real resolver; refusals must carry the chain
+of facts, with sources, that rules them out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from imagebuild import cli, knowledge
+from imagebuild import resolve as R
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = str(ROOT / "matrix.yaml")
+
+
+@pytest.fixture(scope="module")
+def k():
+    return knowledge.load(MATRIX)
+
+
+def _ok(k, wishes=None, **host):
+    res = R.resolve(k, R.Host(**host), wishes or {})
+    assert res.ok, res.explanation
+    return res
+
+
+def _refused(k, wishes=None, **host):
+    res = R.resolve(k, R.Host(**host), wishes or {})
+    assert not res.ok, res.stack
+    assert res.explanation, "a refusal without its chain of facts"
+    return "\n".join(res.explanation)
+
+
+# --- cuDNN 9.10's 570.26 row is Blackwell's only --------------------------------------------------
+
+@pytest.mark.parametrize("driver", ["535.104.05", "550.54.15"])
+def test_torch_cu128_runs_on_r535_and_r550_up_to_hopper(k, driver):
+    res = _ok(k, {"pytorch": "==2.8.0"}, driver=driver, gpu="H100")
+    assert res.stack["cudnn"] == "9.10.2.21"
+    assert res.stack["cuda"].startswith("12.8")
+    assert res.mode.mode == "minor-version"
+    assert res.min_driver == "525.60.13"
+
+
+def test_torch_cu128_on_blackwell_needs_the_570_row(k):
+    # a B200 on R570 (its first branch) takes cuDNN 9.10's Blackwell row
+    res = _ok(k, {"pytorch": "==2.8.0"}, driver="570.133.20", gpu="B200")
+    assert res.min_driver == "570.26"
+
+
+def test_cu128_images_require_the_driver_of_the_hopper_row():
+    text = (ROOT / "Dockerfiles" / "pytorch-2.10.0-cu128-ubuntu24.04-runtime" / "Dockerfile").read_text()
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.0 driver>=525.60.13"' in text
+    assert "driver>=570.26" not in text
+
+
+# --- a GPU user gets a GPU stack ----------------------------------------------------------------
+
+def test_v100_on_r470_gets_a_cuda_11_8_build_not_cpu(k):
+    res = _ok(k, driver="470.82.01", gpu="V100")
+    assert res.stack["cuda"].startswith("11.8") and res.stack["pytorch"] != "none"
+    assert res.mode.mode == "minor-version"
+
+
+@pytest.mark.parametrize("host,wishes", [({"driver": "470.82.01", "gpu": "none"}, {}),
+                                         ({"driver": "470.82.01", "gpu": "V100"}, {"cuda": "none"})])
+def test_a_cpu_stack_only_when_asked_for(k, host, wishes):
+    res = _ok(k, wishes, **host)
+    assert res.stack["cuda"] == "none" and res.stack["pytorch"] != "none"
+
+
+def test_no_gpu_stack_says_so_and_points_at_the_cpu_one(k):
+    # torch 2.13 has no CUDA build that runs on R470, only its CPU build would
+    chain = _refused(k, {"pytorch": "==2.13.0"}, driver="470.82.01", gpu="V100")
+    assert "--cuda none" in chain
+
+
+# --- a GPU needs its driver ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("gpu,driver,branch", [("B200", "535.104.05", "R570"),
+                                               ("B300", "575.57.08", "R580"),
+                                               ("H200", "535.104.05", "R550"),
+                                               ("H20", "525.147.05", "R535"),
+                                               ("RTX PRO 6000 Blackwell", "570.124.06", "R575")])
+def test_a_driver_that_cannot_drive_the_gpu_is_refused(k, gpu, driver, branch):
+    chain = _refused(k, driver=driver, gpu=gpu)
+    assert f"from {branch}" in chain and f"the host has driver {driver}" in chain
+    assert "[MIG620]" in chain
+
+
+def test_last_branch_still_refuses_newer_drivers_for_old_gpus(k):
+    chain = _refused(k, driver="535.104.05", gpu="K80")
+    assert "up to R470" in chain
+
+
+def test_blackwell_on_its_first_branch_resolves(k):
+    res = _ok(k, driver="570.133.20", gpu="B200")
+    assert res.stack["cuda"] >= "12.8"
+
+
+# --- forward compatibility as NVIDIA's table states it ------------------------------------------
+
+def test_forward_compat_per_release_table(k):
+    res = _ok(k, {"cuda": "13.0"}, driver="535.104.05", gpu="H100")
+    assert (res.mode.mode, res.mode.package) == ("forward-compat", "cuda-compat-13-0")
+    chain = _refused(k, {"cuda": "13.0"}, driver="550.54.15", gpu="H100")
+    assert "cuda-compat-13-0 supports driver branches R570, R535, not the host's R550 [FWD615]" in chain
+    chain = _refused(k, {"cuda": "13.0"}, driver="535.104.05", gpu="RTX 4090")
+    assert "not a data-center GPU" in chain
+
+
+# --- coverage ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("gpu,cc", [("H20", "9.0"), ("H800", "9.0"), ("A800", "8.0"), ("L20", "8.9"),
+                                    ("L40", "8.9"), ("RTX 6000 Ada", "8.9"),
+                                    ("RTX PRO 6000 Blackwell", "12.0"),
+                                    ("RTX PRO 6000 Blackwell Server Edition", "12.0"),
+                                    ("B300", "10.3"), ("GB300", "10.3"), ("GB10", "12.1")])
+def test_gpus_are_known(k, gpu, cc):
+    g = k.gpu_by_name(gpu)
+    assert g is not None and g.cc == cc
+
+
+@pytest.mark.parametrize("gpu", ["GH200", "GB200", "GB300", "GB10"])
+def test_grace_nodes_resolve_to_aarch64_stacks(k, gpu):
+    res = _ok(k, gpu=gpu)
+    assert res.stack["platform"] == "aarch64"
+    assert res.stack["pytorch"] >= "2.11"   # CUDA aarch64 wheels start at 2.11.0 (S10)
+
+
+def test_x86_hopper_stays_x86(k):
+    assert _ok(k, gpu="H100").stack["platform"] == "x86_64"
+
+
+def test_newest_cuda_releases_and_torch_2_15_brings_13_2_2(k):
+    for v in ("12.9.2", "13.2.2", "13.4.1", "13.4.2"):
+        assert v in k.releases
+    res = _ok(k, {"pytorch": "==2.15.0"}, driver="595.71.05", gpu="H100")
+    assert res.stack["cuda"] == "13.2.2" and res.mode.mode == "native"
+
+
+@pytest.mark.parametrize("nccl", ["2.31.2", "2.32.3"])
+def test_a_newer_nccl_than_the_wheel_pins_is_a_stack(k, nccl):
+    res = _ok(k, {"pytorch": "==2.13.0", "nccl": f"=={nccl}"})
+    assert res.stack["nccl"] == nccl
+    assert any("newer than the 2.29.7 torch 2.13.0+cu130 bundles" in line for line in res.explanation)
+
+
+def test_the_bundled_nccl_ranks_first(k):
+    assert _ok(k, {"pytorch": "==2.13.0"}).stack["nccl"] == "2.29.7"
+
+
+def test_every_nccl_release_to_2_32_is_selectable(k):
+    doms = k.domain("nccl")
+    for v in ("2.27.3", "2.28.3", "2.30.4", "2.31.2", "2.32.3"):
+        assert v in doms
+
+
+def test_wheel_cuda_is_not_bound_to_the_os_repository(k):
+    # torch 2.6 cu124 on Ubuntu 24.04: CUDA comes from the wheels, so the repository's 12.5.1 floor
+    # does not apply ...
+    res = _ok(k, {"pytorch": "==2.6.0", "cuda": "12.4", "os": "ubuntu24.04"})
+    assert res.stack["cuda"].startswith("12.4")
+    # ... but an image recipe installing CUDA from NVIDIA's repository cannot have it
+    res = R.resolve(k, R.Host(), {"pytorch": "==2.6.0", "cuda": "12.4", "os": "ubuntu24.04"},
+                    repo_cuda=True)
+    assert not res.ok
+    assert any("repository for Ubuntu 24.04 carries CUDA >=12.5.1" in line for line in res.explanation)
+
+
+@pytest.mark.parametrize("python,os_id", [("3.13", "debian13"), ("3.14", "ubuntu26.04")])
+def test_new_pythons_come_with_an_os_that_ships_them(k, python, os_id):
+    res = _ok(k, {"python": python}, driver="580.95.05", gpu="H100")
+    assert res.stack["os"] == os_id
+
+
+def test_python_ranges_read_from_the_wheels(k):
+    assert _ok(k, {"pytorch": "==2.5.1", "python": "3.13"}).stack["os"] == "debian13"
+    chain = _refused(k, {"pytorch": "==2.14.1", "python": "3.15"})
+    assert "torch 2.14.1 supports Python >=3.10,<3.15" in chain or "python" in chain
+
+
+def test_nccl_feature_dates(k):
+    feats = {f["feature"]: f["since"] for f in k.nccl_features}
+    assert feats["NVLS + IB SHARP for all-gather and reduce-scatter"] == "2.27.3"
+
+
+def test_ucx_1_20_1_and_newer_are_selectable(k):
+    assert {"1.20.1", "1.21.0", "1.22.0"} <= set(k.ucx)
+
+
+# --- check: both copies, unnamed components free -------------------------------------------------
+
+H100_HOST = ["--driver", "580.159.04", "--gpu", "H100", "--torch", "2.11.0", "--cuda", "13.0",
+             "--cudnn", "9.19.0.56", "--nccl", "2.28.9"]
+
+
+def test_check_a_real_h100_host_with_system_copies(capsys):
+    rc = cli.main(["check", "--matrix", MATRIX, *H100_HOST, "--system-nccl", "2.28.3",
+                   "--system-cudnn", "9.14.0", "--ucx", "1.16.0", "--openmpi", "4.1.6", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and doc["ok"], doc["explanation"]
+    assert doc["stack"]["system_cudnn"] == "9.14.0" and doc["stack"]["system_nccl"] == "2.28.3"
+    assert any("ucx >=1.20" in w for w in doc["warnings"])   # Ubuntu's UCX: not CUDA-aware
+
+
+def test_check_names_only_the_torch_stack(capsys):
+    assert cli.main(["check", "--matrix", MATRIX, *H100_HOST]) == 0
+
+
+def test_check_refuses_a_system_cudnn_not_built_for_the_stacks_cuda(capsys):
+    rc = cli.main(["check", "--matrix", MATRIX, *H100_HOST, "--system-cudnn", "8.9.2"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "system cudnn 8.9.2" in out and "[S10]" in out
+
+
+def test_check_refuses_an_unknown_system_copy_version(capsys):
+    rc = cli.main(["check", "--matrix", MATRIX, *H100_HOST, "--system-nccl", "2.99.1"])
+    assert rc == 1 and "not a nccl release the knowledge names" in capsys.readouterr().out
