@@ -535,12 +535,13 @@ SYSTEM_COPIES = ("cudnn", "nccl")
 
 def check(k: Knowledge, host: Host, stack: dict[str, str],
           allow_unverified: bool = False,
-          system: dict[str, str] | None = None) -> Resolution:
+          system: dict[str, str] | None = None, image: bool = False) -> Resolution:
     """Is this stack consistent on this host? Each named component is a wish for that version
     (a less precise version matches its patch releases: cuDNN 9.14.0 is 9.14.0.x); a component
     not named is "any". `system` names copies installed beside the stack's own (NGC-style: a
     system cuDNN or NCCL next to the ones torch's wheels bring); each is checked against the
-    facts about that library, the stack's CUDA and the host."""
+    facts about that library, the stack's CUDA and the host. `image`: the stack is an imagebuild
+    image's (CUDA from NVIDIA's repository, UCX and Open MPI built with CUDA), not a machine's."""
     wishes = {}
     for comp, val in stack.items():
         if comp not in STACK:
@@ -552,8 +553,11 @@ def check(k: Knowledge, host: Host, stack: dict[str, str],
         wishes[comp] = val
     # An existing machine's UCX/Open MPI may be built without CUDA: the rules about CUDA-aware
     # builds become warnings (when the stack breaks them) instead of ruling the machine out.
-    res = resolve(k, host, wishes, allow_unverified, skip_tags=frozenset({"cuda-aware"}))
-    if res.ok:
+    if image:
+        res = resolve(k, host, wishes, allow_unverified, repo_cuda=True)
+    else:
+        res = resolve(k, host, wishes, allow_unverified, skip_tags=frozenset({"cuda-aware"}))
+    if res.ok and not image:
         for rule in k.rules:
             if rule.tag == "cuda-aware" and (rule.verified or allow_unverified) and \
                     all(c in res.stack and m(res.stack[c]) for c, m in rule.when) and \

@@ -60,6 +60,7 @@ def run(args) -> int:
     from .. import resolve as R
 
     stack: dict[str, str] = {}
+    image = False   # the stack is an imagebuild image's (its labels), not a machine's
     if args.from_json:
         try:
             with open(args.from_json, encoding="utf-8") as fh:
@@ -70,6 +71,7 @@ def run(args) -> int:
             raise UsageError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
                              argument=args.from_json) from None
         stack.update(stack_from_mapping(data, args.from_json))
+        image = LABEL_PREFIX in json.dumps(data)
     if args.image:
         from ..engines import connect
         from docker.errors import ImageNotFound
@@ -78,13 +80,14 @@ def run(args) -> int:
         except ImageNotFound:
             raise UsageError(f"no image {args.image!r} in the engine", argument="--image") from None
         stack.update(stack_from_mapping(labels, args.image))
+        image = True
     stack.update({c: v.lstrip("=") for c, v in wishes_from(args).items()})
     if stack.get("driver") and not args.driver:
         args.driver = stack["driver"]
     k = knowledge.load(args.matrix)
     system = {comp: getattr(args, f"system_{comp}") for comp in ("cudnn", "nccl")
               if getattr(args, f"system_{comp}", None)}
-    res = R.check(k, host_from(args), stack, args.allow_unverified, system=system)
+    res = R.check(k, host_from(args), stack, args.allow_unverified, system=system, image=image)
     if args.json:
         print(json.dumps(res.to_json(), indent=2, sort_keys=True))
     elif res.ok:
