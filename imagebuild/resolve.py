@@ -720,6 +720,23 @@ def min_driver(p: Problem, sol: dict[str, str]) -> str | None:
     cuda = sol.get("cuda", NONE)
     if cuda == NONE:
         return None
+    # The rules that ask for a driver, and the stack components they mention, once per problem;
+    # the answer is memoised on those components' values (enumerate asks once per group).
+    drules = p.__dict__.get("_driver_rules")
+    if drules is None:
+        drules = [r for r in p.rules
+                  if any(comp == "driver" for comp, _ in r.require)
+                  or any(comp == "driver" for alt in r.any_of for comp, _ in alt)]
+        comps = sorted({c for r in drules for c in r.components if c in STACK} | {"cuda"})
+        p.__dict__["_driver_rules"] = drules = (drules, comps, {})
+    rules, comps, memo = drules
+    key = tuple(sol.get(c) for c in comps)
+    if key not in memo:
+        memo[key] = _min_driver(p, sol, rules, cuda)
+    return memo[key]
+
+
+def _min_driver(p: Problem, sol: dict[str, str], rules, cuda: str) -> str:
     v = parse_version(cuda)
     floor, _ = p.k.majors[v.major]
     best = parse_driver(floor)
@@ -738,10 +755,7 @@ def min_driver(p: Problem, sol: dict[str, str]) -> str | None:
                 return None
         return low
 
-    for r in p.rules:
-        if not any(comp == "driver" for comp, _ in r.require) and \
-                not any(comp == "driver" for alt in r.any_of for comp, _ in alt):
-            continue
+    for r in rules:
         if floor_of(r.when) is None:
             continue
         req = floor_of(r.require)
