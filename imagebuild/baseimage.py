@@ -56,7 +56,7 @@ BASES: dict[str, BaseSpec] = {
 DEFAULT_REF = "imagebuild/base:{name}"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _MIRROR_RE = re.compile(r"^(?:https?://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+/-]*)?"
-                        r"|file:///[A-Za-z0-9._~%+/-]*)$")
+                        r"|file:///[A-Za-z0-9._~%+/-]*)\Z")
 _ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64le", "s390x": "s390x"}
 
 

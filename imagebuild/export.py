@@ -54,8 +54,8 @@ FORMATS = ("sqsh", "oci-bundle", "sif")
 
 #: a local image reference or id we accept (validated before it reaches any command line)
 REF_RE = re.compile(r"^(?:sha256:[0-9a-f]{64}|[a-z0-9][a-z0-9._/-]{0,254}(?::[0-9]{1,5}/[a-z0-9._/-]+)?"
-                    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?)$")
-_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+                    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?)\Z")
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _TAG = "imagebuild"
 
 MKSQUASHFS_FLAGS = ("-noappend", "-all-root", "-mkfs-time", "0", "-all-time", "0", "-no-progress",
@@ -107,7 +107,7 @@ def enroot_files(config: dict) -> dict[str, str]:
     volumes = sorted((config.get("Volumes") or {}).keys())
     fstab_lines = []
     for volume in volumes:
-        if not re.match(r"^/[A-Za-z0-9._/-]*$", volume) or ".." in volume.split("/"):
+        if not re.match(r"^/[A-Za-z0-9._/-]*\Z", volume) or ".." in volume.split("/"):
             raise ExportError(f"image VOLUME {volume!r} cannot be written to /etc/fstab")
         fstab_lines.append(f"${{ENROOT_ROOTFS}}{volume} {volume} none x-create=dir,bind,rw,nosuid,nodev\n")
     fstab = "".join(fstab_lines)
@@ -385,7 +385,7 @@ def export_oci_bundle(client, ref: str, output: str | os.PathLike, *, force: boo
         bundle = stage / "bundle"
         if method == "umoci":
             host = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-            if not re.match(r"^(unix://)?/[A-Za-z0-9._/-]+$|^tcp://[A-Za-z0-9.-]+:[0-9]{1,5}$", host):
+            if not re.match(r"^(unix://)?/[A-Za-z0-9._/-]+\Z|^tcp://[A-Za-z0-9.-]+:[0-9]{1,5}\Z", host):
                 raise ExportError(f"DOCKER_HOST {host!r} is not a unix socket path or tcp://HOST:PORT")
             layout = stage / "layout"
             say(f"copying {ref} into an OCI layout")

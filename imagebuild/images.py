@@ -16,19 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import KnowledgeError, UsageError
+from .grammar import FAMILY_KEYS, FLAVORS, VARIANT_MODES
 from .knowledge import Knowledge, load
 from .resolve import Host, resolve
 from .versions import NONE, major_minor, parse_version
 
-FLAVORS = ("runtime", "devel", "cpu")
-# Which CUDA builds of each PyTorch release a family takes: every one, the one PyPI serves by
-# default, or that one plus the newest CUDA build.
-VARIANT_MODES = ("all", "default", "default-and-newest")
-_FAMILY_KEYS = {"family", "description", "flavors", "pytorch", "variants", "os", "cuda", "nccl",
-                "ucx", "openmpi", "python", "wheels", "rdma"}
-# What may reach a shell line, a tag or a path: checked before any template sees it.
-SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
-SAFE_VERSION = re.compile(r"^[0-9]+(\.[0-9]+){0,4}$")
+# FLAVORS, VARIANT_MODES (which CUDA builds of each PyTorch release a family takes: every one, the
+# one PyPI serves by default, or that one plus the newest CUDA build) and the family keys are
+# defined in grammar.py, which validates the whole `images:` section when the matrix is loaded.
+_FAMILY_KEYS = set(FAMILY_KEYS)
+# What may reach a shell line, a tag or a path: checked again before any template sees it
+# (fullmatch: a `$` anchor would accept a trailing newline).
+SAFE_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
+SAFE_VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,4}")
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,8 @@ class ImageSpec:
             "org.opencontainers.image.created": self.as_of,
             "io.imagebuild.rdma": self.rdma_label,
         }
-        for comp in ("os", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi", "pytorch"):
+        for comp in ("os", "platform", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi",
+                     "pytorch"):
             labels[f"io.imagebuild.stack.{comp}"] = self.stack[comp]
         return dict(sorted(labels.items()))
 
@@ -192,7 +193,7 @@ def expand(k: Knowledge, *, require_locks: bool = True,
         if unknown:
             fail(f"unknown key {sorted(unknown)[0]!r} (allowed: {', '.join(sorted(_FAMILY_KEYS))})")
         name = str(fam.get("family", ""))
-        if not SAFE_ID.match(name):
+        if not SAFE_ID.fullmatch(name):
             fail(f"family name {name!r} must match {SAFE_ID.pattern}")
         flavors = _as_list(fam.get("flavors"))
         if not flavors or any(f not in FLAVORS for f in flavors):
@@ -203,7 +204,7 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                 fail(f"{name}: unknown os {o!r}")
         for comp in ("ucx", "openmpi", "cuda", "python"):
             for val in _as_list(fam.get(comp)):
-                if val != NONE and not SAFE_VERSION.match(val):
+                if val != NONE and not SAFE_VERSION.fullmatch(val):
                     fail(f"{name}: {comp} {val!r} is not a version")
         wheels = fam.get("wheels")
         if wheels not in (None, "host"):
@@ -242,8 +243,8 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                 if not res.ok:
                     skipped.append(Skipped(name, label, tuple(sorted(w.items()))))
                     continue
-                stack = {c: res.stack[c] for c in ("os", "python", "cuda", "cudnn", "nccl", "ucx",
-                                                  "openmpi", "pytorch")}
+                stack = {c: res.stack[c] for c in ("os", "platform", "python", "cuda", "cudnn",
+                                                  "nccl", "ucx", "openmpi", "pytorch")}
                 ws = wheel_set(k, stack, k.os[os_id], wheels)
                 if ws is not None and require_locks and read_lock(k, ws) is None:
                     skipped.append(Skipped(name, label, tuple(sorted(w.items())), why=(
@@ -256,7 +257,7 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                     if iid in seen:
                         continue  # two wishes resolved to the same stack
                     tag = _tag(stack, flavor, os_id, rdma)
-                    if not SAFE_ID.match(iid) or not SAFE_ID.match(tag):
+                    if not SAFE_ID.fullmatch(iid) or not SAFE_ID.fullmatch(tag):
                         fail(f"{name}: derived id {iid!r} or tag {tag!r} is not safe")
                     seen[iid] = len(specs)
                     specs.append(ImageSpec(
@@ -277,7 +278,7 @@ def _combinations(k: Knowledge, fam: dict):
         for nccl in _as_list(fam.get("nccl")) or [None]:
             w = {"pytorch": NONE}
             if nccl:
-                if not SAFE_VERSION.match(nccl):
+                if not SAFE_VERSION.fullmatch(nccl):
                     raise KnowledgeError(f"images: nccl {nccl!r} is not a version", file=k.path)
                 w["nccl"] = "==" + nccl
             for cuda in cudas or [None]:
@@ -289,7 +290,7 @@ def _combinations(k: Knowledge, fam: dict):
     spec = str(pt)
     from .knowledge import version_matcher
     try:
-        match = version_matcher(spec if spec[0] in "<>=!~" else "==" + spec)
+        match = version_matcher(spec if spec[:1] in tuple("<>=!~") else "==" + spec)
     except Exception:  # noqa: BLE001 - reported as one line
         raise KnowledgeError(f"images: pytorch {spec!r} is not a specifier", file=k.path) from None
     mode = fam.get("variants", "all")

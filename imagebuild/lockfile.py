@@ -34,8 +34,8 @@ DEFAULT_LOCK = "images.lock"
 ENTRY_KEYS = ("base_image", "dockerfile_sha256", "image_id", "smoke", "stack")
 STATUSES = ("fail", "pass", "skip")
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_IMAGE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_IMAGE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
 
 
 class LockError(ImagebuildError):
@@ -259,7 +259,7 @@ def drift_all(locked: dict[str, dict], current: dict[str, dict]) -> dict[str, li
     return result
 
 
-_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
+_FROM = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*\Z", re.IGNORECASE)
 
 
 def base_refs(dockerfile_text: str) -> list[str]:

@@ -54,12 +54,12 @@ MANIFEST_ACCEPT = ", ".join([
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 _PORT = r"(?::[0-9]{1,5})?"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-HOST_RE = re.compile(rf"^{_HOST}{_PORT}$")
-NAMESPACE_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
+HOST_RE = re.compile(rf"^{_HOST}{_PORT}\Z")
+NAMESPACE_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*\Z")
 REPOSITORY_RE = NAMESPACE_RE
-TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-IMAGE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
+DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+IMAGE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
 
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
 

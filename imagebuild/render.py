@@ -3,7 +3,10 @@
 A recipe is first built as data: stages of steps (run a fragment, copy, env, label). Each `run`
 step renders one component fragment from recipes/fragments/ (the same shell text serves both
 formats); the entry templates in recipes/docker and recipes/singularity only lay the steps out.
-Every value that reaches a shell line is checked against a strict pattern first (`_safe`).
+Every value that reaches a shell line is checked against a strict pattern first (`_safe`); every
+string a template receives is checked to be one line of printable text (`_guard`); and the rendered
+text is checked to have exactly the instructions (Docker) or sections (Singularity) its steps make
+(`_check_docker`, `_check_singularity`), so no value can add a line, an instruction or a section.
 
 Layer order follows change frequency (OS, CUDA, rdma-core, gdrcopy, UCX, Open MPI, NCCL,
 nccl-tests, Python, PyTorch, smoke suite), so images of one matrix share their lower layers.
@@ -22,36 +25,79 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import RenderError
+from .grammar import bad_char, char_name
+from .grammar import check as grammar_check
 from .images import ImageSpec
 from .versions import NONE, major_minor, parse_version
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
 
+# Each pattern must match the whole value (fullmatch: a `$` anchor accepts a trailing newline).
 _PATTERNS = {
-    "version": re.compile(r"^[0-9]+(\.[0-9]+){0,4}$"),
-    "id": re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$"),
-    "url": re.compile(r"^https://[A-Za-z0-9.-]+(/[A-Za-z0-9._~%+-]+)*/?$"),
-    "sha256": re.compile(r"^[0-9a-f]{64}$"),
-    "path": re.compile(r"^/[A-Za-z0-9._/-]*$"),
-    "ref": re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]{1,128})?(@sha256:[0-9a-f]{64})?$"),
-    "fingerprint": re.compile(r"^[0-9A-F]{40}$"),
-    "keyid": re.compile(r"^[0-9A-F]{16}$"),
-    "host": re.compile(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"),
-    "word": re.compile(r"^[A-Za-z0-9._-]+$"),
-    "text": re.compile(r"^[A-Za-z0-9 ,.:;()/+_=<>-]*$"),
-    "env": re.compile(r"^[A-Za-z0-9 ,.:;/+_=<>^-]*$"),
+    "version": re.compile(r"[0-9]+(\.[0-9]+){0,4}"),
+    "id": re.compile(r"[a-z0-9][a-z0-9._-]{0,127}"),
+    "url": re.compile(r"https://[A-Za-z0-9.-]+(/[A-Za-z0-9._~%+-]+)*/?"),
+    "sha256": re.compile(r"[0-9a-f]{64}"),
+    "path": re.compile(r"/[A-Za-z0-9._/-]*"),
+    "ref": re.compile(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]{1,128})?(@sha256:[0-9a-f]{64})?"),
+    "fingerprint": re.compile(r"[0-9A-F]{40}"),
+    "keyid": re.compile(r"[0-9A-F]{16}"),
+    "host": re.compile(r"[a-z0-9][a-z0-9.-]*[a-z0-9]"),
+    "word": re.compile(r"[A-Za-z0-9._-]+"),
+    "package": re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"),
+    "env": re.compile(r"[A-Za-z0-9 ,.:;/+_=<>^-]*"),
 }
 
 
+def _show(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:80] + "...")
+
+
 def _safe(kind: str, value, what: str) -> str:
-    """A value that may reach a shell line, or RenderError naming it."""
+    """A value that may reach a shell line, or RenderError naming it. `text` is one line of
+    printable text without " \\ $ ` (comments and LABEL values: grammar.check)."""
     text = str(value)
+    hit = bad_char(text)
+    if hit:
+        raise RenderError(f"unsafe {what} {_show(text)}: it holds {char_name(hit[1])}")
+    if kind == "text":
+        why = grammar_check("text", text)
+        if why:
+            raise RenderError(f"unsafe {what} {_show(text)}: {why}")
+        return text
     if ".." in text and kind in ("path", "url", "ref", "id"):
-        raise RenderError(f"unsafe {what} {text!r}: '..' is not allowed")
-    if not _PATTERNS[kind].match(text) or "\n" in text:
-        raise RenderError(f"unsafe {what} {text!r} (must match {_PATTERNS[kind].pattern})")
+        raise RenderError(f"unsafe {what} {_show(text)}: '..' is not allowed")
+    if not _PATTERNS[kind].fullmatch(text):
+        raise RenderError(f"unsafe {what} {_show(text)} (must match {_PATTERNS[kind].pattern})")
     return text
+
+
+def _format_url(template, what: str, **fields) -> str:
+    """A URL template from the matrix with its {fields} filled in, checked as a URL. Only the
+    named fields may appear (str.format would otherwise raise, or read attributes: `{version.x}`)."""
+    text = str(template)
+    why = grammar_check("url", text, tuple(fields))
+    if why:
+        raise RenderError(f"unsafe {what} {_show(text)}: {why}")
+    return _safe("url", text.format(**fields), what)
+
+
+def _guard(value, what: str) -> None:
+    """Every string in `value` (recursively) is one line of printable text: a template never
+    receives a line break, a control character or a Unicode separator, so no value can start a
+    new instruction, command or section."""
+    if isinstance(value, str):
+        hit = bad_char(value)
+        if hit:
+            raise RenderError(f"unsafe {what} {_show(value)}: it holds {char_name(hit[1])}")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _guard(k, what)
+            _guard(v, f"{what}.{k}")
+    elif isinstance(value, (list, tuple, set, frozenset)):
+        for v in value:
+            _guard(v, what)
 
 
 # A site's CA bundle (`imagebuild build --ca-bundle FILE`, a BuildKit secret) is used by the steps
@@ -126,6 +172,8 @@ def image_labels(spec: ImageSpec, k) -> list[tuple[str, str]]:
     lock = image_lock(spec, k)
     if lock is not None:
         labels["io.imagebuild.wheels-lock"] = f"sha256:{lock.sha256}"
+    for key, value in labels.items():  # a LABEL value sits in double quotes: no " \ $ `
+        _safe("text", value, f"label {_safe('word', key, 'label key')} of {spec.id}")
     return sorted(labels.items())
 
 
@@ -171,6 +219,8 @@ class Renderer:
 
     def fragment(self, fragment: str, comment: str, **ctx) -> Step:
         path = f"fragments/{fragment}.sh.j2"
+        _safe("text", comment, f"comment of the {fragment} step")
+        _guard(ctx, f"value for {path}:")
         try:
             text = self._template(path).render(**ctx)
         except self._jinja.UndefinedError as exc:
@@ -191,11 +241,13 @@ class Renderer:
     def stages(self, spec: ImageSpec, k) -> list[Stage]:
         s = spec.stack
         for comp, val in s.items():
-            if comp == "os":
-                _safe("id", val, "os")
+            if comp in ("os", "platform"):
+                _safe("id", val, comp)
             elif val != NONE:
                 _safe("version", val, comp)
         base = _safe("ref", spec.os.get("base") or "", f"base image of {spec.os['id']}")
+        _safe("id", spec.id, "image id")
+        _safe("text", spec.description, f"description of {spec.id}")
         if spec.flavor == "cpu":
             return self._cpu_stages(spec, base, k)
         if spec.os["family"] not in PACKAGERS:
@@ -256,7 +308,7 @@ class Renderer:
         nccl_home = f"/opt/venv/lib/python{py}/site-packages/nvidia/nccl"
         repo = _safe("word", spec.os.get("nvidia_repo") or "", f"NVIDIA repository of {spec.os['id']}")
         key = tools.get(pm["key"], {})
-        key_url = _safe("url", str(key.get("url", "")).format(repo=repo), "CUDA repository key URL")
+        key_url = _format_url(key.get("url", ""), "CUDA repository key URL", repo=repo)
         repo_url = _safe("url", f"https://developer.download.nvidia.com/compute/cuda/repos/{repo}/x86_64/",
                          "CUDA repository URL")
 
@@ -266,7 +318,7 @@ class Renderer:
                 raise RenderError(f"{name} {ver} has no url and sha256 in matrix.yaml: "
                                   "nothing is downloaded unverified")
             return {"name": name, "version": ver,
-                    "url": _safe("url", str(entry["url"]).format(version=ver), f"{name} URL"),
+                    "url": _format_url(entry["url"], f"{name} URL", version=ver),
                     "sha256": _safe("sha256", entry["sha256"], f"{name} sha256")}
 
         ucx = tarball("ucx", spec.ucx)
@@ -315,7 +367,7 @@ class Renderer:
             index_url = None
             if not var.default:
                 idx = tools.get("pytorch-index", {}).get("url", "")
-                index_url = _safe("url", str(idx).format(tag=var.tag), "PyTorch index URL")
+                index_url = _format_url(idx, "PyTorch index URL", tag=var.tag)
             torch_steps.append(_lock_copy("wheels.txt"))
             torch_steps.append(self.fragment("pytorch", f"PyTorch {s['pytorch']}+{var.tag}",
                                              pytorch=s["pytorch"], variant_tag=var.tag,
@@ -354,13 +406,13 @@ class Renderer:
         r = spec.rdma
         if r is None:
             return [], [], {}, "the distribution's rdma-core"
-        name = f"{r['name']} {_safe('version', r['version'], 'rdma version')}"
+        name = f"{_safe('text', r['name'], 'rdma name')} {_safe('version', r['version'], 'rdma version')}"
         if pm["name"] not in r["packages"]:
             raise RenderError(f"image {spec.id}: {name} lists no {pm['name']} packages")
-        pk = {f: [_safe("word", p, f"{r['id']} package") for p in r["packages"][pm["name"]][f]]
+        pk = {f: [_safe("package", p, f"{r['id']} package") for p in r["packages"][pm["name"]][f]]
               for f in ("runtime", "devel")}
         os_token = _safe("word", r["os"].get(spec.os["id"], ""), f"{r['id']} folder of {spec.os['id']}")
-        url = _safe("url", r["repo"].format(version=r["version"], os=os_token), f"{r['id']} repository URL")
+        url = _format_url(r["repo"], f"{r['id']} repository URL", version=r["version"], os=os_token)
         host = _safe("host", url.split("/")[2], f"{r['id']} repository host")
         key_url = _safe("url", r["key"]["url"], f"{r['id']} key URL")
         step = self.fragment("doca-repo" + pm["suffix"], f"{name} repository (user space only), key checked",
@@ -425,11 +477,29 @@ class Renderer:
                             label_items=image_labels(spec, k))
 
     def _render(self, name: str, **ctx) -> str:
+        spec = ctx["spec"]
+        _guard([spec.id, spec.description, spec.min_driver or "", spec.tag, spec.local_ref,
+                spec.stack, ctx.get("stack_items", []), ctx.get("env_items", []),
+                ctx.get("label_items", []), ctx.get("ca_prelude", "")], f"value for {name}:")
+        for stage in ctx.get("stages", []):
+            _guard([stage.name or "", stage.base, stage.bootstrap], f"stage of {spec.id}:")
+            for step in stage.steps:
+                _guard([step.kind, step.comment or "", step.commands, step.workdir or "",
+                        step.src or "", step.dest or "", step.from_stage or "", step.items],
+                       f"step of {spec.id}:")
         try:
             text = self._template(name).render(**ctx)
         except self._jinja.TemplateError as exc:
             raise RenderError(f"template {name}: {exc}") from None
-        return text.rstrip("\n") + "\n"
+        text = text.rstrip("\n") + "\n"
+        hit = bad_char(text, multiline=True)
+        if hit:
+            raise RenderError(f"rendered {name} for {spec.id} holds {char_name(hit[1])}")
+        if name.startswith("docker/"):
+            _check_docker(text, ctx["stages"], spec)
+        else:
+            _check_singularity(text, ctx.get("stages"), spec, name)
+        return text
 
     def fragment_texts(self, spec: ImageSpec, k) -> dict[tuple[str, str], str]:
         """(fragment, format) -> that one step laid out by each entry template: the unit the
@@ -455,6 +525,72 @@ class Renderer:
             f"singularity/{spec.id}.def": self.singularity(spec, k),
             f"singularity/{spec.id}.from-image.def": self.singularity_from_image(spec, k),
         }
+
+
+# -------------------------------------------------------------------------------------------------
+# The rendered text has the structure its steps make, and nothing else
+
+DOCKER_INSTRUCTIONS = frozenset({"FROM", "SHELL", "RUN", "WORKDIR", "COPY", "ENV", "LABEL", "ARG"})
+
+
+def _docker_shape(stages: list[Stage], spec: ImageSpec) -> tuple[int, int]:
+    """(instructions, comment lines) the Dockerfile template lays out for these stages."""
+    instructions = comments = 0
+    for stage in stages:
+        instructions += 2  # FROM, SHELL
+        for step in stage.steps:
+            instructions += 1 + (2 if step.kind == "run" and step.workdir else 0)
+            comments += 1 if step.comment else 0
+    comments += 3 + (1 if spec.min_driver else 0)  # generated-by, image, stack, minimum driver
+    return instructions, comments
+
+
+def _check_docker(text: str, stages: list[Stage], spec: ImageSpec) -> None:
+    """Count the instructions and comment lines of a rendered Dockerfile (a line continues the one
+    before when that ends in a backslash): they must be exactly those its steps make. A value that
+    smuggled in a line would show as one instruction or comment too many."""
+    instructions = comments = 0
+    continued = False
+    for line in text.splitlines():
+        if continued:
+            continued = line.endswith("\\")
+            continue
+        if not line.strip():
+            continue
+        if line.startswith("#"):
+            comments += 1
+            continue
+        word = line.split(" ", 1)[0]
+        if word not in DOCKER_INSTRUCTIONS:
+            raise RenderError(f"rendered Dockerfile of {spec.id}: a line starts with {_show(word)}, "
+                              "not an instruction the templates write")
+        instructions += 1
+        continued = line.endswith("\\")
+    want = _docker_shape(stages, spec)
+    if (instructions, comments) != want:
+        raise RenderError(f"rendered Dockerfile of {spec.id} has {instructions} instructions and "
+                          f"{comments} comment lines where its steps make {want[0]} and {want[1]}: "
+                          "a value changed the recipe's structure")
+
+
+def _check_singularity(text: str, stages: list[Stage] | None, spec: ImageSpec, name: str) -> None:
+    """Count the sections (%post, %files, ...) and Bootstrap headers of a rendered definition."""
+    if stages is None:  # from-image.def: one header; %environment, %labels, %test, %runscript
+        want_sections, want_headers = 4, 1
+    else:
+        want_headers = len(stages)
+        want_sections = 4  # the last stage's %environment, %labels, %test, %runscript
+        for stage in stages:
+            copies = [s for s in stage.steps if s.kind == "copy"]
+            want_sections += 1  # %post
+            want_sections += 1 if any(not c.from_stage for c in copies) else 0
+            want_sections += len({c.from_stage for c in copies if c.from_stage})
+    sections = sum(1 for ln in text.splitlines() if ln.lstrip().startswith("%"))
+    headers = sum(1 for ln in text.splitlines() if ln.lstrip().startswith("Bootstrap:"))
+    if (sections, headers) != (want_sections, want_headers):
+        raise RenderError(f"rendered {name} for {spec.id} has {sections} sections and {headers} "
+                          f"headers where its steps make {want_sections} and {want_headers}: a "
+                          "value changed the definition's structure")
 
 
 # -------------------------------------------------------------------------------------------------

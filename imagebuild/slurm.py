@@ -33,10 +33,10 @@ MAX_TASKS_PER_NODE = 1024
 CONTAINER_REPORTS = "/imagebuild-reports"
 
 _SEGMENT = r"[A-Za-z0-9_][A-Za-z0-9._+-]*"
-ABS_PATH_RE = re.compile(rf"^(?:/{_SEGMENT})+/?$")
-NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
-CHECK_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
-TIME_RE = re.compile(r"^(?:[0-9]{1,3}-)?[0-9]{1,3}:[0-5][0-9]:[0-5][0-9]$|^[0-9]{1,6}$")
+ABS_PATH_RE = re.compile(rf"^(?:/{_SEGMENT})+/?\Z")
+NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
+CHECK_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
+TIME_RE = re.compile(r"^(?:[0-9]{1,3}-)?[0-9]{1,3}:[0-5][0-9]:[0-5][0-9]\Z|^[0-9]{1,6}\Z")
 
 
 def check_path(value: str, what: str) -> str:

@@ -28,7 +28,7 @@ from .smoke.report import FAIL, PASS, SKIP, CheckResult, Report
 
 # a local image reference (name[:tag]) or an engine image id; nothing else reaches the engine
 IMAGE_REF = re.compile(r"^(?:sha256:[0-9a-f]{64}|[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?"
-                       r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?)$")
+                       r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?)\Z")
 LABEL_PREFIX = "io.imagebuild."
 REPORT_IN_CONTAINER = "/tmp/imagebuild-smoke/report.json"
 IMAGE_JSON = "/opt/imagebuild/image.json"

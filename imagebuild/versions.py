@@ -19,9 +19,9 @@ from packaging.version import InvalidVersion, Version
 
 NONE = "none"
 
-_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,4}$")
-_DRIVER_RE = re.compile(r"^[0-9]{3}(\.[0-9]{1,3}){0,2}$")
-_SPEC_ATOM_RE = re.compile(r"^(==|!=|>=|<=|>|<|~=)?\s*[0-9]+(\.[0-9]+){0,4}(\.\*)?$")
+_VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,4}\Z")
+_DRIVER_RE = re.compile(r"^[0-9]{3}(\.[0-9]{1,3}){0,2}\Z")
+_SPEC_ATOM_RE = re.compile(r"^(==|!=|>=|<=|>|<|~=)?\s*[0-9]+(\.[0-9]+){0,4}(\.\*)?\Z")
 
 
 class VersionSyntaxError(ValueError):

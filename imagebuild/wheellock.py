@@ -27,9 +27,9 @@ from .versions import NONE, major_minor, parse_version
 LOCK_DIR = Path("locks") / "wheels"
 HEADER = "# Wheel lock written by `imagebuild wheels lock` from matrix.yaml: do not edit."
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]*)\s*\\?$")
-_HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})\s*\\?$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]*)\s*\\?\Z")
+_HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})\s*\\?\Z")
 
 
 class LockError(ImagebuildError):
@@ -75,7 +75,7 @@ def wheel_set(k, stack: dict, os_entry: dict, wheels: str | None) -> WheelSet | 
     """The wheel set an image of this stack installs (None when it installs no wheel)."""
     s = stack
     glibc = str(os_entry.get("glibc") or "")
-    if not re.match(r"^2\.[0-9]+$", glibc):
+    if not re.match(r"^2\.[0-9]+\Z", glibc):
         raise KnowledgeError(f"os {os_entry['id']}: glibc {glibc!r} is needed to lock wheels "
                              "(expected 2.N)", file=k.path)
     py = s["python"]

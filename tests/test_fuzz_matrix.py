@@ -11,6 +11,7 @@ error class, and the argument named for a malformed command-line value.
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from pathlib import Path
@@ -296,3 +297,219 @@ def test_malformed_host_fact_on_the_command_line(original, tmp_path, capsys, fla
     err = capsys.readouterr().err
     assert rc == 2 and len(err.splitlines()) == 1, err
     assert f"argument {flag}: " in err and needle in err
+
+
+# --------------------------------------------------------------------------------------------------
+# hostile values in every field that reaches a recipe (tests/fuzz_mutants.py; tests/fuzz_report.py
+# runs the whole set and prints the figures of docs/reliability.md)
+
+
+@pytest.fixture(scope="module")
+def workdir(original, tmp_path_factory):
+    from fuzz_mutants import Workdir
+    return Workdir(tmp_path_factory.mktemp("fuzz"), original)
+
+
+def _sample(original):
+    """A seeded sample: every recipe-facing scalar with one hostile string (the pool rotates, so
+    each hostile string meets many fields), wrong types and removed keys for a rotating subset,
+    and hostile strings in other sections."""
+    from fuzz_mutants import mutants
+    ms = mutants(original, seed=7, hostile_per_leaf=1, others=30)
+    hostile = [m for m in ms if m.kind == "hostile"]
+    rng = random.Random(7)
+    rest = [m for m in ms if m.kind != "hostile"]
+    return hostile + rng.sample(rest, min(60, len(rest)))
+
+
+def test_hostile_mutants_never_inject_and_are_refused_on_their_line(original, workdir):
+    from fuzz_mutants import HOSTILE
+    sample = _sample(original)
+    problems, refused, accepted, seen = [], 0, 0, set()
+    for m in sample:
+        o = workdir.run(m)
+        for p in o.problems:
+            problems.append(f"{m.kind} {m.where} = {m.value!r} (line {m.line}): {p}")
+        refused += not o.accepted
+        accepted += o.accepted
+        if m.value is not None:
+            seen.add(m.value)
+    assert not problems, f"{len(problems)} problems, e.g.:\n" + "\n".join(problems[:10])
+    # the sample really is hostile: every string of the pool was tried, most were refused
+    assert seen == set(HOSTILE)
+    assert refused > 3 * accepted > 0
+
+
+@pytest.mark.parametrize("where,value,needle", [
+    ("description", "x\nRUN id", "U+000A"),
+    ("description", "x\u2028%post", "U+2028"),
+    ("description", "x\r\nRUN id", "U+000D"),
+    ("description", 'a" && id && echo "', "holds '\"'"),
+    ("description", "$(id)", "holds '$'"),
+])
+def test_image_description_is_refused_at_load_on_its_line(original, tmp_path, capsys, where,
+                                                          value, needle):
+    n = _line_of(original, r"^    description: ")
+    text = _edit(original, n, lambda ln: re.sub(r'description: ".*"',
+                                                 lambda _: f"description: {json.dumps(value)}", ln))
+    for cmd in (["knowledge", "validate"], ["images"], ["resolve", *ARGS]):
+        path = tmp_path / "m.yaml"
+        path.write_text(text, encoding="utf-8")
+        capsys.readouterr()
+        rc = cli.main([*cmd[:1], *(cmd[1:2] if cmd[0] == "knowledge" else []), "--matrix",
+                       str(path), *(cmd[1:] if cmd[0] == "resolve" else [])])
+        err = capsys.readouterr().err
+        assert rc == 2 and len(err.splitlines()) == 1, err
+        assert f"{path}:{n}:" in err and needle in err, err
+
+
+def test_rdma_name_with_a_newline_is_refused_on_its_line(original, tmp_path, capsys):
+    n = _line_of(original, r"^    name: \"NVIDIA DOCA")
+    text = _edit(original, n, lambda ln: ln.replace('name: "NVIDIA', 'name: "NVIDIA\\n%post\\n id'))
+    _, err = _refused(tmp_path, capsys, text)
+    assert f":{n}:" in err and "U+000A" in err
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda t: t.replace('gdrcopy: {version: "2.5.1"', 'gdrcopy: {version: 2.5', 1),
+     "tools.gdrcopy.version must be a string, not a number"),
+    (lambda t: t.replace('  gdrcopy: {', '  gdrcpy: {', 1), "tools: unknown key 'gdrcpy'"),
+    (lambda t: t.replace("v{version}.tar.gz\", sha256: \"c6d5", "v{version.__class__}.tar.gz\", "
+                         "sha256: \"c6d5", 1), "placeholder {version.__class__}"),
+    (lambda t: t.replace('sha256: "c6d5', 'sha256: "C6D5', 1), "64 lower-case hex digits"),
+    (lambda t: t.replace("os: [ubuntu22.04, ubuntu24.04]", "os: [ubuntu22.04, windows95]", 1),
+     "unknown os 'windows95'"),
+    (lambda t: t.replace("rdma: doca-ofed ", "rdma: doca-ofd ", 1), "unknown rdma 'doca-ofd'"),
+    (lambda t: t.replace("flavors: [runtime, devel]", "flavors: [runtime, debug]", 1),
+     "'debug' is not one of"),
+    (lambda t: t.replace('runtime: [ibverbs-providers,', 'runtime: ["ibverbs-providers;id",', 1),
+     "must be a package name"),
+    (lambda t: t.replace('base: "ubuntu:24.04"', 'base: "ubuntu:24.04 AS x"', 1),
+     "must be an image reference"),
+])
+def test_tools_images_and_rdma_are_validated_at_load(original, tmp_path, capsys, edit, needle):
+    """`knowledge validate` used to call these matrices valid: tools, images and rdma were
+    checked only when a command rendered them."""
+    text = edit(original)
+    assert text != original
+    path = tmp_path / "m.yaml"
+    path.write_text(text, encoding="utf-8")
+    capsys.readouterr()
+    rc = cli.main(["knowledge", "validate", "--matrix", str(path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.splitlines()) == 1 and needle in err, err
+    changed = next(i for i, (a, b) in enumerate(zip(original.splitlines(), text.splitlines()), 1)
+                   if a != b)
+    assert error_location(err.replace("imagebuild knowledge:", "imagebuild resolve:"), path)[0] \
+        == changed, err
+
+
+# --------------------------------------------------------------------------------------------------
+# YAML bombs: refused quickly in bounded memory (a subprocess under an address-space limit)
+
+_LIMITED = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (256 * 2**20, 256 * 2**20))
+from imagebuild import cli
+rc = cli.main(["knowledge", "validate", "--matrix", sys.argv[1]])
+sys.stderr.flush()
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+sys.exit(rc)
+"""
+
+
+def _limited(path: Path) -> tuple[int, str, int]:
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-c", _LIMITED, str(path)], capture_output=True,
+                          text=True, timeout=120)
+    peak_kib = int(proc.stdout.split()[-1]) if proc.stdout.split() else -1
+    return proc.returncode, proc.stderr, peak_kib
+
+
+def _with_description(original: str, yaml_value: str) -> tuple[str, int]:
+    n = _line_of(original, r"^    description: ")
+    return _edit(original, n, lambda ln: ln.split("description:")[0] + "description: "
+                 + yaml_value + "\n"), n
+
+
+def test_deeply_nested_yaml_is_refused_in_bounded_memory(original, tmp_path):
+    """100,000 nested lists used to crash the C composer (SIGSEGV) or raise RecursionError."""
+    text, n = _with_description(original, "[" * 100_000 + "]" * 100_000)
+    path = tmp_path / "deep.yaml"
+    path.write_text(text, encoding="utf-8")
+    rc, err, peak_kib = _limited(path)
+    assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{path}:{n}:" in err and "nested more than" in err
+    assert 0 < peak_kib < 256 * 1024
+
+
+def test_alias_bomb_is_refused_in_bounded_memory(original, tmp_path):
+    """Nine levels of ten aliases stand for 10**9 strings: printing the description would need
+    tens of GiB. The loader counts what aliases expand to and stops at the alias that crosses its
+    budget."""
+    levels = ["&a0 [" + ", ".join(["lol"] * 10) + "]"]
+    levels += [f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 10)]
+    text, n = _with_description(original, "[" + ", ".join(levels) + "]")
+    path = tmp_path / "bomb.yaml"
+    path.write_text(text, encoding="utf-8")
+    rc, err, peak_kib = _limited(path)
+    assert rc == 2 and len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert f"{path}:{n}:" in err and "alias bomb" in err
+    assert 0 < peak_kib < 256 * 1024
+
+
+def test_a_few_aliases_are_still_fine(original, tmp_path, capsys):
+    text = original.replace('description: "PyTorch with CUDA-aware Open MPI on UCX, NCCL and '
+                            'nccl-tests"', '&desc "PyTorch with CUDA-aware Open MPI on UCX, NCCL '
+                            'and nccl-tests"'.join(["description: ", ""]), 1)
+    text = text.replace('description: "PyTorch with CUDA-aware Open MPI on UCX, NCCL and '
+                        'nccl-tests"', "description: *desc", 1)
+    assert text.count("*desc") == 1
+    path = tmp_path / "m.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert cli.main(["knowledge", "validate", "--matrix", str(path)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source", ["big", "/dev/zero"])
+def test_oversized_input_is_refused_without_reading_it_all(tmp_path, capsys, source):
+    from imagebuild.grammar import MAX_BYTES
+    if source == "big":
+        path = tmp_path / "big.yaml"
+        path.write_text("# padding\n" * (MAX_BYTES // 10 + 1), encoding="utf-8")
+    else:
+        path = Path(source)
+        if not path.exists():
+            pytest.skip("no /dev/zero")
+    capsys.readouterr()
+    assert cli.main(["knowledge", "validate", "--matrix", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and f"{path}: more than" in err, err
+
+
+@pytest.mark.parametrize("raw,needle", [
+    ("\x00", "U+0000"), ("\u2028", "U+2028"), ("\u202e", "U+202E"), ("\r", "U+000D"),
+])
+def test_raw_control_characters_are_refused_even_in_comments(original, tmp_path, capsys, raw,
+                                                             needle):
+    n = _line_of(original, r"^# The order")
+    text = _edit(original, n, lambda ln: ln.replace("The order", f"The{raw}order"))
+    path, err = _refused(tmp_path, capsys, text)
+    assert error_location(err, path) == (n, 6) and needle in err
+
+
+def test_invalid_utf8_names_its_line(original, tmp_path, capsys):
+    n = _line_of(original, r"^as_of:")
+    data = original.encode().replace(b"as_of:", b"as_of\xff:", 1)
+    path = tmp_path / "m.yaml"
+    path.write_bytes(data)
+    rc, _, err = run_cli(path, capsys)
+    assert rc == 2 and f"{path}:{n}:6: not UTF-8" in err, err
+
+
+def test_prose_notes_may_span_lines(original, tmp_path, capsys):
+    text = original.replace('note: "Added CUDA 13 support"', 'note: "Added\\nCUDA 13\\tsupport"', 1)
+    assert text != original
+    path = tmp_path / "m.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert cli.main(["knowledge", "validate", "--matrix", str(path)]) == 0

@@ -250,3 +250,90 @@ def test_an_rdma_entry_without_a_key_check_is_refused_with_its_line(tmp_path, ca
     err = capsys.readouterr().err.strip().splitlines()
     line = 1 + text[:text.index('long_id: "A024F6F0E6D6A281"')].count("\n")
     assert len(err) == 1 and f"matrix.yaml:{line}" in err[0] and "fingerprint or a long_id" in err[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# hostile input: no value adds a line, an instruction or a section (see also test_fuzz_matrix.py)
+
+
+@pytest.mark.parametrize("value", ["x\nRUN id", "x\r\nRUN id", "x\u2028RUN id", "x\u2029%post",
+                                   "x\x85RUN id", "x\x0bid", "x\x00", 'x" id "', "x $(id)",
+                                   "x `id`", "x\\"])
+def test_a_hostile_description_never_reaches_a_recipe(k, specs, value):
+    s = next(x for x in specs if x.family == "pytorch")
+    bad = replace(s, description=value)
+    for fn in (render.Renderer().dockerfile, render.Renderer().singularity,
+               render.Renderer().singularity_from_image):
+        with pytest.raises(RenderError) as exc:
+            fn(bad, k)
+        assert "\n" not in str(exc.value)
+
+
+def test_a_hostile_rdma_name_never_reaches_a_recipe(k):
+    spec = next(s for s in images.expand(k, allow_unverified=True)[0] if s.rdma)
+    bad = replace(spec, rdma=dict(spec.rdma, name="DOCA\n%post\nid"))
+    with pytest.raises(RenderError, match="U\\+000A"):
+        render.Renderer().singularity(bad, k)
+
+
+@pytest.mark.parametrize("kind,good", [
+    ("version", "12.4.1"), ("id", "smoke-cpu"), ("sha256", "a" * 64), ("word", "ubuntu2404"),
+    ("fingerprint", "A" * 40), ("url", "https://example.org/x.tar.gz"), ("ref", "ubuntu:24.04"),
+    ("package", "libibverbs1"), ("env", "compute,utility"), ("path", "/opt/x"),
+])
+def test_patterns_match_the_whole_value(kind, good):
+    """A `$` anchor accepts a trailing newline; each pattern must match the whole value."""
+    assert render._safe(kind, good, "x") == good
+    for tail in ("\n", "\r", "\u2028", "$(id)" if kind == "env" else " ;id"):
+        with pytest.raises(RenderError):
+            render._safe(kind, good + tail, "x")
+
+
+def test_url_templates_take_only_their_named_fields():
+    assert render._format_url("https://e.org/v{version}.tgz", "u", version="1.2") == \
+        "https://e.org/v1.2.tgz"
+    for bad in ("https://e.org/{version.__class__}", "https://e.org/{0}", "https://e.org/{x}",
+                "https://e.org/{version!r}", "https://e.org/{version:>99}", "https://e.org/{"):
+        with pytest.raises(RenderError):
+            render._format_url(bad, "u", version="1.2")
+
+
+def test_the_rendered_structure_is_checked(k, specs):
+    """The last guard: a Dockerfile or definition with one instruction, comment or section more
+    than its steps make is refused, whatever put it there."""
+    r = render.Renderer()
+    s = next(x for x in specs if x.family == "pytorch" and x.flavor == "runtime")
+    stages = r.stages(s, k)
+    text = r.dockerfile(s, k)
+    render._check_docker(text, stages, s)
+    for extra in ("RUN id\n", "# injected\n", "ONBUILD RUN id\n"):
+        with pytest.raises(RenderError):
+            render._check_docker(text + extra, stages, s)
+    sing = r.singularity(s, k)
+    render._check_singularity(sing, stages, s, "image.def")
+    with pytest.raises(RenderError):
+        render._check_singularity(sing + "%post\n    id\n", stages, s, "image.def")
+    with pytest.raises(RenderError):
+        render._check_singularity(sing.replace("%test", "    %startscript\n%test"), stages, s,
+                                  "image.def")
+
+
+def test_an_undefined_template_variable_is_one_clear_error(tmp_path, capsys):
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
+    frag = tmp_path / "recipes" / "fragments" / "venv.sh.j2"
+    frag.write_text(frag.read_text() + "{{ no_such_variable }}\n")
+    assert cli.main(["generate", "--matrix", MATRIX, "--recipes", str(tmp_path / "recipes"),
+                     "--output", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no_such_variable" in err[0] and "undefined" in err[0]
+
+
+def test_no_pattern_in_the_package_is_anchored_with_a_dollar():
+    """`$` matches before a trailing newline, so `^[a-z]+$` accepts "abc\\n": patterns end with
+    \\Z or are used with fullmatch."""
+    offenders = []
+    for path in sorted((ROOT / "imagebuild").rglob("*.py")):
+        for no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if re.search(r"""r[f]?(["']).*\$(\1|\|)""", line):
+                offenders.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)

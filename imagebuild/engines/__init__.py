@@ -64,13 +64,13 @@ _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _HOST = rf"(?:(?:localhost|{_LABEL}(?:\.{_LABEL})+)(?::[0-9]{{1,5}})?/|{_LABEL}:[0-9]{{1,5}}/)"
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 _DIGEST = r"sha256:[0-9a-f]{64}"
-REF_RE = re.compile(rf"^(?:{_HOST})?{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?$")
-IMAGE_ID_RE = re.compile(r"^(?:sha256:)?[0-9a-f]{12,64}$")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")           # containers, networks
-HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$")              # build args, labels, env
-SECRET_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
-SIZE_RE = re.compile(r"^[0-9]{1,12}[bkmgBKMG]?$")
+REF_RE = re.compile(rf"^(?:{_HOST})?{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?\Z")
+IMAGE_ID_RE = re.compile(r"^(?:sha256:)?[0-9a-f]{12,64}\Z")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")           # containers, networks
+HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
+KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}\Z")              # build args, labels, env
+SECRET_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")
+SIZE_RE = re.compile(r"^[0-9]{1,12}[bkmgBKMG]?\Z")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 

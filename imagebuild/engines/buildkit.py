@@ -28,11 +28,11 @@ from .docker_sdk import DockerEngine, _one_line, _open_log, check_context, step_
 DEFAULT_CLI = "/usr/bin/docker"   # Debian's client: speaks to the 20.10 engine's built-in BuildKit
 
 # "#5 [2/4] RUN echo hi", "#7 [devel 3/9] COPY a b", "#2 [internal] load .dockerignore"
-_VERTEX_RE = re.compile(r"^#(\d+) \[([^\]]+)\] (.*)$")
-_STEPNO_RE = re.compile(r"^(?:(\S+) )?(\d+)/(\d+)$")
-_CACHED_RE = re.compile(r"^#(\d+) CACHED$")
-_ERROR_RE = re.compile(r"^#(\d+) ERROR: (.*)$")
-_OUTPUT_RE = re.compile(r"^#(\d+) \d+\.\d+ (.*)$")
+_VERTEX_RE = re.compile(r"^#(\d+) \[([^\]]+)\] (.*)\Z")
+_STEPNO_RE = re.compile(r"^(?:(\S+) )?(\d+)/(\d+)\Z")
+_CACHED_RE = re.compile(r"^#(\d+) CACHED\Z")
+_ERROR_RE = re.compile(r"^#(\d+) ERROR: (.*)\Z")
+_OUTPUT_RE = re.compile(r"^#(\d+) \d+\.\d+ (.*)\Z")
 
 
 def docker_cli() -> str:

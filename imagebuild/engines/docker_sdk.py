@@ -29,9 +29,9 @@ from . import (
 OWNER_LABEL = {"io.imagebuild.owner": "imagebuild"}
 # Docker's classic builder: "Step 2/5 : RUN x" / " ---> Using cache"; podman (buildah) through its
 # Docker API: "STEP 2/5: RUN x" / "--> Using cache 0123abcd..."
-_STEP_RE = re.compile(r"^(?:Step|STEP) (\d+)/(\d+) ?: (.*)$")
+_STEP_RE = re.compile(r"^(?:Step|STEP) (\d+)/(\d+) ?: (.*)\Z")
 _CACHE_RE = re.compile(r"^\s*-{2,3}> Using cache\b")
-_TARGET_RE = re.compile(r"^/[^\x00-\x1f\x7f:,]*$")
+_TARGET_RE = re.compile(r"^/[^\x00-\x1f\x7f:,]*\Z")
 
 
 def _one_line(text: object, limit: int = 300) -> str:
@@ -73,7 +73,7 @@ def _parse_time(text: str | None) -> float | None:
     """Docker's RFC 3339 timestamps carry nanoseconds; keep microseconds."""
     if not text or text.startswith("0001-"):
         return None
-    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)$", text)
+    m = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)\Z", text)
     if not m:
         return None
     frac = (m.group(2) or "0")[:6].ljust(6, "0")

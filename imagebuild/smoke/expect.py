@@ -33,7 +33,7 @@ import re
 DEFAULT_EXPECT = "/opt/imagebuild/image.json"
 COMPONENTS = ("os", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi", "pytorch")
 _RELEASE = re.compile(r"^\s*v?(\d+(?:\.\d+)*)")
-_LOCAL_CU = re.compile(r"^cu(\d+)$")
+_LOCAL_CU = re.compile(r"^cu(\d+)\Z")
 
 
 class ExpectationError(Exception):
