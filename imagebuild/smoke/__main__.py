@@ -52,8 +52,8 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-_ENDPOINT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}:[0-9]{1,5}$")
-_RDZV_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_ENDPOINT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,252}:[0-9]{1,5}\Z")
+_RDZV_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
 
 
 def ddp_node(argv: list[str]) -> int:
