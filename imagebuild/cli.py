@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "publish": ("publish", "push tested images to a registry and verify their digests"),
     "lock": ("lock", "write or check images.lock"),
     "wheels": ("wheels", "write or check the hash-pinned wheel locks (locks/wheels/)"),
+    "sources": ("sources", "list or fetch the source tarballs the images compile, checksummed"),
     "plan": ("plan", "which images a driver upgrade makes buildable, degrades or breaks"),
     "export": ("export", "export an image for Slurm: enroot squashfs, OCI bundle or SIF"),
     "slurm-script": ("slurm_script", "write an sbatch script that runs the smoke suite across nodes"),

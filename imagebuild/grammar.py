@@ -16,8 +16,11 @@ the line and column:
    in, so a hostile value is refused on its own line before any section is compiled.
 3. `validate` (called once at the end of knowledge.build): the `tools:`, `images:` and the
    recipe-facing parts of `rdma:` checked in full: every key, its type, its grammar, and the
-   cross-references (an image family naming an unknown OS or RDMA id, a tool naming an unknown
-   source).
+   cross-references: an image family naming an unknown OS or RDMA id, a tool naming an unknown
+   source, an OS an image family builds on without the base image, glibc or NVIDIA repository its
+   recipes and wheel locks read, a CUDA family without the tools its recipes download, a UCX or
+   Open MPI release built from source without its url and sha256. What a command would otherwise
+   find only when it renders is found by `imagebuild knowledge validate`.
 
 The renderer checks every value again (render._safe) and checks the rendered text's structure, so
 a value that slipped past these gates still cannot add a line to a recipe.
@@ -92,8 +95,15 @@ def read_text(path) -> str:
     """The file as text: at most MAX_BYTES, UTF-8, no raw control characters (KnowledgeError)."""
     where = str(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_BYTES + 1)  # never more, whatever the file is (a FIFO, /dev/zero)
+        chunks, size = [], 0
+        with open(path, "rb") as fh:  # never more than MAX_BYTES + 1, whatever the file is
+            while size <= MAX_BYTES:  # (a FIFO, /dev/zero); read(MAX_BYTES) would allocate it all
+                chunk = fh.read(1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        data = b"".join(chunks)
     except FileNotFoundError:
         raise KnowledgeError("file not found", file=where) from None
     except OSError as exc:
@@ -202,6 +212,7 @@ _PATTERNS = {
     "sha256": re.compile(r"[0-9a-f]{64}"),
     "fingerprint": re.compile(r"[0-9A-F]{40}"),
     "keyid": re.compile(r"[0-9A-F]{16}"),
+    "commit": re.compile(r"[0-9a-f]{40}"),
     "word": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"),
     "package": re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"),
     "ref": re.compile(r"[a-z0-9][a-z0-9._/-]{0,199}(?::[A-Za-z0-9._-]{1,128})?"
@@ -218,6 +229,7 @@ _DESCRIBE = {
     "sha256": "64 lower-case hex digits",
     "fingerprint": "40 upper-case hex digits",
     "keyid": "16 upper-case hex digits",
+    "commit": "a git commit: 40 lower-case hex digits",
     "word": "letters, digits, '.', '_' and '-'",
     "package": "a package name: letters, digits, '+', '.', '_' and '-'",
     "ref": "an image reference such as ubuntu:24.04 or name/path:tag[@sha256:...]",
@@ -333,6 +345,8 @@ FIELDS: tuple[tuple[tuple[str, ...], Any, str], ...] = (
     *[((comp, "releases", "*", f), g, "str") for comp in ("ucx", "openmpi")
       for f, g in (("version", "version"), ("line", "version"), ("url", _url("version")),
                    ("sha256", "sha256"))],
+    *[((comp, "releases", "*", "git_archive", f), g, "str") for comp in ("ucx", "openmpi")
+      for f, g in (("file", "word"), ("sha256", "sha256"), ("commit", "commit"))],
     *[(("tools", t, f), g, "str") for t in ("gdrcopy", "nccl-tests")
       for f, g in (("version", "version"), ("url", _url("version")), ("sha256", "sha256"))],
     *[(("tools", t, f), g, "str") for t in ("cuda-repo-key", "cuda-repo-key-dnf")

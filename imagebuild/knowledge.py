@@ -887,7 +887,7 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
                 w = f"{comp}.releases[]"
                 c.mapping(r, w, required=("version", "source"),
                           optional=("date", "install", "os", "cuda", "line", "pml", "needs", "note",
-                                    "url", "sha256"))
+                                    "url", "sha256", "git_archive"))
                 ver = c.version(r, "version", w)
                 c.version(r, "line", w, True)
                 if ver in table:
@@ -898,6 +898,12 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
                 src = c.source(r, sources, w)
                 entry = dict(r)
                 entry["install"] = install
+                if "git_archive" in r:
+                    ga = c.mapping(r["git_archive"], f"{w}.git_archive",
+                                   required=("file", "sha256", "commit", "source"),
+                                   optional=("note",))
+                    c.source(ga, sources, f"{w}.git_archive")
+                    entry["git_archive"] = {key: str(val) for key, val in ga.items()}
                 table[ver] = entry
                 req = []
                 if "os" in r:

@@ -1,0 +1,60 @@
+"""imagebuild sources list|fetch: the tarballs the images compile from, in a local cache."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from ..cli import add_matrix_option
+
+DEFAULT_CACHE = ".imagebuild/sources"
+
+
+def configure(parser) -> None:
+    add_matrix_option(parser)
+    sub = parser.add_subparsers(dest="action", required=True, metavar="list|fetch")
+    for name, helptext in (("list", "the tarballs the images compile, with their sha256"),
+                           ("fetch", "fill the source cache, every file checked")):
+        p = sub.add_parser(name, help=helptext)
+        p.add_argument("images", nargs="*", metavar="IMAGE",
+                       help="image ids or family names (default: every image)")
+        p.add_argument("--form", choices=("release", "git"), default="release",
+                       help="release assets, or git tag archives where the matrix records one")
+        p.add_argument("--json", action="store_true", help="print a JSON document")
+        if name == "fetch":
+            p.add_argument("--cache", metavar="DIR",
+                           help=f"the source cache (default: {DEFAULT_CACHE} beside matrix.yaml)")
+            p.add_argument("--from", dest="origin", metavar="DIR|URL",
+                           help="a mirror folder or base URL to fill the cache from "
+                                "(default: the upstream URLs)")
+
+
+def run(args) -> int:
+    from .. import images as I
+    from .. import knowledge
+    from .. import sources as S
+
+    k = knowledge.load(args.matrix)
+    specs, _ = I.expand(k)
+    chosen = I.select({s.id: s for s in specs}, args.images)
+    tarballs = S.catalog(k, chosen, args.form)
+    if args.action == "list":
+        if args.json:
+            print(json.dumps([t.to_json() for t in tarballs], indent=2, sort_keys=True))
+        else:
+            for t in tarballs:
+                print(f"{t.file:<32} {t.form:<8} {t.sha256}  {t.url or '(git archive: from a mirror)'}")
+        return 0
+    cache = Path(args.cache) if args.cache else Path(args.matrix).resolve().parent / DEFAULT_CACHE
+    done = S.fetch(tarballs, cache, args.origin,
+                   progress=None if args.json else lambda m: print(m, file=sys.stderr))
+    if args.json:
+        print(json.dumps({"cache": str(cache), "tarballs": [
+            dict(f.tarball.to_json(), how=f.how, origin=f.origin, size=f.size) for f in done]},
+            indent=2, sort_keys=True))
+    else:
+        for f in done:
+            print(f"{f.tarball.file:<32} {f.how:<10} {f.size / 1e6:8.1f} MB  sha256 ok")
+        print(f"{len(done)} tarballs in {cache}")
+    return 0

@@ -1,0 +1,136 @@
+"""The source cache: which tarballs an image compiles, and filling the cache from a mirror folder or
+URL with every file checked against matrix.yaml's sha256, atomically."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import http.server
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from imagebuild import cli, knowledge
+from imagebuild import images as I
+from imagebuild import sources as S
+
+from conftest import ROOT, need
+
+MATRIX = ROOT / "matrix.yaml"
+SHARED = ROOT.parent / "shared" / "sources"
+COMMS = "comms-cu130-nccl2.30.7-ubuntu24.04-runtime"
+
+
+@pytest.fixture(scope="module")
+def k():
+    return knowledge.load(MATRIX)
+
+
+@pytest.fixture(scope="module")
+def specs(k):
+    return {s.id: s for s in I.expand(k)[0]}
+
+
+def test_a_cuda_image_compiles_four_tarballs_each_with_its_checksum(k, specs):
+    tbs = S.for_image(k, specs[COMMS])
+    assert [t.name for t in tbs] == ["gdrcopy", "nccl-tests", "ucx", "openmpi"]
+    assert all(len(t.sha256) == 64 and t.url.startswith("https://") for t in tbs)
+    assert {t.file for t in tbs} == {"gdrcopy-2.5.1.tar.gz", "nccl-tests-2.17.6.tar.gz",
+                                     "ucx-1.22.0.tar.gz", "openmpi-5.0.10.tar.bz2"}
+
+
+def test_the_git_form_takes_the_tag_archives_the_matrix_records(k, specs):
+    tbs = {t.name: t for t in S.for_image(k, specs[COMMS], "git")}
+    assert tbs["ucx"].file == "ucx-1.22.0-git.tar.gz" and tbs["ucx"].url is None
+    assert tbs["openmpi"].sha256.startswith("e0e4679b") and tbs["openmpi"].source == "OMPIGIT"
+    # gdrcopy's release URL already is a tag archive: one form
+    assert tbs["gdrcopy"].form == "release"
+
+
+def test_an_image_with_the_os_mpi_compiles_nothing(k, specs):
+    assert S.for_image(k, specs["smoke-cpu"]) == []
+
+
+def _fake(tmp_path, content=b"payload"):
+    """A one-tarball catalog with a known checksum, and a mirror folder holding it."""
+    tb = S.Tarball("gdrcopy", "2.5.1", "release", "gdrcopy-2.5.1.tar.gz",
+                   hashlib.sha256(content).hexdigest(), "https://example.invalid/x", "SPACK")
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / tb.file).write_bytes(content)
+    return tb, mirror
+
+
+def test_fetch_from_a_mirror_folder_then_from_the_cache(tmp_path):
+    tb, mirror = _fake(tmp_path)
+    cache = tmp_path / "cache"
+    first = S.fetch([tb], cache, str(mirror))
+    assert [f.how for f in first] == ["copied"]
+    assert (cache / tb.file).read_bytes() == b"payload"
+    assert [f.how for f in S.fetch([tb], cache, str(mirror))] == ["cached"]
+
+
+def test_a_tampered_file_is_refused_and_nothing_is_left(tmp_path):
+    tb, mirror = _fake(tmp_path)
+    (mirror / tb.file).write_bytes(b"tampered")
+    cache = tmp_path / "cache"
+    with pytest.raises(S.SourceError, match="is not the .* matrix.yaml records"):
+        S.fetch([tb], cache, str(mirror))
+    assert list(cache.iterdir()) == []      # no file under its name, no .part left behind
+
+
+def test_a_bad_cached_file_is_replaced_by_a_checked_one(tmp_path):
+    tb, mirror = _fake(tmp_path)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / tb.file).write_bytes(b"stale")
+    assert [f.how for f in S.fetch([tb], cache, str(mirror))] == ["copied"]
+    assert (cache / tb.file).read_bytes() == b"payload"
+
+
+def test_fetch_from_a_mirror_url(tmp_path):
+    tb, mirror = _fake(tmp_path)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
+    handler.log_message = lambda *a, **kw: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        got = S.fetch([tb], tmp_path / "cache", url)
+        assert [f.how for f in got] == ["downloaded"] and got[0].origin == url + tb.file
+        missing = S.Tarball("ucx", "1.22.0", "git", "ucx-1.22.0-git.tar.gz", "0" * 64, None, "UCXGIT")
+        with pytest.raises(S.SourceError, match="HTTP 404"):
+            S.fetch([missing], tmp_path / "cache", url)
+    finally:
+        server.shutdown()
+
+
+def test_a_git_archive_never_comes_from_upstream(tmp_path):
+    tb = S.Tarball("ucx", "1.22.0", "git", "ucx-1.22.0-git.tar.gz", "0" * 64, None, "UCXGIT")
+    with pytest.raises(S.SourceError, match="no upstream twin"):
+        S.fetch([tb], tmp_path / "cache")
+
+
+def test_cli_bad_input_is_one_line(capsys, tmp_path):
+    assert cli.main(["sources", "--matrix", str(MATRIX), "fetch", COMMS, "--from",
+                     str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--from" in err[0] and "no folder" in err[0]
+
+
+def test_fill_the_cache_from_the_shared_archives(tmp_path, capsys):
+    """The real archives beside the project (../shared/sources) match the matrix's checksums."""
+    if not SHARED.is_dir():
+        need("../shared/sources", "not beside this checkout")
+    mirror = tmp_path / "mirror"
+    shutil.copytree(SHARED, mirror)
+    cache = tmp_path / "cache"
+    assert cli.main(["sources", "--matrix", str(MATRIX), "fetch", COMMS, "--form", "git",
+                     "--from", str(mirror), "--cache", str(cache)]) == 0
+    out = capsys.readouterr().out
+    assert "4 tarballs in" in out and out.count("sha256 ok") == 4
+    assert sorted(p.name for p in cache.iterdir()) == [
+        "gdrcopy-2.5.1.tar.gz", "nccl-tests-2.17.6.tar.gz", "openmpi-5.0.10-git.tar.gz",
+        "ucx-1.22.0-git.tar.gz"]
