@@ -328,6 +328,7 @@ FIELDS: tuple[tuple[tuple[str, ...], Any, str], ...] = (
     (("platforms", "*", "id"), "word", "str"),
     (("platforms", "*", "cuda_repo"), "word", "str"),
     (("platforms", "*", "oci"), "oci", "str"),
+    (("platforms", "*", "aliases"), "word", "list"),
     (("os", "*", "id"), "id", "str"),
     (("os", "*", "name"), "text", "str"),
     (("os", "*", "family"), "word", "str"),

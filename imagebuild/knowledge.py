@@ -389,11 +389,22 @@ class Knowledge:
         raise KeyError(component)
 
     def gpu_by_name(self, text: str) -> Gpu | None:
-        """A GPU by product name (case and space insensitive) or by sm_XY / compute capability."""
+        """A GPU by product name (case and space insensitive), as nvidia-smi prints it too
+        ("NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB": the longest known name whose words
+        begin the given ones), or by sm_XY / compute capability."""
         key = text.replace(" ", "").lower()
         for g in self.gpus.values():
             if g.name.replace(" ", "").lower() == key:
                 return g
+        words = [w for w in text.lower().replace("-", " ").replace("_", " ").split()
+                 if w not in ("nvidia", "tesla")]
+        best = None
+        for g in self.gpus.values():
+            name = g.name.lower().split()
+            if words[:len(name)] == name and (best is None or len(name) > len(best.name.split())):
+                best = g
+        if best is not None:
+            return best
         cc = None
         if key.startswith("sm_") and key[3:].isdigit() and len(key) >= 5:
             cc = f"{int(key[3:-1])}.{key[-1]}"
@@ -551,12 +562,14 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
     platforms: dict[str, dict] = {}
     for pl in c.seq(doc.get("platforms", _List()), "platforms", doc, "platforms"):
         w = "platforms[]"
-        c.mapping(pl, w, required=("id", "cuda_repo", "oci", "source"), optional=("note",))
+        c.mapping(pl, w, required=("id", "cuda_repo", "oci", "source"), optional=("aliases", "note"))
         pid = c.text(pl, "id", w)
         if pid in platforms:
             c.fail(f"platforms: {pid} is listed twice", pl, "id")
         platforms[pid] = {"id": pid, "cuda_repo": c.text(pl, "cuda_repo", w),
-                          "oci": c.text(pl, "oci", w), "source": c.source(pl, sources, w)}
+                          "oci": c.text(pl, "oci", w), "source": c.source(pl, sources, w),
+                          "aliases": [str(a) for a in c.seq(pl.get("aliases", _List()),
+                                                              f"{w}.aliases", pl, "aliases")]}
     known_platforms = list(platforms) or [DEFAULT_PLATFORM]
 
     def platform_list(node, key, where):

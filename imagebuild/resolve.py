@@ -166,6 +166,9 @@ class Problem:
                              argument=f"--{comp}")
         if comp in ("os", "platform"):
             names = [s.strip() for s in spec.split(",")]
+            if comp == "platform":   # arm64, sbsa, amd64: the names other tools use
+                alias = {a: pid for pid, e in self.k.platforms.items() for a in e.get("aliases", [])}
+                names = [alias.get(n, n) for n in names]
             known = list(self.k.os) if comp == "os" else self.k.domain("platform")
             unknown = [n for n in names if n not in known]
             if unknown:

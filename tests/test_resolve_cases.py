@@ -133,6 +133,19 @@ def test_grace_nodes_resolve_to_aarch64_stacks(k, gpu):
     assert res.stack["pytorch"] >= "2.11"   # CUDA aarch64 wheels start at 2.11.0 (S10)
 
 
+@pytest.mark.parametrize("printed,name", [("NVIDIA H100 80GB HBM3", "H100"),
+                                          ("Tesla V100-SXM2-16GB", "V100"),
+                                          ("A100-SXM4-80GB", "A100"), ("GH200 480GB", "GH200"),
+                                          ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
+                                           "RTX PRO 6000 Blackwell")])
+def test_gpu_names_as_nvidia_smi_prints_them(k, printed, name):
+    assert k.gpu_by_name(printed).name == name
+
+
+def test_platform_aliases(k):
+    assert _ok(k, {"platform": "arm64"}).stack["platform"] == "aarch64"
+
+
 def test_x86_hopper_stays_x86(k):
     assert _ok(k, gpu="H100").stack["platform"] == "x86_64"
 
