@@ -103,10 +103,16 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 def test_ranks_past_the_timeout_are_killed_and_reported(host_ready, tmp_path):
-    """Real ranks (each importing torch, then gloo) cannot finish in 4 s on this machine: the check
-    fails "timed out after 4s" and no rank survives it (their --out lies under our TMPDIR)."""
+    """Ranks that stall (here: every process with torchrun's RANK set sleeps at start-up, through a
+    sitecustomize on PYTHONPATH, so the stall does not depend on how fast this machine is): the
+    check fails "timed out after 4s" and no rank survives it (their --out lies under our TMPDIR)."""
+    stall = tmp_path / "stall"
+    stall.mkdir()
+    (stall / "sitecustomize.py").write_text(
+        "import os, time\nif 'RANK' in os.environ:\n    time.sleep(600)\n")
     report = tmp_path / "r.json"
-    env = dict(os.environ, TMPDIR=str(tmp_path))
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=str(stall))
+    env.pop("RANK", None)
     out = subprocess.run([sys.executable, "-m", "imagebuild.smoke", "--only", "ddp.equivalence", "--timeout", "4",
                           "--report", str(report)], capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     data = json.loads(report.read_text())

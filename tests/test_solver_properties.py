@@ -64,6 +64,15 @@ MODE_RANK = {"native": 0, "minor-version": 1, "forward-compat": 2, "unknown": 3,
 # strategies
 
 
+def _tarball(comp: str, version: str) -> dict:
+    """A source release's download (the loader refuses one without url and sha256); the solver
+    never reads either, so a fixed digest of the name stands in."""
+    import hashlib
+
+    name = f"{comp}-{version}.tar.gz"
+    return {"url": f"https://example.invalid/{name}", "sha256": hashlib.sha256(name.encode()).hexdigest()}
+
+
 def _subset(draw, pool, lo, hi):
     return draw(st.lists(st.sampled_from(pool), min_size=lo, max_size=hi, unique=True))
 
@@ -151,8 +160,10 @@ def models(draw):
             u["install"] = "os"
             u["os"] = [oses[0]["id"]]
             u["cuda"] = False
+        else:
+            u.update(_tarball("ucx", v))
         ucx.append(u)
-    ompi = [{"version": v, "source": "S1"} for v in _subset(draw, OMPI_POOL, 1, 2)]
+    ompi = [{"version": v, "source": "S1", **_tarball("openmpi", v)} for v in _subset(draw, OMPI_POOL, 1, 2)]
     model = {"os": oses}
     lines = []
     pairs = [(v, c) for v in (">=9.1,<9.2", ">=9.5,<9.11", ">=9.10,<9.11")
