@@ -497,3 +497,251 @@ def test_gdr_command_env_lines_can_be_evaluated(tmp_path):
     # the kernel release comes from the machine running the test: DMA-BUF needs >= 5.12
     expected = gdr.probe(root)
     assert shown == f"{expected.nccl_env.get('NCCL_DMABUF_ENABLE', '')}:{expected.nccl_env['NCCL_NET_GDR_LEVEL']}"
+
+
+# ------------------------------------------------------- cuDNN: torch's copy vs. the system's
+
+def test_cudnn_codes_decode_both_encodings():
+    # cuDNN 9: major*10000 + minor*100 + patch; cuDNN 8 and older: major*1000 + minor*100 + patch
+    assert probe_worker.cudnn_code(91900) == "9.19.0"
+    assert probe_worker.cudnn_code(91400) == "9.14.0"
+    assert probe_worker.cudnn_code(90100) == "9.1.0"
+    assert probe_worker.cudnn_code(8902) == "8.9.2"
+    assert probe_worker.cudnn_code(7605) == "7.6.5"
+    # cudnnGetVersion() answers 0 when its sub-libraries cannot be loaded: not a version
+    with pytest.raises(ValueError):
+        probe_worker.cudnn_code(0)
+
+
+_FAKE_TORCH = {
+    "torch/__init__.py": '__version__ = "2.11.0+cu130"\nfrom . import version, backends, cuda\n',
+    "torch/version.py": 'cuda = "13.0"\n',
+    "torch/backends/__init__.py": "from . import cudnn\n",
+    # like torch: a libcudnn.so.9 that the process loaded before torch takes the soname, torch
+    # binds to that copy and its compatibility check raises (seen on an H100 host: system 9.14,
+    # torch's wheel 9.19)
+    "torch/backends/cudnn.py": (
+        "import os\n"
+        "def is_available():\n    return True\n"
+        "def version():\n"
+        "    if os.environ.get('FAKE_CUDNN_RAISE'):\n"
+        "        raise RuntimeError('cuDNN version incompatibility: PyTorch was compiled against (9, 19, 0) '\n"
+        "                           'but found runtime version (9, 14, 0)')\n"
+        "    with open('/proc/self/maps') as fh:\n"
+        "        if os.environ['FAKE_SYSTEM_CUDNN'] in fh.read():\n"
+        "            raise RuntimeError('cuDNN version incompatibility: found runtime version (9, 14, 0)')\n"
+        "    return int(os.environ['FAKE_CUDNN_CODE'])\n"),
+    "torch/cuda/__init__.py": "from . import nccl\ndef is_available():\n    return False\n"
+                              "def device_count():\n    return 0\n",
+    "torch/cuda/nccl.py": "def version():\n    return (2, 27, 7)\n",
+}
+
+
+@pytest.fixture
+def fake_torch_and_system_cudnn(tmp_path, monkeypatch):
+    """A fake torch on PYTHONPATH and a 'system' libcudnn.so.9 on LD_LIBRARY_PATH (a copy of an
+    ELF library that the probe can load, without cudnnGetVersion)."""
+    import _ctypes
+
+    for rel, text in _FAKE_TORCH.items():
+        path = tmp_path / "site" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    libdir = tmp_path / "syslib"
+    libdir.mkdir()
+    fake = libdir / "libcudnn.so.9"
+    fake.write_bytes(open(_ctypes.__file__, "rb").read())
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(libdir))
+    monkeypatch.setenv("FAKE_SYSTEM_CUDNN", os.path.realpath(fake))
+    monkeypatch.delenv("FAKE_CUDNN_RAISE", raising=False)
+    return os.path.realpath(fake)
+
+
+def _probed(expectation=None) -> tuple[dict, CheckResult]:
+    ctx = Context(timeout=120, expectation=expectation)
+    ctx.start_clock()
+    return ctx.probe(), checks.check_versions(ctx)
+
+
+@pytest.mark.parametrize("code, version", [(91900, "9.19.0"), (8902, "8.9.2")])
+def test_torch_cudnn_comes_from_torch_even_with_a_system_copy(fake_torch_and_system_cudnn, monkeypatch,
+                                                              code, version):
+    monkeypatch.setenv("FAKE_CUDNN_CODE", str(code))
+    probe, result = _probed({"stack": {"cudnn": version}})
+    assert probe["paths"]["cudnn"] == fake_torch_and_system_cudnn
+    assert probe["torch"]["present"] and probe["torch"]["cudnn"] == version
+    assert f"torch's cuDNN: {version} matches {version}" in result.detail
+    # the system copy is read through ctypes on its own: this one has no cudnnGetVersion
+    assert "cudnnGetVersion" in probe["system"]["errors"]["cudnn"]
+    assert "FAIL: system cuDNN (libcudnn): found but unreadable" in result.detail
+
+
+def test_torch_raising_on_cudnn_is_reported_not_called_missing(fake_torch_and_system_cudnn, monkeypatch):
+    monkeypatch.setenv("FAKE_CUDNN_CODE", "91900")
+    monkeypatch.setenv("FAKE_CUDNN_RAISE", "1")
+    _, result = _probed({"stack": {"cudnn": "9.19.0"}})
+    assert result.status == FAIL
+    assert "torch's cuDNN: torch raised RuntimeError: cuDNN version incompatibility" in result.detail
+    assert "torch's cuDNN: not found" not in result.detail
+
+
+def test_cudnn_from_an_nvidia_wheel_is_labelled_as_such():
+    wheel = os.path.join("/venv/lib/python3.12/site-packages", "nvidia", "cudnn", "lib", "libcudnn.so.9")
+    assert checks._lib_origin(wheel, "cudnn") == "wheel nvidia-cudnn's"
+    assert checks._lib_origin("/usr/lib/x86_64-linux-gnu/libcudnn.so.9", "cudnn") == "system"
+    assert checks._lib_origin(None, "nccl") == "system"
+
+
+# ------------------------------------------------------------------------------- nccl-tests
+
+def _nccl_table(sizes, *, ranks=1, wrong=None, oob=None, busbw_factor=None, verified=True) -> str:
+    """nccl-tests 2.17's all_reduce_perf output (the format strings of src/util.cu)."""
+    wrong = wrong or {}
+    factor = 2 * (ranks - 1) / ranks if busbw_factor is None else busbw_factor
+    lines = ["# nccl-tests version 2.17.6 nccl-headers=22803 nccl-library=22803",
+             "# Collective test starting: all_reduce_perf",
+             f"# nThread 1 nGpus {ranks} minBytes {sizes[0]} maxBytes {sizes[-1]} step: 2(factor) warmup iters: 1 "
+             "iters: 20 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
+    lines += [f"#  Rank {r:2d} Group  0 Pid   1234 on       host device {r:2d} [0000:18:00] NVIDIA H100 80GB HBM3"
+              for r in range(ranks)]
+    lines += ["#", "#                                                              out-of-place                       "
+              "in-place          ",
+              "#       size         count      type   redop    root     time   algbw   busbw  #wrong     time   algbw"
+              "   busbw  #wrong "]
+    for size in sizes:
+        t = 10.0 + size / 2e5
+        alg = size / 1e9 / (t * 1e-6)
+        w = wrong.get(size, 0)
+        check = f"{w:6g}" if verified else "   N/A"
+        side = f"  {t:7.2f}  {alg:6.2f}  {alg * factor:6.2f}  {check}"
+        lines.append(f"  {size:10d}  {size // 4:12d}     float     sum      -1{side}{side}")
+    errors = sum(1 for v in wrong.values() if v) if oob is None else oob
+    lines += [f"# Out of bounds values : {errors} {'FAILED' if errors else 'OK'}",
+              "# Avg bus bandwidth    : 1.234 ", "#", "# Collective test concluded: all_reduce_perf", ""]
+    return "\n".join(lines)
+
+
+SIZES = bandwidth.sizes(8, 256 << 20, 2)  # all_reduce_perf -b 8 -e 256M -f 2
+
+
+def test_nccl_tests_table_is_parsed():
+    assert checks.NCCL_TESTS_ARGS == ("-b", "8", "-e", "256M", "-f", "2")
+    assert bandwidth.sizes(*checks.NCCL_TESTS_SIZES) == SIZES
+    found = checks.parse_nccl_tests(_nccl_table(SIZES, ranks=2))
+    assert [r["size"] for r in found["rows"]] == SIZES and len(SIZES) == 26
+    assert found["out_of_bounds"] == (0, "OK") and found["devices"] == 2 and found["nccl_library"] == 22803
+    last = found["rows"][-1]
+    assert last["type"] == "float" and last["redop"] == "sum" and last["count"] == (256 << 20) // 4
+    assert last["oop"]["wrong"] == 0 and last["oop"]["busbw"] == pytest.approx(last["oop"]["algbw"], abs=0.01)
+    assert checks.judge_nccl_tests(found, 2, SIZES) == []
+
+
+def test_nccl_tests_judge_finds_what_is_wrong():
+    judge = checks.judge_nccl_tests
+    assert judge(checks.parse_nccl_tests(_nccl_table(SIZES)), 1, SIZES) == []
+    errs = judge(checks.parse_nccl_tests(_nccl_table(SIZES, wrong={1 << 20: 7})), 1, SIZES)
+    assert any("wrong elements at 1M: 14" in e for e in errs)
+    assert "# Out of bounds values : 1 FAILED" in errs
+    errs = judge(checks.parse_nccl_tests(_nccl_table(SIZES, verified=False)), 1, SIZES)
+    assert any(e.startswith("results not verified (#wrong N/A)") for e in errs)
+    cut = _nccl_table(SIZES).replace("# Out of bounds values : 0 OK\n", "")
+    assert "no '# Out of bounds values' line" in judge(checks.parse_nccl_tests(cut), 1, SIZES)
+    errs = judge(checks.parse_nccl_tests(_nccl_table(SIZES[:-3])), 1, SIZES)
+    assert any("23 rows), expected 8B..256M (26 rows)" in e for e in errs)
+    # a two-rank table judged as one rank: wrong rank count and busbw that does not follow
+    errs = judge(checks.parse_nccl_tests(_nccl_table(SIZES, ranks=2)), 1, SIZES)
+    assert any("2 rank(s) listed" in e for e in errs) and any("busbw is not algbw*2(n-1)/n" in e for e in errs)
+    errs = judge(checks.parse_nccl_tests(_nccl_table(SIZES, ranks=2, busbw_factor=0)), 2, SIZES)
+    assert "busbw 0 at 256M with 2 ranks" in errs
+    assert judge(checks.parse_nccl_tests("NCCL WARN something\n"), 1, SIZES) == ["no result table in the output"]
+
+
+_FAKE_PERF = """#!{python}
+import os, sys
+sys.path.insert(0, {tests!r})
+from test_smoke_unit import _nccl_table
+from imagebuild.smoke import bandwidth
+a = sys.argv[1:]
+arg = lambda flag: a[a.index(flag) + 1]
+unit = {{"M": 1 << 20, "K": 1 << 10}}
+size = lambda s: int(s[:-1]) * unit[s[-1]] if s[-1] in unit else int(s)
+wrong = {{1 << 20: int(os.environ.get("FAKE_WRONG", "0"))}}
+print(_nccl_table(bandwidth.sizes(size(arg("-b")), size(arg("-e")), int(arg("-f"))), ranks=int(arg("-g")), wrong=wrong))
+sys.exit(int(os.environ.get("FAKE_EXIT", "0")))
+"""
+
+
+@pytest.fixture
+def fake_nccl_tests(tmp_path, monkeypatch):
+    exe = tmp_path / "bin" / "all_reduce_perf"
+    exe.parent.mkdir()
+    exe.write_text(_FAKE_PERF.format(python=sys.executable, tests=os.path.join(ROOT, "tests")))
+    exe.chmod(0o755)
+    monkeypatch.setenv(checks.NCCL_TESTS_ENV, str(exe.parent))
+    monkeypatch.setenv("PYTHONPATH", ROOT)
+    monkeypatch.delenv("FAKE_WRONG", raising=False)
+    monkeypatch.delenv("FAKE_EXIT", raising=False)
+    return str(exe)
+
+
+def _gpu_ctx(tmp_path, gpus=1, expectation=None, tier="gpu"):
+    torch = {"present": True, "version": "2.11.0+cu130", "cuda_available": gpus > 0, "device_count": gpus}
+    ctx = Context(tier=tier, ranks=max(gpus, 1), timeout=60, expectation=expectation, workdir=str(tmp_path),
+                  _probe={"torch": torch, "system": {"versions": {}, "errors": {}}, "paths": {}})
+    ctx.start_clock()
+    return ctx
+
+
+def test_nccl_tests_check_runs_the_binary_and_passes(fake_nccl_tests, tmp_path):
+    res = checks.check_nccl_tests(_gpu_ctx(tmp_path, gpus=1))
+    assert res.status == PASS, res.detail
+    assert f"all_reduce_perf ({fake_nccl_tests}, one process, -g 1, NCCL 2.28.3)" in res.detail
+    assert "'# Out of bounds values : 0 OK'" in res.detail and "one rank: busbw" in res.detail
+    assert res.metrics["ranks"] == 1 and res.metrics["sizes"] == 26 and res.metrics["out_of_bounds"] == 0
+    assert res.metrics["peak_busbw_GBps"] == 0 and res.metrics["peak_algbw_GBps"] > 0
+    assert res.metrics["algbw_GBps.256M"] == res.metrics["peak_algbw_GBps"]
+    res = checks.check_nccl_tests(_gpu_ctx(tmp_path, gpus=2))
+    assert res.status == PASS and res.metrics["ranks"] == 2 and res.metrics["peak_busbw_GBps"] > 0
+
+
+def test_nccl_tests_check_fails_on_wrong_values_and_exit_codes(fake_nccl_tests, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_WRONG", "3")
+    res = checks.check_nccl_tests(_gpu_ctx(tmp_path))
+    assert res.status == FAIL and "wrong elements at 1M: 6" in res.detail and "1 FAILED" in res.detail
+    monkeypatch.setenv("FAKE_WRONG", "0")
+    monkeypatch.setenv("FAKE_EXIT", "3")
+    res = checks.check_nccl_tests(_gpu_ctx(tmp_path))
+    assert res.status == FAIL and "all_reduce_perf exited 3" in res.detail
+
+
+def test_nccl_tests_check_skips_or_fails_without_the_binary(tmp_path, monkeypatch):
+    monkeypatch.delenv(checks.NCCL_TESTS_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(checks, "NCCL_TESTS_DIRS", (str(tmp_path / "none"),))
+    res = checks.check_nccl_tests(_gpu_ctx(tmp_path))
+    assert res.status == SKIP and res.detail.startswith("nccl-tests not installed: all_reduce_perf is not on PATH")
+    cuda_image = {"stack": {"cuda": "13.0.2", "nccl": "2.28.3"}}
+    res = checks.check_nccl_tests(_gpu_ctx(tmp_path, expectation=cuda_image))
+    assert res.status == FAIL and "the image should have nccl-tests (CUDA 13.0.2, NCCL 2.28.3)" in res.detail
+    monkeypatch.setenv(checks.NCCL_TESTS_ENV, str(tmp_path / "nowhere"))
+    res = checks.check_nccl_tests(_gpu_ctx(tmp_path))
+    assert res.status == FAIL and "no executable all_reduce_perf there" in res.detail
+    res = checks.check_nccl_tests(_gpu_ctx(tmp_path, tier="cpu"))
+    assert res.status == SKIP and res.detail.startswith("tier cpu")
+
+
+def test_nccl_tests_check_skips_without_a_gpu(fake_nccl_tests, tmp_path):
+    res = checks.check_nccl_tests(_gpu_ctx(tmp_path, gpus=0))
+    assert res.status == SKIP and res.detail.startswith("tier gpu: no CUDA device visible")
+
+
+def test_tier_gpu_adds_nccl_tests_and_tier_cpu_does_not(monkeypatch):
+    for name in list(checks.CHECKS):
+        monkeypatch.setitem(checks.CHECKS, name, lambda ctx, n=name: CheckResult(n, PASS, "ok"))
+    gpu = smoke.run_suite(tier="gpu", ranks=1)
+    assert [c.name for c in gpu.checks] == list(smoke.CHECK_NAMES) + ["nccl-tests"]
+    cpu = smoke.run_suite(tier="cpu", ranks=1)
+    assert [c.name for c in cpu.checks] == list(smoke.CHECK_NAMES)
+    only = smoke.run_suite(tier="cpu", ranks=1, only=["nccl-tests", "versions"])
+    assert [c.name for c in only.checks] == ["versions", "nccl-tests"]

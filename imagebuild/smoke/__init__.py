@@ -5,7 +5,8 @@ Singularity %test). Standard library only; torch and MPI are used in child proce
                                [--report FILE] [--junit FILE] [--timeout S]
 
 Checks: versions, libraries, mpi.config, mpi.allreduce, torch.allreduce, ddp.equivalence,
-gpudirect (informational: never makes the report fail). `imagebuild test` adds ddp.two-node from
+gpudirect (informational: never makes the report fail), and on tier gpu nccl-tests
+(all_reduce_perf, when installed). `imagebuild test` adds ddp.two-node from
 the host. A skip is never a pass: the report lists every skipped check with its reason, and
 `passed` is true only when no required check failed.
 """
@@ -23,6 +24,8 @@ from .report import FAIL, CheckResult, Report
 
 CHECK_NAMES = ("versions", "libraries", "mpi.config", "mpi.allreduce", "torch.allreduce",
                "ddp.equivalence", "gpudirect")
+# tier gpu only (on tier cpu only when --only names it, and then it skips with its reason)
+GPU_CHECK_NAMES = ("nccl-tests",)
 HOST_CHECK_NAMES = ("ddp.two-node",)  # run by `imagebuild test` from outside the container
 # the alarm that catches Python code hanging inside this process fires this long after a check's
 # timeout (child processes are killed at the timeout itself and the check reports that)
@@ -62,7 +65,10 @@ def run_check(name: str, ctx: Context) -> CheckResult:
 def run_suite(*, tier: str = "cpu", only: list[str] | None = None, ranks: int | None = None, timeout: float = 180.0,
               expectation: dict | None = None, image: str = "",
               progress: Callable[[CheckResult], None] | None = None) -> Report:
-    names = [n for n in CHECK_NAMES if not only or n in only]
+    if only:
+        names = [n for n in CHECK_NAMES + GPU_CHECK_NAMES if n in only]
+    else:
+        names = list(CHECK_NAMES) + (list(GPU_CHECK_NAMES) if tier == "gpu" else [])
     with tempfile.TemporaryDirectory(prefix="imagebuild-smoke-") as workdir:
         ctx = Context(tier=tier, ranks=ranks or 2, timeout=timeout, expectation=expectation, workdir=workdir)
         if not ranks and tier == "gpu":

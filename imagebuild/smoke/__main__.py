@@ -8,7 +8,7 @@ import os
 import re
 import sys
 
-from . import CHECK_NAMES, run_suite
+from . import CHECK_NAMES, GPU_CHECK_NAMES, run_suite
 from . import expect as _expect
 from .report import junit_path, write_atomic
 
@@ -39,8 +39,9 @@ _timeout = bounded(float, 1, 86400)
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="imagebuild-smoke", description="the imagebuild smoke suite")
     ap.add_argument("--tier", choices=("cpu", "gpu"), default="cpu")
-    ap.add_argument("--only", nargs="+", metavar="NAME", choices=CHECK_NAMES, action="extend",
-                    help="run only these checks: " + ", ".join(CHECK_NAMES))
+    ap.add_argument("--only", nargs="+", metavar="NAME", choices=CHECK_NAMES + GPU_CHECK_NAMES, action="extend",
+                    help="run only these checks: " + ", ".join(CHECK_NAMES + GPU_CHECK_NAMES)
+                    + f" (tier gpu runs {', '.join(GPU_CHECK_NAMES)} too)")
     ap.add_argument("--ranks", type=_positive_int, default=None,
                     help="ranks for the distributed checks (default 2; tier gpu: one per GPU)")
     ap.add_argument("--expect", help=f"the expected stack (default {_expect.DEFAULT_EXPECT} when it exists)")

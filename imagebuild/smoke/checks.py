@@ -14,6 +14,7 @@ from . import bandwidth, expect, gdr, libs, proc
 from .context import Context
 from .report import FAIL, PASS, SKIP, CheckResult, combine
 from .workers import read_results
+from .workers.probe import nccl_code
 
 # driver libraries: the NVIDIA container runtime mounts them from the host at run time
 DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1")
@@ -58,6 +59,14 @@ def openmpi_version() -> tuple[str | None, str]:
     return None, "neither ompi_info nor mpirun installed"
 
 
+def _lib_origin(path: str | None, wheel: str) -> str:
+    """"system", or "wheel nvidia-<wheel>" for a copy from an nvidia-* wheel's site-packages/nvidia/<wheel>/lib."""
+    parts = (path or "").split(os.sep)
+    if len(parts) > 3 and parts[-2] == "lib" and parts[-3] == wheel and parts[-4] == "nvidia":
+        return f"wheel nvidia-{wheel}'s"
+    return "system"
+
+
 def check_versions(ctx: Context) -> CheckResult:
     import platform
 
@@ -95,13 +104,22 @@ def check_versions(ctx: Context) -> CheckResult:
     # CUDA and the libraries torch loads vs. the system's own copies: reported separately
     if t.get("present"):
         compare("cuda", "torch.version.cuda", t.get("cuda"))
-        compare("nccl", "torch's NCCL", t.get("nccl"))
-        compare("cudnn", "torch's cuDNN", t.get("cudnn"))
+        # torch's own answers (torch.cuda.nccl.version(), torch.backends.cudnn.version()); when
+        # torch raised, say what it raised: "not found" would hide a broken installation
+        for comp, label in (("nccl", "torch's NCCL"), ("cudnn", "torch's cuDNN")):
+            error = t.get(f"{comp}_error")
+            if t.get(comp) is None and error:
+                parts.append((FAIL, f"{label}: torch raised {error}"[:400]))
+            else:
+                compare(comp, label, t.get(comp))
+    if t.get("wheels"):
+        parts.append((PASS, "nvidia wheels: " + ", ".join(f"{k} {v}" for k, v in sorted(t["wheels"].items()))))
+    paths = probe["paths"]
     for comp, key, label in (("cuda", "cudart", "system CUDA runtime (libcudart)"),
-                             ("nccl", "nccl", "system NCCL (libnccl.so.2)"),
-                             ("cudnn", "cudnn", "system cuDNN (libcudnn)")):
+                             ("nccl", "nccl", f"{_lib_origin(paths.get('nccl'), 'nccl')} NCCL (libnccl.so.2)"),
+                             ("cudnn", "cudnn", f"{_lib_origin(paths.get('cudnn'), 'cudnn')} cuDNN (libcudnn)")):
         have = system.get(key)
-        if have is None and probe["paths"].get(key) is None and t.get("present") and not ctx.expects_absent(comp):
+        if have is None and paths.get(key) is None and t.get("present") and not ctx.expects_absent(comp):
             # torch wheels may carry their own copy; the system one is optional then
             parts.append((SKIP, f"{label} not installed"))
             continue
@@ -280,6 +298,15 @@ def _rank_errors(results: dict[int, dict], outcomes, ranks: int, timeout: float)
     return errs
 
 
+def _mpirun_env(ctx: Context) -> dict:
+    env = ctx.env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    if not proc.which("ssh") and not proc.which("rsh"):
+        # Open MPI 4 refuses to start even a local job without a remote shell agent on PATH;
+        # an empty agent lets it launch the ranks on this host only (images need no ssh)
+        env.setdefault("OMPI_MCA_plm_rsh_agent", "")
+    return env
+
+
 def check_mpi_allreduce(ctx: Context) -> CheckResult:
     mpirun = proc.which("mpirun")
     if not mpirun:
@@ -298,11 +325,7 @@ def check_mpi_allreduce(ctx: Context) -> CheckResult:
                  "-x", f"UCX_TLS={tls}"]
     argv += ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
              ctx.python, "-m", "imagebuild.smoke.workers.mpi_allreduce", "--lib", lib, "--out", out_dir]
-    env = ctx.env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
-    if not proc.which("ssh") and not proc.which("rsh"):
-        # Open MPI 4 refuses to start even a local job without a remote shell agent on PATH;
-        # an empty agent lets it launch the ranks on this host only (images need no ssh)
-        env.setdefault("OMPI_MCA_plm_rsh_agent", "")
+    env = _mpirun_env(ctx)
     outcome = proc.run(argv, timeout=ctx.left(), env=env)
     results = read_results(out_dir, ctx.ranks)
     errs = _rank_errors(results, [outcome], ctx.ranks, ctx.timeout)
@@ -456,6 +479,208 @@ def check_gpudirect(ctx: Context) -> CheckResult:
                        metrics, required=False)
 
 
+# ---------------------------------------------------------------------------------------------
+# nccl-tests (tier gpu only)
+# ---------------------------------------------------------------------------------------------
+
+NCCL_TESTS_ENV = "IMAGEBUILD_NCCL_TESTS"  # a folder holding all_reduce_perf, or the binary itself
+NCCL_TESTS_DIRS = ("/opt/nccl-tests/bin",)  # where imagebuild's CUDA images install it
+NCCL_TESTS_ARGS = ("-b", "8", "-e", "256M", "-f", "2")
+NCCL_TESTS_SIZES = (8, 256 << 20, 2)  # the sizes those arguments ask for
+
+
+def find_all_reduce_perf() -> tuple[str | None, str]:
+    """(path, where it was found) or (None, why not); an explicit $IMAGEBUILD_NCCL_TESTS that
+    holds no binary is reported as such (the caller fails on it rather than skipping)."""
+    given = os.environ.get(NCCL_TESTS_ENV, "")
+    if given:
+        path = os.path.join(given, "all_reduce_perf") if os.path.isdir(given) else given
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path, f"${NCCL_TESTS_ENV}"
+        return None, f"${NCCL_TESTS_ENV}={given}: no executable all_reduce_perf there"
+    exe = proc.which("all_reduce_perf")
+    if exe:
+        return exe, "PATH"
+    for folder in NCCL_TESTS_DIRS:
+        path = os.path.join(folder, "all_reduce_perf")
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path, folder
+    return None, (f"all_reduce_perf is not on PATH nor in {', '.join(NCCL_TESTS_DIRS)}, "
+                  f"and ${NCCL_TESTS_ENV} is not set")
+
+
+def _float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def parse_nccl_tests(text: str) -> dict:
+    """The result table and summary lines of an nccl-tests *_perf run (rank 0's output).
+
+    rows: [{"size", "count", "type", "redop", "oop": {...}, "ip": {...}}], each side with time_us,
+    algbw, busbw (GB/s) and wrong (None when the run did not verify: "N/A");
+    out_of_bounds: (count, "OK"|"FAILED") or None; avg_busbw; devices (the "#  Rank N" lines);
+    nccl_library: the version code nccl-tests read from the library (ncclGetVersion), or None.
+    """
+    rows: list[dict] = []
+    found: dict = {"rows": rows, "out_of_bounds": None, "avg_busbw": None, "devices": 0, "nccl_library": None}
+    for line in text.splitlines():
+        m = re.match(r"#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)", line)
+        if m:
+            found["out_of_bounds"] = (int(m.group(1)), m.group(2))
+            continue
+        m = re.match(r"#\s*Avg bus bandwidth\s*:\s*(\S+)", line)
+        if m:
+            found["avg_busbw"] = _float(m.group(1))
+            continue
+        if re.match(r"#\s+Rank\s+\d+\s+Group\s+\d+", line):
+            found["devices"] += 1
+            continue
+        m = re.search(r"nccl-library=(\d+)", line)
+        if m and line.startswith("#"):
+            found["nccl_library"] = int(m.group(1))
+            continue
+        tok = line.split()
+        if line.lstrip().startswith("#") or len(tok) < 13 or not tok[0].isdigit() or not tok[1].isdigit():
+            continue
+        sides = []
+        for part in (tok[5:9], tok[9:13]):
+            time_us, algbw, busbw = (_float(x) for x in part[:3])
+            wrong = None if part[3] == "N/A" else _float(part[3])
+            if time_us is None or algbw is None or busbw is None or (wrong is None and part[3] != "N/A"):
+                break
+            sides.append({"time_us": time_us, "algbw": algbw, "busbw": busbw, "wrong": wrong})
+        if len(sides) == 2:
+            rows.append({"size": int(tok[0]), "count": int(tok[1]), "type": tok[2], "redop": tok[3],
+                         "oop": sides[0], "ip": sides[1]})
+    return found
+
+
+def judge_nccl_tests(found: dict, ranks: int, sizes: list[int]) -> list[str]:
+    """What is wrong with a parsed all_reduce_perf run of `ranks` ranks over `sizes` (empty: all good)."""
+    errs: list[str] = []
+    rows = found["rows"]
+    if not rows:
+        return ["no result table in the output"]
+    got = [r["size"] for r in rows]
+    if got != sizes:
+        errs.append(f"table has sizes {bandwidth.human(got[0])}..{bandwidth.human(got[-1])} ({len(got)} rows), "
+                    f"expected {bandwidth.human(sizes[0])}..{bandwidth.human(sizes[-1])} ({len(sizes)} rows)")
+    if found["devices"] != ranks:
+        errs.append(f"{found['devices']} rank(s) listed under '# Using devices', expected {ranks}")
+    unverified = [bandwidth.human(r["size"]) for r in rows if r["oop"]["wrong"] is None or r["ip"]["wrong"] is None]
+    if unverified:
+        errs.append(f"results not verified (#wrong N/A) at {', '.join(unverified[:4])}")
+    wrong = [f"{bandwidth.human(r['size'])}: {int((r['oop']['wrong'] or 0) + (r['ip']['wrong'] or 0))}"
+             for r in rows if (r["oop"]["wrong"] or 0) + (r["ip"]["wrong"] or 0) > 0]
+    if wrong:
+        errs.append(f"wrong elements at {', '.join(wrong[:4])}")
+    oob = found["out_of_bounds"]
+    if oob is None:
+        errs.append("no '# Out of bounds values' line")
+    elif oob != (0, "OK"):
+        errs.append(f"# Out of bounds values : {oob[0]} {oob[1]}")
+    # busbw = algbw * 2(n-1)/n for all-reduce: a table that disagrees was not run on `ranks` ranks
+    factor = 2.0 * (ranks - 1) / ranks
+    off = [bandwidth.human(r["size"]) for r in rows for side in (r["oop"], r["ip"])
+           if abs(side["busbw"] - side["algbw"] * factor) > 0.02 + 0.02 * side["busbw"]]
+    if off:
+        errs.append(f"busbw is not algbw*2(n-1)/n for {ranks} ranks at {', '.join(sorted(set(off))[:4])}")
+    if ranks > 1 and rows[-1]["oop"]["busbw"] <= 0:
+        errs.append(f"busbw 0 at {bandwidth.human(rows[-1]['size'])} with {ranks} ranks")
+    return errs
+
+
+def _visible_gpus(ctx: Context) -> tuple[int, str]:
+    """GPUs the ranks may use: torch's count where torch is, else nvidia-smi -L (comms images)."""
+    t = ctx.torch()
+    if t.get("present"):
+        return ctx.cuda_ranks(), f"torch {t.get('version')} sees {ctx.cuda_ranks()}"
+    smi = proc.which("nvidia-smi")
+    if not smi:
+        return 0, "no torch and no nvidia-smi"
+    out = proc.run([smi, "-L"], timeout=min(ctx.left(), 30))
+    count = len([ln for ln in out.output.splitlines() if ln.startswith("GPU ")]) if out.ok else 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        count = min(count, len([d for d in visible.split(",") if d.strip()]))
+    return count, f"nvidia-smi -L lists {count}"
+
+
+def check_nccl_tests(ctx: Context) -> CheckResult:
+    name = "nccl-tests"
+    if ctx.tier != "gpu":
+        return CheckResult(name, SKIP, "tier cpu: nccl-tests needs GPUs (run with --tier gpu)")
+    exe, where = find_all_reduce_perf()
+    if exe is None:
+        if where.startswith("$"):
+            return CheckResult(name, FAIL, where)
+        if ctx.expects_present("cuda") and ctx.expects_present("nccl"):
+            return CheckResult(name, FAIL, f"{where}, but the image should have nccl-tests "
+                               f"(CUDA {ctx.expected('cuda')}, NCCL {ctx.expected('nccl')})")
+        return CheckResult(name, SKIP, f"nccl-tests not installed: {where}")
+    gpus, seen = _visible_gpus(ctx)
+    if gpus == 0:
+        return CheckResult(name, SKIP, f"tier gpu: no CUDA device visible ({seen})")
+    ranks = max(1, min(ctx.ranks, gpus))
+    linked = libs.ldd_deps(exe, timeout=min(ctx.left(), 30))
+    mpirun = proc.which("mpirun")
+    use_mpi = any(n.startswith("libmpi.so") for n in linked) and mpirun is not None
+    if use_mpi:
+        argv = [mpirun, "--allow-run-as-root", "-np", str(ranks), exe, *NCCL_TESTS_ARGS, "-g", "1"]
+        env, how = _mpirun_env(ctx), f"mpirun -np {ranks}, -g 1"
+    else:
+        argv = [exe, *NCCL_TESTS_ARGS, "-g", str(ranks)]
+        env, how = ctx.env(), f"one process, -g {ranks}"
+    outcome = proc.run(argv, timeout=ctx.left(), env=env)
+    with open(os.path.join(ctx.scratch("nccl-tests"), "all_reduce_perf.log"), "w", encoding="utf-8") as fh:
+        fh.write(outcome.output)
+    found = parse_nccl_tests(outcome.output)
+    sizes = bandwidth.sizes(*NCCL_TESTS_SIZES)
+    errs = judge_nccl_tests(found, ranks, sizes)
+    if outcome.timed_out:
+        errs.insert(0, f"timed out after {ctx.timeout:.0f}s")
+    elif outcome.returncode != 0:
+        errs.insert(0, f"all_reduce_perf exited {outcome.returncode}: {outcome.tail(4)}")
+    rows = found["rows"]
+    metrics: dict[str, float] = {"ranks": ranks, "gpus": gpus, "sizes": len(rows), "seconds_run": round(outcome.seconds, 3)}
+    if found["out_of_bounds"] is not None:
+        metrics["out_of_bounds"] = found["out_of_bounds"][0]
+    if found["avg_busbw"] is not None:
+        metrics["avg_busbw_GBps"] = found["avg_busbw"]
+    if found["nccl_library"]:
+        metrics["nccl_library_code"] = found["nccl_library"]
+    for r in rows:
+        tag = bandwidth.human(r["size"])
+        metrics[f"time_us.{tag}"] = r["oop"]["time_us"]
+        metrics[f"algbw_GBps.{tag}"] = r["oop"]["algbw"]
+        metrics[f"busbw_GBps.{tag}"] = r["oop"]["busbw"]
+        metrics[f"inplace_algbw_GBps.{tag}"] = r["ip"]["algbw"]
+        metrics[f"inplace_busbw_GBps.{tag}"] = r["ip"]["busbw"]
+    if rows:
+        peak_bus = max(rows, key=lambda r: r["oop"]["busbw"])
+        peak_alg = max(rows, key=lambda r: r["oop"]["algbw"])
+        metrics["peak_busbw_GBps"] = peak_bus["oop"]["busbw"]
+        metrics["peak_algbw_GBps"] = peak_alg["oop"]["algbw"]
+    nccl = f", NCCL {nccl_code(found['nccl_library'])}" if found["nccl_library"] else ""
+    libnccl = next((p for n, p in linked.items() if n.startswith("libnccl.so")), None)
+    nccl += f" from {libnccl}" if libnccl else ""
+    head = f"all_reduce_perf ({exe}, {how}{nccl})"
+    if errs:
+        return CheckResult(name, FAIL, f"{head}: " + "; ".join(errs)[:600], metrics)
+    oob = found["out_of_bounds"]
+    detail = (f"{head}: {len(rows)} sizes {bandwidth.human(sizes[0])}..{bandwidth.human(sizes[-1])} "
+              f"{rows[0]['type']} {rows[0]['redop']}, 0 wrong elements, '# Out of bounds values : {oob[0]} {oob[1]}'; "
+              f"peak busbw {metrics['peak_busbw_GBps']:g} GB/s at {bandwidth.human(peak_bus['size'])}, "
+              f"peak algbw {metrics['peak_algbw_GBps']:g} GB/s at {bandwidth.human(peak_alg['size'])}")
+    if ranks == 1:
+        detail += ("; one rank: busbw = algbw*2(n-1)/n is 0 by definition and algbw measures a copy "
+                   "within one GPU, not communication between GPUs")
+    return CheckResult(name, PASS, detail, metrics)
+
+
 CHECKS = {
     "versions": check_versions,
     "libraries": check_libraries,
@@ -464,4 +689,5 @@ CHECKS = {
     "torch.allreduce": check_torch_allreduce,
     "ddp.equivalence": check_ddp_equivalence,
     "gpudirect": check_gpudirect,
+    "nccl-tests": check_nccl_tests,
 }

@@ -87,21 +87,30 @@ class Context:
             "mpi": libs.locate_near_binary("libmpi.so.40", "mpirun") or libs.locate("libmpi.so.40"),
         }
 
+    def _run_probe(self, *args: str) -> tuple[dict | None, str]:
+        out = proc.run([self.python, "-m", "imagebuild.smoke.workers.probe", *args],
+                       timeout=min(self.left(), 120), env=self.env())
+        if out.timed_out:
+            raise CheckTimeout()
+        try:
+            data = json.loads(out.output.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return None, f"probe crashed (exit {out.returncode}): {out.tail(3)}"
+        return (data, "") if isinstance(data, dict) else (None, f"probe printed {type(data).__name__}")
+
     def probe(self) -> dict:
+        """The system libraries' versions and torch's facts, each from its own child process: a
+        library loaded through ctypes would otherwise be the copy torch binds to (its soname)."""
         if self._probe is None:
             found = self.system_libs()
             asked = {k: v for k, v in found.items() if k != "mpi"}
-            out = proc.run([self.python, "-m", "imagebuild.smoke.workers.probe", json.dumps(asked)],
-                           timeout=min(self.left(), 120), env=self.env())
-            if out.timed_out:
-                raise CheckTimeout()
-            try:
-                data = json.loads(out.output.strip().splitlines()[-1])
-            except (ValueError, IndexError):
-                data = {"system": {"versions": {}, "errors": {"probe": out.tail(4)}},
-                        "torch": {"present": False, "error": f"probe crashed (exit {out.returncode}): {out.tail(3)}"}}
-            data["paths"] = found
-            self._probe = data
+            system, why = self._run_probe("system", json.dumps(asked))
+            if system is None:
+                system = {"versions": {}, "errors": {"probe": why}}
+            torch, why = self._run_probe("torch")
+            if torch is None:
+                torch = {"present": False, "error": why}
+            self._probe = {"system": system, "torch": torch, "paths": found}
         return self._probe
 
     def torch(self) -> dict:

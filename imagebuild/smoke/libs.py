@@ -102,6 +102,25 @@ def parse_ldd(text: str) -> list[str]:
     return sorted(set(missing))
 
 
+def parse_ldd_deps(text: str) -> dict[str, str | None]:
+    """Every dependency ldd lists: name -> the file it resolved to (None: not found)."""
+    deps: dict[str, str | None] = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*(\S+)\s+=>\s+(not found|\S+)", line)
+        if m:
+            deps[m.group(1)] = None if m.group(2) == "not found" else m.group(2)
+    return deps
+
+
+def ldd_deps(path: str, timeout: float = 30) -> dict[str, str | None]:
+    """parse_ldd_deps of `ldd path`; empty when ldd is missing or fails."""
+    exe = proc.which("ldd")
+    if not exe:
+        return {}
+    out = proc.run([exe, path], timeout=timeout)
+    return parse_ldd_deps(out.output) if out.ok else {}
+
+
 def ldd_missing(path: str, timeout: float = 30) -> tuple[list[str] | None, str]:
     """(missing dependencies, error); None when ldd itself could not run."""
     exe = proc.which("ldd")
