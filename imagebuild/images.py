@@ -158,6 +158,11 @@ def _image_id(family: str, stack: dict, variant_tag: str, os_id: str, flavor: st
     return "-".join(parts)
 
 
+def _one_line(text: str) -> str:
+    """A note (prose, which may span lines) as one line of a listing."""
+    return " ".join(str(text).split())
+
+
 def _as_list(value) -> list[str]:
     if value is None:
         return []
@@ -232,7 +237,7 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                 if rdma and not rdma["verified"] and not allow_unverified:
                     skipped.append(Skipped(name, label, tuple(sorted(w.items())), why=(
                         f"{rdma['name']} {rdma['version']} is unverified (matrix.yaml line "
-                        f"{rdma['line']}: {rdma['key'].get('note') or 'verified: false'}); "
+                        f"{rdma['line']}: {_one_line(rdma['key'].get('note') or 'verified: false')}); "
                         "confirm it and set verified: true, or pass --allow-unverified")))
                     continue
                 try:
