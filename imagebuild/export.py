@@ -33,6 +33,22 @@
 
 Every output is made beside its final path under a temporary name and renamed at the end: a failed
 export never leaves a half-written file or bundle.
+
+Untrusted images (exports run as root):
+
+- **No link leads out.** Paths inside the image (the files enroot's layout adds, ``/etc/passwd``
+  and ``/etc/group`` for the user lookup) are resolved as a chroot would (``resolve_in_root``):
+  an absolute link target or ``..`` never leaves the root file system, and the last component
+  is opened with ``O_NOFOLLOW``. An account file is read only when it is a regular file of at
+  most ``ACCOUNT_FILE_MAX`` bytes (a larger one is refused with one line), and parsed field by
+  field (ids are 1 to 10 ASCII digits below 2**32).
+- **No special files.** Character and block devices, FIFOs and sockets are removed from the
+  exported tree (the engine's export would otherwise recreate them on the host when unpacked, and
+  a container gets its /dev from the runtime, never from the image); each one is listed in a
+  warning line.
+- **No setuid/setgid bits by default.** Regular files with the setuid or setgid bit are listed in
+  a warning line and the bits are removed; ``keep_setuid=True`` (``--keep-setuid``) keeps them
+  (still listed). Both lists are in ``ExportResult`` (``special_files``, ``setuid_files``).
 """
 
 from __future__ import annotations
@@ -42,6 +58,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -66,11 +83,31 @@ DEBIAN_PACKAGE = {"mksquashfs": "squashfs-tools", "skopeo": "skopeo", "umoci": "
 Progress = Callable[[str], None]
 
 
+#: an /etc/passwd or /etc/group larger than this is refused (a real one is kilobytes; a site with
+#: many local accounts stays far below it)
+ACCOUNT_FILE_MAX = 4 << 20
+#: symbolic links followed while resolving one path inside an image (Linux's own limit)
+MAX_LINKS = 40
+_ID_RE = re.compile(r"[0-9]{1,10}")
+
+
 @dataclass(frozen=True)
 class ExportResult:
     format: str
     path: Path
     image_id: str  # the engine's id of the exported image
+    #: image paths of the device nodes, FIFOs and sockets left out of the export
+    special_files: tuple[str, ...] = ()
+    #: image paths of the regular files that had the setuid or setgid bit
+    setuid_files: tuple[str, ...] = ()
+    #: whether those bits were kept (keep_setuid) or removed (the default)
+    setuid_kept: bool = False
+
+
+@dataclass
+class _Sanitized:
+    special_files: list[str]
+    setuid_files: list[str]
 
 
 def check_ref(ref: str) -> str:
@@ -85,6 +122,18 @@ def require_tool(name: str) -> str:
         package = DEBIAN_PACKAGE.get(name, name)
         raise ExportError(f"{name} not found on PATH (install the Debian package {package})")
     return path
+
+
+def require_tools(fmt: str, method: str = "flatten") -> None:
+    """The programs an export of ``fmt`` needs, checked before the engine is asked anything."""
+    if fmt == "sqsh":
+        names = ("mksquashfs", "tar")
+    elif fmt == "oci-bundle":
+        names = ("skopeo", "umoci") if method == "umoci" else ("runc", "tar")
+    else:
+        names = ()
+    for name in names:
+        require_tool(name)
 
 
 # --------------------------------------------------------------------------- enroot files
@@ -197,16 +246,110 @@ def _install(staged: Path, output: Path) -> None:
 # --------------------------------------------------------------------------- sqsh
 
 
+def resolve_in_root(root: Path, path: str) -> Path:
+    """``path`` inside the root file system ``root`` as a process chrooted there would see it:
+    every symbolic link on the way is followed with ``root`` as "/" (an absolute target starts
+    again at ``root``; ``..`` stops at it), so the result is always ``root`` or below it. Components
+    that do not exist are kept as they are (nothing beyond them can be a link)."""
+    root_s = os.path.realpath(root)
+    parts = [p for p in str(path).split("/") if p not in ("", ".")]
+    done: list[str] = []
+    links = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            if done:
+                done.pop()
+            continue
+        candidate = os.path.join(root_s, *done, part)
+        try:
+            mode = os.lstat(candidate).st_mode
+        except OSError:  # missing, or a component is not a folder: nothing more to follow
+            done.append(part)
+            continue
+        if stat.S_ISLNK(mode):
+            links += 1
+            if links > MAX_LINKS:
+                raise ExportError(f"/{str(path).lstrip('/')} of the image has more than {MAX_LINKS} "
+                                  "symbolic links on its way")
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                done = []
+            parts = [p for p in target.split("/") if p not in ("", ".")] + parts
+            continue
+        done.append(part)
+    return Path(root_s, *done)
+
+
 def _inside(rootfs: Path, rel: str) -> Path:
-    """``rootfs/rel`` after checking that no symlink on the way leads out of ``rootfs``."""
-    target = rootfs / rel
-    parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
-    if not str(parent.resolve()).startswith(str(rootfs.resolve())):
-        raise ExportError(f"/{rel} of the image leads outside its root file system (a symlink)")
-    if target.is_symlink():
-        target.unlink()  # never write through a link
+    """Where ``/rel`` is written in ``rootfs``: its folder resolved inside the root (links
+    followed as in a chroot, folders made when missing), and no link or special file left at
+    the name itself (never write through a link)."""
+    parent = resolve_in_root(rootfs, os.path.dirname(rel))
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ExportError(f"cannot make /{os.path.dirname(rel)} in the image's root file system: "
+                          f"{exc.strerror}") from None
+    target = parent / os.path.basename(rel)
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return target
+    if stat.S_ISDIR(mode):
+        raise ExportError(f"/{rel} of the image is a folder; the export writes a file there")
+    if not stat.S_ISREG(mode):
+        target.unlink()  # a link, or a special file: replaced by our regular file
     return target
+
+
+def _write_inside(rootfs: Path, rel: str, text: str) -> None:
+    target = _inside(rootfs, rel)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(target, 0o644)
+
+
+def sanitize_rootfs(rootfs: Path, *, keep_setuid: bool = False) -> _Sanitized:
+    """Remove device nodes, FIFOs and sockets from ``rootfs`` and find the setuid/setgid regular
+    files (their bits removed unless ``keep_setuid``). Links are never followed."""
+    special: list[str] = []
+    setuid: list[str] = []
+    for top, dirs, files in os.walk(rootfs, topdown=True, followlinks=False):
+        dirs.sort()
+        for name in sorted(dirs + files):
+            path = os.path.join(top, name)
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            rel = "/" + os.path.relpath(path, rootfs)
+            mode = st.st_mode
+            if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+                os.unlink(path)
+                special.append(rel)
+            elif stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+                setuid.append(rel)
+                if not keep_setuid:
+                    os.chmod(path, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
+    return _Sanitized(sorted(special), sorted(setuid))
+
+
+def _listing(paths: list[str], limit: int = 20) -> str:
+    more = f" and {len(paths) - limit} more" if len(paths) > limit else ""
+    return ", ".join(paths[:limit]) + more
+
+
+def report_sanitized(found: _Sanitized, keep_setuid: bool, say: Progress) -> None:
+    """One warning line for the special files left out, one for the setuid/setgid files."""
+    if found.special_files:
+        say(f"warning: left out {len(found.special_files)} device node(s), FIFO(s) or socket(s): "
+            f"{_listing(found.special_files)}")
+    if found.setuid_files:
+        what = "kept (--keep-setuid)" if keep_setuid else "bits removed (--keep-setuid keeps them)"
+        say(f"warning: {len(found.setuid_files)} setuid/setgid file(s), {what}: "
+            f"{_listing(found.setuid_files)}")
 
 
 def _flatten(client, image, ref: str, rootfs: Path, say: Progress) -> None:
@@ -238,11 +381,15 @@ def _flatten(client, image, ref: str, rootfs: Path, say: Progress) -> None:
             container.remove(force=True)
         except Exception:  # noqa: BLE001 - cleanup must not hide the real error
             pass
-    (rootfs / "dev").mkdir(exist_ok=True)
+    dev = rootfs / "dev"
+    if dev.is_symlink() or (dev.exists() and not dev.is_dir()):
+        dev.unlink()
+    dev.mkdir(exist_ok=True)
 
 
 def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = False,
-                processors: int | None = None, progress: Progress | None = None) -> ExportResult:
+                processors: int | None = None, keep_setuid: bool = False,
+                progress: Progress | None = None) -> ExportResult:
     """An enroot-compatible squashfs of ``ref`` at ``output`` (same image, same bytes)."""
     say = progress or (lambda _m: None)
     output = Path(output)
@@ -255,10 +402,10 @@ def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = Fa
     try:
         rootfs = stage / "rootfs"
         _flatten(client, image, ref, rootfs, say)
+        found = sanitize_rootfs(rootfs, keep_setuid=keep_setuid)
+        report_sanitized(found, keep_setuid, say)
         for rel, text in files.items():
-            target = _inside(rootfs, rel)
-            target.write_text(text, encoding="utf-8")
-            os.chmod(target, 0o644)
+            _write_inside(rootfs, rel, text)
         say(f"writing squashfs {output}")
         staged_file = stage / "image.sqsh"
         argv = [mksquashfs, str(rootfs), str(staged_file), *MKSQUASHFS_FLAGS]
@@ -268,7 +415,8 @@ def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = Fa
         _install(staged_file, output)
     finally:
         _rmtree(stage)
-    return ExportResult("sqsh", output, image.id)
+    return ExportResult("sqsh", output, image.id, tuple(found.special_files), tuple(found.setuid_files),
+                        keep_setuid)
 
 
 # --------------------------------------------------------------------------- OCI bundle
@@ -293,46 +441,72 @@ def hpc_runtime_config(config: dict) -> dict:
     return config
 
 
-def _lookup_id(rootfs: Path, table: str, name: str) -> tuple[int, int] | None:
-    """(id, gid) of ``name`` in rootfs/etc/passwd (table "passwd") or (gid, gid) in etc/group."""
+def read_account_file(rootfs: Path, table: str) -> list[list[str]] | None:
+    """The lines of the image's /etc/``table`` ("passwd" or "group") split into fields; None when
+    the image has no such regular file. Resolved inside the image (``resolve_in_root``), opened
+    without following a last link, at most ACCOUNT_FILE_MAX bytes (a larger file is refused)."""
+    path = resolve_in_root(rootfs, f"/etc/{table}")
     try:
-        text = (rootfs / "etc" / table).read_text(encoding="utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    for line in text.splitlines():
-        fields = line.split(":")
-        if len(fields) >= 4 and fields[0] == name and fields[2].isdigit():
-            gid = fields[3] if table == "passwd" else fields[2]
-            return int(fields[2]), int(gid) if gid.isdigit() else 0
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        data = f.read(ACCOUNT_FILE_MAX + 1)
+    if len(data) > ACCOUNT_FILE_MAX or st.st_size > ACCOUNT_FILE_MAX:
+        raise ExportError(f"the image's /etc/{table} is larger than {ACCOUNT_FILE_MAX >> 20} MiB; "
+                          "refusing to read it for the image's USER")
+    return [line.split(":") for line in data.decode("utf-8", "replace").split("\n")]
+
+
+def _id(text: str) -> int | None:
+    """A uid or gid: 1 to 10 ASCII digits, below 2**32; None otherwise."""
+    if not _ID_RE.fullmatch(text):
+        return None
+    value = int(text)
+    return value if value < 1 << 32 else None
+
+
+def _lookup_id(rootfs: Path, table: str, name: str) -> tuple[int, int] | None:
+    """(id, gid) of ``name`` in rootfs/etc/passwd (table "passwd") or (gid, gid) in etc/group."""
+    for fields in read_account_file(rootfs, table) or []:
+        if len(fields) >= 4 and fields[0] == name and _id(fields[2]) is not None:
+            own = _id(fields[2])
+            gid = _id(fields[3]) if table == "passwd" else own
+            return own, gid if gid is not None else 0
     return None
 
 
 def resolve_user(user: str, rootfs: Path) -> dict:
     """The image's USER ("", "uid", "uid:gid", "name", "name:group") as runtime-spec uid/gid."""
-    name, _, group = (user or "").partition(":")
+    name, _, group = str(user or "").partition(":")
     if not name:
         uid, gid = 0, 0
-    elif name.isdigit():
-        uid, gid = int(name), 0
+    elif _id(name) is not None:
+        uid, gid = _id(name), 0
         if not group:
-            for line in ((rootfs / "etc" / "passwd").read_text(errors="replace").splitlines()
-                         if (rootfs / "etc" / "passwd").is_file() else []):
-                fields = line.split(":")
-                if len(fields) >= 4 and fields[2] == name and fields[3].isdigit():
-                    gid = int(fields[3])
+            for fields in read_account_file(rootfs, "passwd") or []:
+                if len(fields) >= 4 and fields[2] == name and _id(fields[3]) is not None:
+                    gid = _id(fields[3])
                     break
+    elif name.isdigit():
+        raise ExportError(f"image USER {name[:40]!r} is not a valid uid")
     else:
         found = _lookup_id(rootfs, "passwd", name)
         if found is None:
-            raise ExportError(f"image USER {name!r} is not in the image's /etc/passwd")
+            raise ExportError(f"image USER {name[:40]!r} is not in the image's /etc/passwd")
         uid, gid = found
     if group:
-        if group.isdigit():
-            gid = int(group)
+        if _id(group) is not None:
+            gid = _id(group)
+        elif group.isdigit():
+            raise ExportError(f"image group {group[:40]!r} is not a valid gid")
         else:
             found = _lookup_id(rootfs, "group", group)
             if found is None:
-                raise ExportError(f"image group {group!r} is not in the image's /etc/group")
+                raise ExportError(f"image group {group[:40]!r} is not in the image's /etc/group")
             gid = found[0]
     return {"uid": uid, "gid": gid}
 
@@ -361,7 +535,7 @@ OCI_METHODS = ("flatten", "umoci")
 
 def export_oci_bundle(client, ref: str, output: str | os.PathLike, *, force: bool = False,
                       method: str = "flatten", docker_host: str | None = None,
-                      progress: Progress | None = None) -> ExportResult:
+                      keep_setuid: bool = False, progress: Progress | None = None) -> ExportResult:
     """An OCI runtime bundle (config.json + rootfs/) of ``ref`` at directory ``output``.
 
     ``method`` "flatten" (default): the engine's export of the image as rootfs/ and a config.json
@@ -397,6 +571,7 @@ def export_oci_bundle(client, ref: str, output: str | os.PathLike, *, force: boo
             if os.geteuid() != 0:
                 argv.insert(2, "--rootless")
             _run(argv, "umoci unpack")
+            found = sanitize_rootfs(bundle / "rootfs", keep_setuid=keep_setuid)
             config = json.loads((bundle / "config.json").read_text(encoding="utf-8"))
             if not (bundle / "rootfs").is_dir() or "process" not in config:
                 raise ExportError("umoci produced no usable bundle (config.json or rootfs/ missing)")
@@ -411,13 +586,16 @@ def export_oci_bundle(client, ref: str, output: str | os.PathLike, *, force: boo
             _run(argv, "runc spec")
             defaults = json.loads((specdir / "config.json").read_text(encoding="utf-8"))
             _flatten(client, image, ref, bundle / "rootfs", say)
+            found = sanitize_rootfs(bundle / "rootfs", keep_setuid=keep_setuid)
             config = runtime_config(image.attrs.get("Config") or {}, defaults, bundle / "rootfs")
+        report_sanitized(found, keep_setuid, say)
         (bundle / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
                                             encoding="utf-8")
         _install(bundle, output)
     finally:
         _rmtree(stage)
-    return ExportResult("oci-bundle", output, image.id)
+    return ExportResult("oci-bundle", output, image.id, tuple(found.special_files),
+                        tuple(found.setuid_files), keep_setuid)
 
 
 # --------------------------------------------------------------------------- SIF
@@ -462,12 +640,13 @@ def export_sif(client, ref: str, output: str | os.PathLike, *, force: bool = Fal
 
 
 def export_image(client, ref: str, fmt: str, output: str | os.PathLike, *, force: bool = False,
-                 progress: Progress | None = None) -> ExportResult:
+                 keep_setuid: bool = False, progress: Progress | None = None) -> ExportResult:
     """Dispatch on ``fmt`` (one of FORMATS)."""
     if fmt == "sqsh":
-        return export_sqsh(client, ref, output, force=force, progress=progress)
+        return export_sqsh(client, ref, output, force=force, keep_setuid=keep_setuid, progress=progress)
     if fmt == "oci-bundle":
-        return export_oci_bundle(client, ref, output, force=force, progress=progress)
+        return export_oci_bundle(client, ref, output, force=force, keep_setuid=keep_setuid,
+                                 progress=progress)
     if fmt == "sif":
         return export_sif(client, ref, output, force=force, progress=progress)
     raise ImagebuildError(f"unknown export format {fmt!r} (one of: {', '.join(FORMATS)})")

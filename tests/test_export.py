@@ -230,3 +230,126 @@ def test_oci_bundle_runs_under_runc(image, tmp_path, method):
                          timeout=120)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == image["token"]
+
+
+# ----------------------------------------------------------------------------- hostile images
+
+def _build_from_base(docker_client, name: str, steps: str) -> str:
+    try:
+        docker_client.images.get(BASE)
+    except Exception:  # noqa: BLE001
+        need(f"the base image {BASE}", "create it with `imagebuild base debian-bookworm`")
+    ref = f"imagebuild/export-{name}:test"
+    docker_client.images.build(fileobj=io.BytesIO(f"FROM {BASE}\n{steps}".encode()), tag=ref, rm=True)
+    return ref
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    import sys
+    return subprocess.run([sys.executable, "-m", "imagebuild", "export", *args], capture_output=True,
+                          text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(__file__)))
+
+
+@pytest.fixture(scope="module")
+def hostile(docker_client, tmp_path_factory):
+    """An image whose /etc/passwd is a link to a file of the host (which names uid 4242 with gid
+    777), with a character device, a block device, a FIFO and setuid/setgid programs."""
+    host = tmp_path_factory.mktemp("host")
+    (host / "passwd").write_text("root:x:0:0::/root:/bin/sh\nhostile:x:4242:777::/:/bin/sh\n")
+    ref = _build_from_base(docker_client, "hostile", (
+        f"RUN mknod /srv/null c 1 3 && mknod /srv/loop0 b 7 0 && mkfifo /srv/fifo"
+        " && cp /bin/true /usr/local/bin/suid-true && chmod 4755 /usr/local/bin/suid-true"
+        " && cp /bin/true /usr/local/bin/sgid-true && chmod 2755 /usr/local/bin/sgid-true"
+        f" && ln -sf {host}/passwd /etc/passwd\n"
+        "USER 4242\n"))
+    return {"ref": ref, "host": host}
+
+
+@pytest.mark.engine
+def test_hostile_image_oci_bundle(hostile, tmp_path):
+    """The user lookup stays inside the image (the host's passwd would give gid 777), no special
+    file reaches the bundle, setuid/setgid files are listed and their bits removed."""
+    if shutil.which("runc") is None:
+        need("runc (Debian package runc)", "not on PATH")
+    out = tmp_path / "bundle"
+    run = _cli(hostile["ref"], "--format", "oci-bundle", "--output", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    config = json.loads((out / "config.json").read_text())
+    assert config["process"]["user"] == {"uid": 4242, "gid": 0}
+    rootfs = out / "rootfs"
+    assert os.path.islink(rootfs / "etc/passwd")  # kept as the image has it, never followed
+    kinds = {}
+    for top, dirs, files in os.walk(rootfs):
+        for name in dirs + files:
+            mode = os.lstat(os.path.join(top, name)).st_mode
+            kinds[os.path.join(top, name)] = mode
+    import stat as st
+    assert not [p for p, m in kinds.items()
+                if st.S_ISCHR(m) or st.S_ISBLK(m) or st.S_ISFIFO(m) or st.S_ISSOCK(m)]
+    assert not [p for p, m in kinds.items() if st.S_ISREG(m) and m & 0o6000]
+    assert st.S_IMODE(os.stat(rootfs / "usr/local/bin/suid-true").st_mode) == 0o755
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 2, run.stderr
+    assert "/srv/null" in warnings[0] and "/srv/loop0" in warnings[0] and "/srv/fifo" in warnings[0]
+    assert "setuid/setgid" in warnings[1] and "bits removed" in warnings[1]
+    assert "/usr/local/bin/sgid-true" in warnings[1]
+
+
+@pytest.mark.engine
+def test_hostile_image_keep_setuid_and_sqsh(hostile, docker_client, tmp_path):
+    if shutil.which("mksquashfs") is None or shutil.which("unsquashfs") is None:
+        need("mksquashfs/unsquashfs (Debian package squashfs-tools)", "not on PATH")
+    res = export.export_oci_bundle(docker_client, hostile["ref"], tmp_path / "kept", keep_setuid=True)
+    assert "/usr/local/bin/suid-true" in res.setuid_files and res.setuid_kept
+    assert "/srv/null" in res.special_files and "/srv/fifo" in res.special_files
+    assert oct(os.stat(res.path / "rootfs/usr/local/bin/suid-true").st_mode & 0o7777) == oct(0o4755)
+    sq = export.export_sqsh(docker_client, hostile["ref"], tmp_path / "x.sqsh")
+    assert set(sq.setuid_files) >= {"/usr/local/bin/suid-true", "/usr/local/bin/sgid-true"}
+    assert not sq.setuid_kept
+    listing = subprocess.run(["unsquashfs", "-lls", str(sq.path)], capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    entries = [line for line in listing if "squashfs-root" in line]
+    assert entries and not [line for line in entries if line[0] in "cbps"]
+    assert not [line for line in entries if line[0] == "-" and ("s" in line[1:10].lower())]
+    assert os.listdir(hostile["host"]) == ["passwd"]  # nothing written beside the host's file
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("name,steps,message", [
+    ("bigpasswd", "RUN head -c 20000000 /dev/zero | tr '\\\\0' a > /etc/passwd\nUSER bob\n",
+     "the image's /etc/passwd is larger than 4 MiB; refusing to read it for the image's USER"),
+    ("zerogroup", "RUN ln -sf /dev/zero /etc/group\nUSER root:video\n",
+     "image group 'video' is not in the image's /etc/group"),
+    ("climbing", "RUN rm /etc/passwd && ln -s ../../../../../../../../etc/passwd /etc/passwd\nUSER root\n",
+     "/etc/passwd of the image has more than 40 symbolic links on its way"),
+])
+def test_hostile_account_files_are_one_line(docker_client, tmp_path, name, steps, message):
+    """A huge /etc/passwd, /etc/group linked to /dev/zero (a MemoryError before), a link climbing
+    out with '..': each export is refused with one line, exit 2, and nothing is left behind."""
+    ref = _build_from_base(docker_client, name, steps)
+    out = tmp_path / "out" / "bundle"
+    run = _cli(ref, "--format", "oci-bundle", "--output", str(out))
+    assert run.returncode == 2, run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("imagebuild")]
+    assert errors == [f"imagebuild export: {message}"], run.stderr
+    assert "Traceback" not in run.stderr
+    assert os.listdir(out.parent) == []
+
+
+def test_resolve_in_root_never_leaves_the_root(tmp_path):
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/abs").symlink_to("/etc/passwd")
+    (root / "etc/up").symlink_to("../../../../../../etc")
+    (root / "etc/loop").symlink_to("loop")
+    real = os.path.realpath(root)
+    assert export.resolve_in_root(root, "/etc/abs") == export.Path(real, "etc/passwd")
+    assert export.resolve_in_root(root, "/etc/up/shadow") == export.Path(real, "etc/shadow")
+    assert export.resolve_in_root(root, "/../../x") == export.Path(real, "x")
+    with pytest.raises(ExportError, match="more than 40 symbolic links"):
+        export.resolve_in_root(root, "/etc/loop")
+    with pytest.raises(ExportError, match="not a valid uid"):
+        export.resolve_user("²", root)
+    with pytest.raises(ExportError, match="not a valid uid"):
+        export.resolve_user("99999999999", root)

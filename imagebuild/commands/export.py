@@ -2,6 +2,8 @@
 
 IMAGE is an image id from the matrix (exported from its local reference) or a local image
 reference (NAME:TAG, or sha256:ID). See imagebuild/export.py for what each format holds.
+Device nodes, FIFOs and sockets are left out of sqsh and oci-bundle exports, and setuid/setgid bits
+are removed unless --keep-setuid is given; both are listed in warning lines on stderr.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ def configure(parser) -> None:
     parser.add_argument("--output", required=True, metavar="PATH",
                         help="the file (sqsh, sif) or folder (oci-bundle) to write")
     parser.add_argument("--force", action="store_true", help="replace PATH when it exists")
+    parser.add_argument("--keep-setuid", action="store_true",
+                        help="keep the setuid/setgid bits of the image's files (default: removed; "
+                             "either way they are listed in a warning line)")
     parser.add_argument("--oci-method", choices=("flatten", "umoci"), default="flatten",
                         help="oci-bundle: the engine's flattened export + runc spec (default, fast), "
                              "or skopeo + umoci")
@@ -44,12 +49,14 @@ def run(args) -> int:
     ref = resolve_ref(args.image, args.matrix)
     if args.format == "sif" and export.find_apptainer() is None:
         export.export_sif(None, ref, args.output)  # raises the one line naming what is missing
+    export.require_tools(args.format, args.oci_method)  # a missing tool is named before any engine
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     if args.format == "oci-bundle":
         result = export.export_oci_bundle(connect(), ref, args.output, force=args.force,
-                                          method=args.oci_method, progress=say)
+                                          method=args.oci_method, keep_setuid=args.keep_setuid,
+                                          progress=say)
     else:
         result = export.export_image(connect(), ref, args.format, args.output, force=args.force,
-                                     progress=say)
+                                     keep_setuid=args.keep_setuid, progress=say)
     print(f"{result.path} ({result.format}, image {result.image_id[:19]})")
     return 0
