@@ -1,5 +1,5 @@
 """The command line. Dispatches to one module under imagebuild/commands/ per command and maps
-every ImagebuildError to one line on stderr with exit code 2. Only the chosen command's module is
+every ImagebuildError to one line on stderr with its exit code (EXIT_CODES below). Only the chosen command's module is
 imported, so `imagebuild resolve` never pays for the docker SDK or Jinja2."""
 
 from __future__ import annotations
@@ -30,7 +30,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "which images a driver upgrade makes buildable, degrades or breaks"),
     "export": ("export", "export an image for Slurm: enroot squashfs, OCI bundle or SIF"),
     "slurm-script": ("slurm_script", "write an sbatch script that runs the smoke suite across nodes"),
+    "sbom": ("sbom", "a CycloneDX SBOM of a built image, checked against its wheel lock"),
+    "audit": ("audit", "known vulnerabilities of an image's locked wheels (the index's data)"),
 }
+
+
+# the exit codes every command uses (errors.py; README, "Exit codes")
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "done"),
+    (1, "answered, but the answer is no (nothing fits, a check or a smoke test failed)"),
+    (2, "the user's mistake or a refusal: bad flag, file or matrix, bad credentials, failed build"),
+    (3, "a service is unavailable: no engine answers, a registry or index is unreachable or keeps "
+        "failing; retry later"),
+    (130, "interrupted"),
+)
 
 
 def _top_parser() -> argparse.ArgumentParser:
@@ -38,7 +51,8 @@ def _top_parser() -> argparse.ArgumentParser:
         prog="imagebuild",
         description="Reproducible, tested container images for GPU clusters.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="commands:\n" + "\n".join(f"  {n:<13} {h}" for n, (_, h) in COMMANDS.items()),
+        epilog="commands:\n" + "\n".join(f"  {n:<13} {h}" for n, (_, h) in COMMANDS.items())
+        + "\n\nexit codes:\n" + "\n".join(f"  {c:<13} {h}" for c, h in EXIT_CODES),
     )
     p.add_argument("--version", action="store_true", help="print the version and exit")
     p.add_argument("command", nargs="?", help="one of the commands below")

@@ -1,7 +1,21 @@
-"""Error types. Every failure a user can cause is an ImagebuildError: cli.py prints its one-line
-message on stderr and exits with code 2 (1 is reserved for "answered, but the answer is no")."""
+"""Error types. Every failure is an ImagebuildError: cli.py prints its one-line message on stderr
+(credentials inside URLs hidden, see redact.py) and exits with the error's code.
+
+Exit codes, so that CI can tell a mistake from an outage (README, "Exit codes"):
+
+- 0: done; 1: answered, but the answer is no (nothing fits, a check or a smoke test failed);
+- 2: the user's input or a refusal (bad flag, bad matrix, bad credentials, a failed build);
+- 3: a service is unavailable (no engine answers, a registry or package index cannot be reached or
+  keeps failing with 5xx/429): running again later may succeed;
+- 130: interrupted.
+"""
 
 from __future__ import annotations
+
+from .redact import redact
+
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
 
 
 class ImagebuildError(Exception):
@@ -10,7 +24,7 @@ class ImagebuildError(Exception):
     ``where`` names the origin: a file (with optional line and column, 1-based) or an argument.
     """
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
                  column: int | None = None, argument: str | None = None):
@@ -36,7 +50,13 @@ class ImagebuildError(Exception):
     def __str__(self) -> str:
         where = self.where()
         text = " ".join(self.message.split())  # one line, always
-        return f"{where}: {text}" if where else text
+        return redact(f"{where}: {text}" if where else text)
+
+
+class Unavailable:
+    """Mixin: the failure is a service that does not answer (exit code 3), not the user's input."""
+
+    exit_code = EXIT_UNAVAILABLE
 
 
 class KnowledgeError(ImagebuildError):
@@ -55,6 +75,10 @@ class EngineError(ImagebuildError):
     """No engine answers, or the engine refused an operation."""
 
 
+class EngineUnavailable(Unavailable, EngineError):
+    """No engine answers at DOCKER_HOST, or it stopped answering."""
+
+
 class BuildError(ImagebuildError):
     """An image failed to build."""
 
@@ -65,6 +89,10 @@ class SmokeError(ImagebuildError):
 
 class RegistryError(ImagebuildError):
     """A registry is unreachable, refuses credentials, or returned a different digest."""
+
+
+class RegistryUnavailable(Unavailable, RegistryError):
+    """A registry cannot be reached, or keeps answering 5xx/429 after the retries."""
 
 
 class ExportError(ImagebuildError):

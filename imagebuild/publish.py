@@ -18,23 +18,33 @@ dated tag names exactly one build, so a dated tag left behind by a failed check 
 a consumer follows by name.
 
 Credentials come from the environment (``IMAGEBUILD_REGISTRY_USER`` / ``IMAGEBUILD_REGISTRY_PASSWORD``)
-or from the Docker config (``~/.docker/config.json`` ``auths``, base64 ``user:password``). The
-password never appears in output, logs or exception text: every message leaving this module is
-scrubbed.
+or from the Docker config the way docker itself reads it (the SDK's ``docker.auth``: ``credHelpers``
+for the host, then ``credsStore``, then the base64 ``auths``), so the digest read-back carries the
+same credentials as the push. The password never appears in output, logs or exception text: every
+message leaving this module is scrubbed.
+
+Network checks: plain http is used only for a loopback registry (a literal loopback address or
+exactly ``localhost``). A bearer challenge's token service (``realm``) must be https (http only when
+the registry and the realm are both on loopback), and credentials go there only when its host is
+the registry's host, or one the user allowed (``--auth-host``); otherwise one line refuses.
 """
 
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import re
 import time
+import urllib.parse
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .errors import ImagebuildError, RegistryError
+from .errors import ImagebuildError, RegistryError, RegistryUnavailable
+from .redact import redact
 
 #: where ``imagebuild test --report`` writes a report by default: ``REPORTS_DIR/<image-id>.json``
 REPORTS_DIR = Path(".imagebuild") / "reports"
@@ -53,8 +63,9 @@ MANIFEST_ACCEPT = ", ".join([
 # strict patterns: every value that reaches a registry URL, an engine call or a message
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 _PORT = r"(?::[0-9]{1,5})?"
+_IPV6 = r"\[[0-9A-Fa-f:.]{2,45}\]"
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-HOST_RE = re.compile(rf"^{_HOST}{_PORT}\Z")
+HOST_RE = re.compile(rf"^(?:{_HOST}|{_IPV6}){_PORT}\Z")
 NAMESPACE_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*\Z")
 REPOSITORY_RE = NAMESPACE_RE
 TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
@@ -89,21 +100,89 @@ class Target:
         return f"{self.host}/{self.repository(image_id)}"
 
 
+def split_host(host: str) -> tuple[str, int | None]:
+    """``HOST[:PORT]`` (``[::1]:5000`` for IPv6) -> (host name or address, port or None).
+
+    ValueError when the form is wrong (unbalanced brackets, a port that is not 1-65535, an IPv6
+    address without brackets, a bracketed value that is not an IPv6 address)."""
+    if host.startswith("["):
+        end = host.find("]")
+        if end < 0:
+            raise ValueError("unbalanced '['")
+        name, rest = host[1:end], host[end + 1:]
+        ipaddress.IPv6Address(name)            # ValueError when it is not one
+        if rest and not rest.startswith(":"):
+            raise ValueError("text after ']'")
+        port_text = rest[1:] if rest else None
+    else:
+        if host.count(":") > 1:
+            raise ValueError("an IPv6 address needs brackets: [ADDRESS]:PORT")
+        name, sep, port_text = host.partition(":")
+        port_text = port_text if sep else None
+    if port_text is None:
+        return name, None
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"port {port_text!r} is not 1-65535")
+    return name, int(port_text)
+
+
 def parse_target(text: str) -> Target:
     """``HOST[:PORT]/NAMESPACE`` -> Target, or ImagebuildError naming the argument."""
     host, sep, namespace = text.partition("/")
     if not sep or not HOST_RE.match(host) or not NAMESPACE_RE.match(namespace):
         raise ImagebuildError(
             f"{text!r} is not HOST[:PORT]/NAMESPACE (lower-case namespace components of "
-            "letters, digits, '.', '_', '-')", argument="--registry")
-    if ":" in host and not 0 < int(host.rsplit(":", 1)[1]) < 65536:
-        raise ImagebuildError(f"port of {host!r} is out of range", argument="--registry")
+            "letters, digits, '.', '_', '-'; an IPv6 address in brackets: [::1]:5000)",
+            argument="--registry")
+    try:
+        split_host(host)
+    except ValueError as exc:
+        raise ImagebuildError(f"{host!r} is not HOST[:PORT]: {exc}", argument="--registry") from None
     return Target(host=host, namespace=namespace)
 
 
 def is_loopback(host: str) -> bool:
-    name = host.rsplit(":", 1)[0] if ":" in host else host
-    return name == "localhost" or name.startswith("127.")
+    """True for a literal loopback address (127.0.0.0/8, ::1) or exactly ``localhost``, with or
+    without a port. A name that merely starts with 127. or localhost is not loopback."""
+    try:
+        name, _port = split_host(host)
+    except ValueError:
+        return False
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def check_realm(realm: str, *, registry_host: str, registry_scheme: str,
+                allowed_hosts: Iterable[str] = ()) -> str:
+    """The bearer token service URL ``realm``, or RegistryError (one line) when credentials must
+    not be sent there: not http(s); plain http unless the registry is loopback over http and the
+    realm is loopback too; a host other than the registry's and not in ``allowed_hosts``."""
+    shown = redact(realm)
+    try:
+        parts = urllib.parse.urlsplit(realm)
+        realm_host = parts.hostname or ""
+        parts.port  # noqa: B018 - ValueError on a bad port
+    except ValueError:
+        raise RegistryError(f"registry {registry_host}: its token service {shown!r} is not a URL; "
+                            "credentials not sent") from None
+    if parts.scheme not in ("http", "https") or not realm_host:
+        raise RegistryError(f"registry {registry_host}: its token service {shown!r} is not an "
+                            "http(s) URL; credentials not sent")
+    if parts.scheme == "http" and not (registry_scheme == "http" and is_loopback(registry_host)
+                                       and is_loopback(parts.netloc.rpartition("@")[2])):
+        raise RegistryError(f"registry {registry_host}: its token service {shown} is plain http; "
+                            "credentials are sent only over https")
+    reg_name = split_host(registry_host)[0].lower()
+    allowed = {reg_name} | {h.lower().strip("[]") for h in allowed_hosts}
+    if realm_host.lower() not in allowed:
+        raise RegistryError(f"registry {registry_host}: its token service is on another host "
+                            f"({realm_host}); credentials not sent there (allow it with "
+                            f"--auth-host {realm_host})")
+    return realm
 
 
 # --------------------------------------------------------------------------- credentials
@@ -121,9 +200,12 @@ class Credentials:
 
 def find_credentials(host: str, *, env: dict[str, str] | None = None,
                      docker_config: str | os.PathLike | None = None) -> Credentials | None:
-    """Credentials for ``host``: the environment first, then the Docker config's ``auths``.
+    """Credentials for ``host``: the environment first, then the Docker config as docker reads it
+    (``credHelpers``, ``credsStore``, ``auths``; through the SDK's ``docker.auth``, which runs the
+    ``docker-credential-*`` helpers).
 
-    None when neither has any (anonymous access). A malformed Docker config is an error naming it.
+    None when neither has any (anonymous access). A malformed Docker config or a failing helper is
+    one line naming it.
     """
     env = os.environ if env is None else env
     user, password = env.get(USER_ENV), env.get(PASSWORD_ENV)
@@ -142,23 +224,35 @@ def find_credentials(host: str, *, env: dict[str, str] | None = None,
     except json.JSONDecodeError as exc:
         raise RegistryError(f"malformed JSON ({exc.msg})", file=str(path), line=exc.lineno,
                             column=exc.colno) from None
-    auths = data.get("auths") if isinstance(data, dict) else None
-    if not isinstance(auths, dict):
+    if not isinstance(data, dict):
+        raise RegistryError("the Docker config is not a JSON object", file=str(path))
+    import docker.auth
+    import docker.errors
+
+    config = json.loads(json.dumps(data))           # docker.auth consumes the dict it is given
+    try:
+        with warnings.catch_warnings():              # a missing helper warns, then fails below
+            warnings.simplefilter("ignore")
+            auth = docker.auth.load_config(config_dict=config, credstore_env=dict(env))
+            found = auth.resolve_authconfig(host)
+    except (docker.errors.DockerException, ValueError, KeyError, TypeError) as exc:
+        helper = (data.get("credHelpers") or {}).get(host) if isinstance(data.get("credHelpers"), dict) \
+            else None
+        helper = helper or data.get("credsStore")
+        what = f"the credential helper docker-credential-{helper}" if helper else "its auths entry"
+        detail = " ".join(str(exc).split())[:200]
+        raise RegistryError(f"cannot read the credentials for {host} from {what} ({detail})",
+                            file=str(path)) from None
+    if not found:
         return None
-    for key in (host, f"http://{host}", f"https://{host}", f"https://{host}/v2/", f"http://{host}/v2/"):
-        entry = auths.get(key)
-        if isinstance(entry, dict) and isinstance(entry.get("auth"), str) and entry["auth"]:
-            try:
-                decoded = base64.b64decode(entry["auth"], validate=True).decode("utf-8")
-            except (ValueError, UnicodeDecodeError):
-                raise RegistryError(f"the 'auth' entry for {host} is not base64 of user:password",
-                                    file=str(path)) from None
-            user, sep, password = decoded.partition(":")
-            if not sep or not user:
-                raise RegistryError(f"the 'auth' entry for {host} is not base64 of user:password",
-                                    file=str(path))
-            return Credentials(user, password, str(path))
-    return None
+    if found.get("IdentityToken"):
+        raise RegistryError(f"the credentials for {host} are an identity token, which imagebuild "
+                            f"does not speak; set {USER_ENV} and {PASSWORD_ENV}", file=str(path))
+    user = found.get("Username") or found.get("username")
+    password = found.get("Password") if "Password" in found else found.get("password")
+    if not user or password is None:
+        return None
+    return Credentials(str(user), str(password), str(path))
 
 
 def scrub(text: str, secrets: Iterable[str]) -> str:
@@ -189,7 +283,7 @@ def _retrying(call: Callable[[], Any], *, what: str, host: str, tries: int, back
             last = f"HTTP {response.status_code}"
         if attempt < tries:
             sleep(backoff * (2 ** (attempt - 1)))
-    raise RegistryError(f"registry {host} is unreachable: {what} failed {tries} times ({last})")
+    raise RegistryUnavailable(f"registry {host} is unreachable: {what} failed {tries} times ({last})")
 
 
 def _describe_exception(exc: Exception) -> str:
@@ -216,7 +310,7 @@ class RegistryAPI:
 
     def __init__(self, host: str, credentials: Credentials | None = None, *, scheme: str | None = None,
                  tries: int = 4, backoff: float = 0.5, timeout: float = 10.0,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, auth_hosts: Iterable[str] = ()):
         import requests
 
         if not HOST_RE.match(host):
@@ -225,6 +319,7 @@ class RegistryAPI:
         self.credentials = credentials
         self.scheme = scheme or ("http" if is_loopback(host) else "https")
         self.tries, self.backoff, self.timeout, self._sleep = tries, backoff, timeout, sleep
+        self.auth_hosts = tuple(auth_hosts)   # token services on other hosts the user trusts
         self.session = requests.Session()
         if is_loopback(host):
             self.session.trust_env = False  # a proxy never reaches our own loopback registry
@@ -256,11 +351,13 @@ class RegistryAPI:
             token = base64.b64encode(f"{self.credentials.user}:{self.credentials.password}".encode()).decode()
             self._auth_header = {"Authorization": f"Basic {token}"}
             return
-        if scheme == "bearer" and params.get("realm", "").startswith(("http://", "https://")):
+        if scheme == "bearer" and params.get("realm"):
+            realm = check_realm(params["realm"], registry_host=self.host, registry_scheme=self.scheme,
+                                allowed_hosts=self.auth_hosts)
             query = {k: v for k, v in (("service", params.get("service")),
                                        ("scope", scope or params.get("scope"))) if v}
             response = _retrying(
-                lambda: self.session.get(params["realm"], params=query, timeout=self.timeout,
+                lambda: self.session.get(realm, params=query, timeout=self.timeout,
                                          auth=(self.credentials.user, self.credentials.password)),
                 what="token request", host=self.host, tries=self.tries, backoff=self.backoff,
                 sleep=self._sleep)
@@ -414,7 +511,7 @@ def _engine_push_retrying(client, repository: str, tag: str, credentials: Creden
             return _engine_push(client, repository, tag, credentials, secrets)
         except _TransientPush as exc:
             if attempt == tries:
-                raise RegistryError(f"{exc.message} (failed {tries} times)") from None
+                raise RegistryUnavailable(f"{exc.message} (failed {tries} times)") from None
             sleep(backoff * (2 ** (attempt - 1)))
     return None  # pragma: no cover - the loop returns or raises
 

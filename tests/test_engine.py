@@ -72,13 +72,14 @@ def test_no_engine_is_one_line_naming_docker_host(monkeypatch, tmp_path):
     assert f"DOCKER_HOST=unix://{sock}" in str(exc.value)
 
 
-def test_cli_without_engine_exits_2_with_one_line(tmp_path):
+def test_cli_without_engine_exits_3_with_one_line(tmp_path):
+    """An engine that does not answer is an outage (3), not the user's mistake (2): CI may retry."""
     ctx = ROOT / "tests/fixtures/build/ok"
     env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/nothing.sock")
     proc = subprocess.run([sys.executable, "-m", "imagebuild", "build", "--context", str(ctx),
                            "--output", str(tmp_path / "out")], capture_output=True, text=True,
                           env=env, cwd=tmp_path, timeout=60)
-    assert proc.returncode == 2, proc.stderr
+    assert proc.returncode == 3, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "DOCKER_HOST=unix://" in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr

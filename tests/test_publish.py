@@ -8,6 +8,7 @@ import base64
 import http.server
 import io
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -343,7 +344,8 @@ def test_dead_registry_is_retried_then_one_clear_line(engine, tmp_path, monkeypa
     assert str(err.value) == (f"registry {dead} is unreachable: GET /v2/ failed 4 times "
                               "(connection refused)")
     assert waits == [0.01, 0.02, 0.04]  # bounded exponential backoff
-    assert run_cli_publish(engine, dead, ref, "pub-dead", tmp_path, monkeypatch) == 2
+    assert err.value.exit_code == 3     # an outage, not the user's mistake: CI may retry
+    assert run_cli_publish(engine, dead, ref, "pub-dead", tmp_path, monkeypatch) == 3
     _out, errtext = capfd.readouterr()
     assert errtext.strip().splitlines() == [
         f"imagebuild publish: registry {dead} is unreachable: GET /v2/ failed 4 times (connection refused)"]
@@ -403,3 +405,226 @@ def test_digest_mismatch_stops_before_the_floating_tag_moves(engine, registry):
     assert [p.rsplit("/", 1)[1] for p in sorted(_LyingRegistry.seen)] == ["2.0-20260202"]
     # the floating tag still names the first, tested-and-verified build
     assert api_for(registry).manifest_digest("ci/pub-mismatch", "2.0") == good.digest
+
+
+# ----------------------------------------------------------------------------- network checks
+
+def test_loopback_is_a_literal_address_or_exactly_localhost():
+    for host in ("127.0.0.1", "127.0.0.1:5000", "127.9.8.7:80", "localhost", "localhost:5000",
+                 "[::1]", "[::1]:5000"):
+        assert publish.is_loopback(host), host
+    for host in ("127.attacker.example", "127.0.0.1.attacker.example:5000", "localhost.attacker.example",
+                 "localhostx:5000", "10.0.0.1:5000", "registry.example:443", "[2001:db8::1]:5000",
+                 "::1", "[::1:5000", "127.1"):
+        assert not publish.is_loopback(host), host
+    assert publish.split_host("[::1]:5000") == ("::1", 5000)
+    assert publish.split_host("h.example") == ("h.example", None)
+    t = publish.parse_target("[::1]:5000/hpc")
+    assert (t.host, t.reference("x")) == ("[::1]:5000", "[::1]:5000/hpc/x")
+    assert publish.RegistryAPI("[::1]:5000").scheme == "http"
+    assert publish.RegistryAPI("127.attacker.example:5000").scheme == "https"
+    for bad in ("[::1]:0/ns", "[::1]:70000/ns", "[nothex]:5000/ns", "[::1/ns", "::1:5000/ns"):
+        with pytest.raises(ImagebuildError):
+            publish.parse_target(bad)
+
+
+def test_bearer_realm_rules():
+    ok = publish.check_realm("https://reg.example/token", registry_host="reg.example:443",
+                             registry_scheme="https")
+    assert ok == "https://reg.example/token"
+    cases = [
+        ("http://reg.example/token", "reg.example", "https", (), "plain http"),
+        ("https://auth.attacker.example/token", "reg.example", "https", (), "another host"),
+        ("ftp://reg.example/token", "reg.example", "https", (), "not an http(s) URL"),
+        ("https:///token", "reg.example", "https", (), "not an http(s) URL"),
+        # loopback over http may use an http realm only on loopback too
+        ("http://evil.example/token", "127.0.0.1:5000", "http", ("evil.example",), "plain http"),
+    ]
+    for realm, host, scheme, allowed, why in cases:
+        with pytest.raises(RegistryError) as err:
+            publish.check_realm(realm, registry_host=host, registry_scheme=scheme, allowed_hosts=allowed)
+        assert why in str(err.value) and "\n" not in str(err.value), (realm, str(err.value))
+    # another host is fine when the user allowed it; credentials inside a realm are never shown
+    assert publish.check_realm("https://auth.example/t", registry_host="reg.example",
+                               registry_scheme="https", allowed_hosts=["auth.example"])
+    with pytest.raises(RegistryError) as err:
+        publish.check_realm("https://u:S3cr3t-realm@auth.example/t", registry_host="reg.example",
+                            registry_scheme="https")
+    assert "S3cr3t-realm" not in str(err.value)
+    assert publish.check_realm("http://localhost:9/t", registry_host="127.0.0.1:5000",
+                               registry_scheme="http", allowed_hosts=["localhost"])
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """A registry or token service on loopback: records (path, Authorization) of every request and
+    answers by the class's `answer(handler)`."""
+
+    def do_GET(self):  # noqa: N802 - http.server API
+        self.server.seen.append((self.path, self.headers.get("Authorization")))
+        code, headers, body = self.server.answer(self)
+        self.send_response(code)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class _Server:
+    def __init__(self, answer, bind="127.0.0.1"):
+        self.httpd = http.server.ThreadingHTTPServer((bind, 0), _Recorder)
+        self.httpd.seen, self.httpd.answer = [], answer
+        self.port = self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def seen(self):
+        return self.httpd.seen
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def _bearer_registry(realm: str, token: str = "tok-123"):
+    def answer(h):
+        if h.headers.get("Authorization") != f"Bearer {token}":
+            return 401, {"WWW-Authenticate": f'Bearer realm="{realm}",service="test"'}, b""
+        return 200, {"Docker-Content-Digest": DIGEST}, b"{}"
+    return answer
+
+
+def _token_service(token: str = "tok-123"):
+    return lambda h: (200, {"Content-Type": "application/json"}, json.dumps({"token": token}).encode())
+
+
+def test_bearer_realm_on_another_host_gets_no_credentials():
+    secret = "Realm-Pw-" + uuid.uuid4().hex
+    creds = publish.Credentials("u", secret)
+    with _Server(_token_service()) as tokens:
+        # registry at 127.0.0.1, token service named "localhost": another host name
+        with _Server(_bearer_registry(f"http://localhost:{tokens.port}/token")) as reg:
+            host = f"127.0.0.1:{reg.port}"
+            with pytest.raises(RegistryError) as err:
+                publish.RegistryAPI(host, creds, backoff=0.01).manifest_digest("ci/x", "1")
+            assert str(err.value) == (f"registry {host}: its token service is on another host "
+                                      "(localhost); credentials not sent there (allow it with "
+                                      "--auth-host localhost)")
+            assert tokens.seen == [] and secret not in str(err.value)
+            # allowed by the user: the token service receives them, the registry the token
+            api = publish.RegistryAPI(host, creds, backoff=0.01, auth_hosts=["localhost"])
+            assert api.manifest_digest("ci/x", "1") == DIGEST
+            basic = "Basic " + base64.b64encode(f"u:{secret}".encode()).decode()
+            assert [a for _p, a in tokens.seen] == [basic]
+            assert reg.seen[-1][1] == "Bearer tok-123"
+        # the registry's own host: allowed without asking
+        with _Server(_bearer_registry(f"http://127.0.0.1:{tokens.port}/token")) as reg:
+            assert publish.RegistryAPI(f"127.0.0.1:{reg.port}", creds, backoff=0.01) \
+                .manifest_digest("ci/x", "1") == DIGEST
+
+
+def test_refused_realm_is_a_refusal_not_an_outage():
+    """Exit code 2 (the registry's set-up must change, a retry will not help), not 3."""
+    with _Server(_token_service()) as tokens, \
+            _Server(_bearer_registry(f"http://localhost:{tokens.port}/token")) as reg:
+        api = publish.RegistryAPI(f"127.0.0.1:{reg.port}", publish.Credentials("u", "p"), backoff=0.01)
+        with pytest.raises(RegistryError) as err:
+            api.ping()
+        assert err.value.exit_code == 2 and tokens.seen == []
+
+
+# ----------------------------------------------------------------------------- credential helpers
+
+HELPER_USER = "helper-user"
+
+
+def _install_helper(tmp_path, secret: str, user: str = HELPER_USER):
+    """A real docker credential helper (the protocol: `get` on argv, the server on stdin, JSON
+    {Username, Secret} on stdout) first on PATH; it logs the servers it is asked about."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    log = tmp_path / "helper.log"
+    helper = bindir / "docker-credential-imagebuildtest"
+    helper.write_text(f"""#!/bin/sh
+read -r server
+echo "$1 $server" >> '{log}'
+if [ "$1" = get ]; then
+  printf '{{"ServerURL":"%s","Username":"{user}","Secret":"{secret}"}}' "$server"
+  exit 0
+fi
+echo "unsupported: $1" >&2
+exit 1
+""")
+    helper.chmod(0o755)
+    return bindir, log
+
+
+def test_credential_helper_credentials_reach_the_digest_read_back(tmp_path, monkeypatch):
+    secret = "Helper-Pw-" + uuid.uuid4().hex
+    bindir, log = _install_helper(tmp_path, secret)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    want = "Basic " + base64.b64encode(f"{HELPER_USER}:{secret}".encode()).decode()
+
+    def answer(h):
+        if h.headers.get("Authorization") != want:
+            return 401, {"WWW-Authenticate": 'Basic realm="test"'}, b""
+        return 200, {"Docker-Content-Digest": DIGEST}, b"{}"
+
+    with _Server(answer) as reg:
+        host = f"127.0.0.1:{reg.port}"
+        cfg = tmp_path / "config.json"
+        # an `auths` entry without credentials (as docker login leaves with a helper) and the helper
+        cfg.write_text(json.dumps({"auths": {host: {}}, "credHelpers": {host: "imagebuildtest"}}))
+        creds = publish.find_credentials(host, env=dict(os.environ), docker_config=cfg)
+        assert creds is not None and (creds.user, creds.password) == (HELPER_USER, secret)
+        assert secret not in repr(creds)
+        assert log.read_text().split() == ["get", host]
+        assert publish.RegistryAPI(host, creds, backoff=0.01).manifest_digest("ci/x", "1") == DIGEST
+        assert reg.seen[-1] == ("/v2/ci/x/manifests/1", want)
+        # credsStore (the default store) is used the same way for a host without a helper entry
+        cfg.write_text(json.dumps({"credsStore": "imagebuildtest"}))
+        assert publish.find_credentials(host, env=dict(os.environ), docker_config=cfg).password == secret
+        # a helper that is not installed is one line naming it and the config
+        cfg.write_text(json.dumps({"credHelpers": {host: "imagebuild-missing"}}))
+        with pytest.raises(RegistryError) as err:
+            publish.find_credentials(host, env=dict(os.environ), docker_config=cfg)
+        text = str(err.value)
+        assert "docker-credential-imagebuild-missing" in text and str(cfg) in text and "\n" not in text
+
+
+@pytest.mark.registry
+@pytest.mark.engine
+def test_cli_publish_with_credential_helper_only(engine, registry, tmp_path, monkeypatch, capfd):
+    """The real registry (htpasswd) and the real engine; the only credentials are those the helper
+    gives: the ping, the push and the digest read-back all need them."""
+    bindir, log = _install_helper(tmp_path, PASSWORD, user=USER)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    ref = build_small(engine, "pub-helper")
+    report = tmp_path / "pub-helper.json"
+    report.write_text(json.dumps(passing_report(engine, ref, "pub-helper")))
+    spec = types.SimpleNamespace(id="pub-helper", local_ref=ref, tags=["1", "1-20260101"], labels={}, stack={})
+    fake = types.ModuleType("imagebuild.images")
+    fake.load_images = lambda matrix: {"pub-helper": spec}
+    monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
+    monkeypatch.delenv(publish.USER_ENV, raising=False)
+    monkeypatch.delenv(publish.PASSWORD_ENV, raising=False)
+    docker_dir = tmp_path / "docker"
+    docker_dir.mkdir()
+    (docker_dir / "config.json").write_text(json.dumps({"credHelpers": {registry: "imagebuildtest"}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(docker_dir))
+    rc = cli.main(["publish", "pub-helper", "--registry", f"{registry}/ci", "--report", str(report)])
+    out, err = capfd.readouterr()
+    assert rc == 0, err
+    assert PASSWORD not in out + err
+    digest = api_for(registry).manifest_digest("ci/pub-helper", "1")
+    assert out.splitlines()[-1] == f"{registry}/ci/pub-helper:1@{digest}"
+    assert f"get {registry}" in log.read_text()

@@ -24,6 +24,10 @@ def configure(parser) -> None:
                              ".imagebuild/reports/<image-id>.json)")
     parser.add_argument("--reports-dir", metavar="DIR", default=None,
                         help="folder of smoke reports (default .imagebuild/reports)")
+    parser.add_argument("--auth-host", action="append", default=[], metavar="HOST",
+                        help="a host other than the registry's whose token service may receive the "
+                             "registry credentials (a bearer realm elsewhere is refused otherwise); "
+                             "repeatable")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_matrix_option(parser)
 
@@ -69,7 +73,7 @@ def run(args) -> int:
             raise ImagebuildError(f"image {spec.local_ref} is not in the engine; build it first") from None
         report, source = reports[image_id]
         publish.check_report(report, engine_id, name=image_id, source=source)
-    api = publish.RegistryAPI(target.host, credentials)
+    api = publish.RegistryAPI(target.host, credentials, auth_hosts=args.auth_host)
     results = []
     for image_id, spec in specs.items():
         report, source = reports[image_id]

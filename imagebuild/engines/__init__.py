@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Mapping, Protocol, Sequence, runtime_checkable
 
-from ..errors import EngineError, UsageError
+from ..errors import EngineError, EngineUnavailable, UsageError
 
 Progress = Callable[[str], None]
 
@@ -47,11 +47,11 @@ def connect(timeout: int = 900):
         client.ping()
     except DockerException as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EngineError(f"no container engine answers at DOCKER_HOST={host} ({first}); "
+        raise EngineUnavailable(f"no container engine answers at DOCKER_HOST={host} ({first}); "
                           "start dockerd (see .ci/start-docker.sh) or podman's API service") from None
     except Exception as exc:  # noqa: BLE001 - requests/urllib3 errors from a dead socket
-        raise EngineError(f"no container engine answers at DOCKER_HOST={host} "
-                          f"({type(exc).__name__})") from None
+        raise EngineUnavailable(f"no container engine answers at DOCKER_HOST={host} "
+                                f"({type(exc).__name__})") from None
     return client
 
 

@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
-from ..errors import BuildError, EngineError, ImagebuildError, UsageError
+from ..errors import BuildError, EngineError, EngineUnavailable, ImagebuildError, UsageError
 from . import (
     BuildResult, ImageInfo, Mount, Progress, RunResult, RunSpec, check_hostname, check_mapping,
     check_name, check_ref, check_value, connect, docker_host, dockerfile_needs_buildkit, SIZE_RE,
@@ -59,8 +59,8 @@ def engine_errors(action: str) -> Iterator[None]:
     except docker.errors.DockerException as exc:
         raise EngineError(f"{action}: {_one_line(exc)}") from None
     except requests.exceptions.RequestException as exc:
-        raise EngineError(f"{action}: the engine at DOCKER_HOST={docker_host()} stopped answering "
-                          f"({type(exc).__name__})") from None
+        raise EngineUnavailable(f"{action}: the engine at DOCKER_HOST={docker_host()} stopped "
+                                f"answering ({type(exc).__name__})") from None
 
 
 def _open_log(log: Path):
