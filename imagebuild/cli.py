@@ -32,9 +32,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "slurm-script": ("slurm_script", "write an sbatch script that runs the smoke suite across nodes"),
     "sbom": ("sbom", "a CycloneDX SBOM of a built image, checked against its wheel lock"),
     "audit": ("audit", "known vulnerabilities of an image's locked wheels (the index's data)"),
-    "sbom": ("sbom", "a CycloneDX SBOM of a built image, checked against its wheel lock"),
-    "audit": ("audit", "known vulnerabilities of an image's locked wheels (the index's data)"),
-    "audit": ("audit", "known vulnerabilities of an image's locked wheels (the index's data)"),
 }
 
 
