@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 from urllib.parse import urldefrag, urljoin
 
-from .errors import ImagebuildError, KnowledgeError
+from .errors import ImagebuildError, KnowledgeError, Unavailable
+from .redact import redact
 from .versions import VersionSyntaxError, parse_version
 
 PROJECT = "torch"
@@ -62,6 +63,10 @@ def marker_env(python_tag: str = "cp312") -> dict[str, str]:
 
 class SyncError(ImagebuildError):
     """The package index cannot be read, or the matrix cannot be synced."""
+
+
+class IndexUnavailable(Unavailable, SyncError):
+    """The package index cannot be reached or answers 5xx (exit code 3)."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -375,7 +380,7 @@ def write_matrix(path: str, differences: list[Difference]) -> bool:
 
 def validate_index_url(url: str) -> str:
     if not _URL_RE.match(url):
-        raise SyncError(f"malformed index URL {url!r} (expected http://... or https://...)",
+        raise SyncError(f"malformed index URL {redact(url)!r} (expected http://... or https://...)",
                         argument="--index-url")
     return url.rstrip("/") + "/"
 
@@ -644,18 +649,27 @@ class Index:
             self.session.verify = settings["cert"]
         self._pages: dict[str, list[Link]] = {}
 
+    @property
+    def shown(self) -> str:
+        """The index URL for messages and reports: its credentials hidden."""
+        return redact(self.url)
+
     def _get(self, url: str, **kw):
         import requests
 
         try:
             resp = self.session.get(url, timeout=self.timeout, **kw)
         except requests.RequestException as exc:
-            raise SyncError(f"cannot reach the package index at {self.url}: "
-                            f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}") from None
+            detail = redact(str(exc).splitlines()[0][:160]) if str(exc) else ""
+            raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
+                                   f"{type(exc).__name__}: {detail}") from None
         if resp.status_code == 404:
-            raise SyncError(f"the package index at {self.url} has no {url[len(self.url):] or url}")
+            raise SyncError(f"the package index at {self.shown} has no "
+                            f"{redact(url[len(self.url):] or url)}")
         if resp.status_code >= 400:
-            raise SyncError(f"the package index at {self.url} answered HTTP {resp.status_code} for {url}")
+            kind = IndexUnavailable if resp.status_code >= 500 or resp.status_code == 429 else SyncError
+            raise kind(f"the package index at {self.shown} answered HTTP {resp.status_code} for "
+                       f"{redact(url)}")
         return resp
 
     def links(self, project: str) -> list[Link]:
@@ -673,7 +687,7 @@ class Index:
         links = self.links(PROJECT)
         picked = pick_wheel(links, version)
         if picked is None:
-            raise SyncError(f"torch {version}: the index at {self.url} has no CPython Linux x86_64 "
+            raise SyncError(f"torch {version}: the index at {self.shown} has no CPython Linux x86_64 "
                             "wheel")
         link, py = picked
         if link.metadata is not None:
@@ -695,7 +709,8 @@ class Index:
         try:
             head = self.session.head(link.url, timeout=self.timeout, allow_redirects=True)
         except requests.RequestException as exc:
-            raise SyncError(f"cannot reach the package index at {self.url}: {type(exc).__name__}") from None
+            raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
+                                   f"{type(exc).__name__}") from None
         size = int(head.headers.get("content-length") or 0)
         if head.status_code >= 400 or size <= 0 or "bytes" not in head.headers.get("accept-ranges", ""):
             raise SyncError(f"{link.filename}: the index offers neither PEP 658 metadata nor byte "
@@ -709,7 +724,8 @@ class Index:
                     raise SyncError(f"{link.filename}: no single .dist-info/METADATA in the wheel")
                 raw = zf.read(names[0])
         except requests.RequestException as exc:
-            raise SyncError(f"cannot reach the package index at {self.url}: {type(exc).__name__}") from None
+            raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
+                                   f"{type(exc).__name__}") from None
         except zipfile.BadZipFile as exc:
             raise SyncError(f"{link.filename}: not a readable wheel ({exc})") from None
         return raw, (f"METADATA through HTTP ranges ({remote.fetched / 1e6:.1f} MB of "
@@ -761,12 +777,12 @@ def sync_pytorch(matrix: str, versions: list[str] | None = None, index_url: str 
     pins = {}
     for v in wanted:
         if progress:
-            progress(f"reading torch {v} from {index.url}")
+            progress(f"reading torch {v} from {index.shown}")
         pins[v] = index.pins(v)
         if progress:
             progress(f"torch {v}: {pins[v].wheel}, {pins[v].how}")
     reports = compare(k, pins)
-    lines = format_report(reports, matrix, index.url)
+    lines = format_report(reports, matrix, index.shown)
     written = False
     if write:
         written = write_matrix(matrix, [d for r in reports for d in r.differences])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ImagebuildError, KnowledgeError
+from .redact import redact
 from .versions import NONE, major_minor, parse_version
 
 LOCK_DIR = Path("locks") / "wheels"
@@ -237,13 +239,15 @@ def read_lock(k, ws: WheelSet) -> Lock | None:
 
 
 def uv_binary() -> str:
+    """The uv on PATH (the user's choice), else the one the uv package installed."""
+    found = shutil.which("uv")
+    if found:
+        return found
     try:
         from uv import find_uv_bin  # noqa: PLC0415 - only needed to write locks
         return find_uv_bin()
     except (ImportError, FileNotFoundError):
-        found = shutil.which("uv")
-        if found:
-            return found
+        pass
     raise LockError("uv is not installed (pip install uv): it resolves the wheel closures")
 
 
@@ -254,28 +258,51 @@ def pip_sources() -> dict[str, list[str]]:
     return {k: v.split() for k, v in got.items()}
 
 
-def uv_command(ws: WheelSet, *, index_url: str, find_links: list[str], uv: str) -> list[str]:
-    cmd = [uv, "pip", "compile", "-", "--quiet", "--no-config", "--no-header", "--no-annotate",
-           "--generate-hashes", "--python-version", ws.python, "--python-platform", ws.platform,
-           "--exclude-newer", ws.exclude_newer, "--index-url", index_url]
+# uv's settings that choose where packages come from: every inherited one is dropped, so the
+# child sees exactly the locations below
+_UV_LOCATION_ENV = ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_DEFAULT_INDEX", "UV_INDEX",
+                    "UV_FIND_LINKS", "UV_NO_INDEX")
+
+
+def uv_command(ws: WheelSet, *, uv: str) -> list[str]:
+    """uv's argv: no index URL and no find-links location in it (they may carry credentials, and
+    argv is visible to every user of the machine); those go through :func:`uv_environment`."""
+    return [uv, "pip", "compile", "-", "--quiet", "--no-config", "--no-header", "--no-annotate",
+            "--generate-hashes", "--python-version", ws.python, "--python-platform", ws.platform,
+            "--exclude-newer", ws.exclude_newer]
+
+
+def uv_environment(ws: WheelSet, *, index_url: str, find_links: list[str],
+                   base: dict[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: ``base`` (default os.environ) without uv's location settings,
+    plus the index (UV_DEFAULT_INDEX), the variant's own index (UV_INDEX, searched first, as
+    --extra-index-url was) and, for host sets, the find-links locations (UV_FIND_LINKS)."""
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if k not in _UV_LOCATION_ENV}
+    env["UV_DEFAULT_INDEX"] = index_url
     # pip's extra-index-url folders are not passed: uv takes a package from the first index that
     # has it, and a local folder without upload dates would hide the index's files from
     # --exclude-newer. Host wheels come from find-links, their dependencies from the index.
     if ws.index:
-        cmd += ["--extra-index-url", ws.index]
-    for fl in find_links if ws.host else []:
-        cmd += ["--find-links", fl]
-    return cmd
+        env["UV_INDEX"] = ws.index
+    links = [fl for fl in find_links if ws.host]
+    if any("," in fl for fl in links):
+        raise LockError(f"{ws.key}: a find-links location holds ',', which uv's UV_FIND_LINKS "
+                        "cannot carry")
+    if links:
+        env["UV_FIND_LINKS"] = ",".join(links)
+    return env
 
 
 def compile_lock(ws: WheelSet, *, index_url: str, find_links: list[str] | None = None,
                  uv: str | None = None,
                  timeout: float = 600) -> str:
     """The lock text of one wheel set (header + uv's hash-pinned closure)."""
-    cmd = uv_command(ws, index_url=index_url, find_links=find_links or [], uv=uv or uv_binary())
+    cmd = uv_command(ws, uv=uv or uv_binary())
+    env = uv_environment(ws, index_url=index_url, find_links=find_links or [])
     try:
         proc = subprocess.run(cmd, input="\n".join(ws.requirements) + "\n", capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         raise LockError(f"{ws.key}: uv did not finish within {timeout:.0f} s") from None
     except OSError as exc:
@@ -285,8 +312,9 @@ def compile_lock(ws: WheelSet, *, index_url: str, find_links: list[str] | None =
         why = next((ln for ln in lines if ln.startswith(("error", "×", "╰"))), None) or \
             (lines[-1] if lines else f"uv exited {proc.returncode}")
         detail = " ".join(ln.lstrip("╰─▶ ") for ln in lines[1:3]) if len(lines) > 1 else ""
-        raise LockError(f"{ws.key}: cannot lock {' '.join(ws.requirements)}: "
-                        f"{why}{(' ' + detail) if detail else ''}"[:400])
+        # hidden before it is cut: a cut URL would no longer show where its credentials end
+        raise LockError(redact(f"{ws.key}: cannot lock {' '.join(ws.requirements)}: "
+                               f"{why}{(' ' + detail) if detail else ''}")[:400])
     body = proc.stdout.strip("\n") + "\n"
     text = ws.header() + "\n" + body
     lock = parse_lock(text, str(ws.path))

@@ -120,10 +120,14 @@ def test_a_variant_from_pytorchs_own_index_names_that_index(k):
     variant = [s for s in specs if s.id == "pytorch-2.10.0-cu130-ubuntu24.04-runtime"][0]
     ws = wheellock.wheel_set(k, variant.stack, variant.os, variant.wheels)
     assert ws.index == "https://download.pytorch.org/whl/cu130"
-    cmd = wheellock.uv_command(ws, index_url="https://index.invalid/simple/", find_links=["/w"],
-                               uv="uv")
-    assert cmd[cmd.index("--extra-index-url") + 1] == ws.index
-    assert "--find-links" not in cmd                      # only host sets read find-links
+    cmd = wheellock.uv_command(ws, uv="uv")
+    env = wheellock.uv_environment(ws, index_url="https://index.invalid/simple/", find_links=["/w"],
+                                   base={"UV_EXTRA_INDEX_URL": "https://stale.invalid/", "HOME": "/h"})
+    # locations travel in the environment (they may carry credentials), never in argv
+    assert not [a for a in cmd if "://" in a or a in ("--index-url", "--extra-index-url", "--find-links")]
+    assert env["UV_INDEX"] == ws.index and env["UV_DEFAULT_INDEX"] == "https://index.invalid/simple/"
+    assert "UV_FIND_LINKS" not in env                     # only host sets read find-links
+    assert "UV_EXTRA_INDEX_URL" not in env and env["HOME"] == "/h"   # inherited locations dropped
     assert cmd[cmd.index("--exclude-newer") + 1] == k.as_of
     assert cmd[cmd.index("--python-platform") + 1] == "x86_64-manylinux_2_39"
     assert "--generate-hashes" in cmd and "--no-header" in cmd
