@@ -606,13 +606,19 @@ def generate_all(k, specs: list[ImageSpec], renderer: Renderer | None = None) ->
 
 
 def write_tree(files: dict[str, str], output: Path) -> list[str]:
-    """Write generated files under `output` atomically: everything is rendered into a temporary
-    folder beside it, then each managed folder is swapped into place. Stale files of images no
-    longer in the matrix are removed; other files are never touched. Returns changed paths."""
+    """Write generated files under `output` atomically: everything is rendered into a unique
+    temporary folder beside it (imagebuild.atomic.work_dir: concurrent runs never share it), then
+    each managed folder is swapped into place in one step (RENAME_EXCHANGE), with SIGINT and
+    SIGTERM held until both folders are swapped. At every instant Dockerfiles/ and singularity/
+    are each the old or the new set, complete. Stale files of images no longer in the matrix are
+    removed; other files are never touched. Returns changed paths."""
+    from .atomic import deferred_signals, swap_dir, work_dir
+
     output = Path(output)
     try:
         output.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".imagebuild-gen-", dir=output))
+        work = work_dir(output, ".imagebuild-gen-")
+        tmp = work.__enter__()
     except OSError as exc:
         raise RenderError(f"cannot write to {output}: {exc.strerror}") from None
     changed = []
@@ -624,22 +630,20 @@ def write_tree(files: dict[str, str], output: Path) -> list[str]:
             old = output / rel
             if not old.exists() or old.read_text(encoding="utf-8") != text:
                 changed.append(rel)
-        for top in ("Dockerfiles", "singularity"):
-            new, cur = tmp / top, output / top
-            if not new.exists():
-                continue
+        tops = [top for top in ("Dockerfiles", "singularity") if (tmp / top).exists()]
+        for top in tops:
+            cur = output / top
             for old in sorted(cur.rglob("*")) if cur.exists() else []:
                 rel = str(old.relative_to(output))
                 if old.is_file() and rel not in files:
                     changed.append(f"{rel} (removed)")
-            backup = tmp / f"{top}.old"
-            if cur.exists():
-                os.replace(cur, backup)
-            os.replace(new, cur)
+        with deferred_signals():
+            for top in tops:
+                swap_dir(tmp / top, output / top, tmp)
     except OSError as exc:
         raise RenderError(f"cannot write to {output}: {exc.strerror}") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        work.__exit__(None, None, None)
     return sorted(changed)
 
 

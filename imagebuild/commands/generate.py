@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 from ..cli import add_matrix_option
@@ -47,16 +49,31 @@ def run(args) -> int:
             return 1
         print(f"{len(files)} generated files are up to date ({len(chosen)} images)")
         return 0
+    from ..atomic import terminate_as_interrupt
+    with terminate_as_interrupt():
+        return _write(args, files, chosen, out)
+
+
+def _write(args, files, chosen, out) -> int:
+    from .. import render
+
     if args.images:
-        # a partial run rewrites only its own files, never removes the others
+        # a partial run rewrites only its own files, never removes the others (each one replaced
+        # in one rename from a unique temporary file beside it)
         changed = []
         for rel, text in files.items():
             dest = out / rel
             if not dest.exists() or dest.read_text(encoding="utf-8") != text:
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dest.with_name(dest.name + ".tmp")
-                tmp.write_text(text, encoding="utf-8")
-                tmp.replace(dest)
+                fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+                try:
+                    with os.fdopen(fd, "w", encoding="utf-8") as f:
+                        f.write(text)
+                    os.chmod(tmp, 0o644)
+                    os.replace(tmp, dest)
+                except BaseException:
+                    Path(tmp).unlink(missing_ok=True)
+                    raise
                 changed.append(rel)
     else:
         changed = render.write_tree(files, out)
