@@ -128,6 +128,19 @@ def test_a_missing_library_is_named(smoke_cpu_image, docker_client, tmp_path):
     assert "libucp.so.0" in libraries["detail"] and "libucm.so.0 not found" in libraries["detail"]
 
 
+def test_a_second_copy_of_a_library_fails(smoke_cpu_image, docker_client, tmp_path):
+    """Two files carrying one soname (here Open MPI's libmpi.so.40 copied under /opt): the image
+    ships the library twice, and the check names both copies."""
+    ref = _build(docker_client, None, "imagebuild/smoke-cpu-proto:libmpi-twice",
+                 f"FROM {smoke_cpu_image}\nRUN mkdir -p /opt/extra/lib && "
+                 "cp -L /usr/lib/x86_64-linux-gnu/libmpi.so.40 /opt/extra/lib/libmpi.so.40\n")
+    report = tmp_path / "r.json"
+    assert cli.main(["test", ref, "--only", "libraries", "--report", str(report)]) == 1
+    libraries = json.loads(report.read_text())["checks"][0]
+    assert libraries["status"] == "fail" and libraries["metrics"]["duplicate_sonames"] == 1
+    assert "2 copies of libmpi.so.40" in libraries["detail"] and "/opt/extra/lib/libmpi.so.40" in libraries["detail"]
+
+
 def test_unknown_and_foreign_images_are_one_line(docker_client, capsys):
     assert cli.main(["test", "imagebuild/no-such-image:1"]) == 2
     err = capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -745,3 +746,39 @@ def test_tier_gpu_adds_nccl_tests_and_tier_cpu_does_not(monkeypatch):
     assert [c.name for c in cpu.checks] == list(smoke.CHECK_NAMES)
     only = smoke.run_suite(tier="cpu", ranks=1, only=["nccl-tests", "versions"])
     assert [c.name for c in only.checks] == ["versions", "nccl-tests"]
+
+
+# -- one copy of each library -------------------------------------------------------------------
+
+def _real_library(soname: str) -> str:
+    from imagebuild.smoke import libs
+
+    path = libs.locate(soname)
+    if path is None:
+        pytest.fail(f"{soname} is not installed on this machine (scripts/setup installs Open MPI and UCX)")
+    return path
+
+
+def test_elf_soname_reads_the_dynamic_section():
+    from imagebuild.smoke import libs
+
+    assert libs.elf_soname(_real_library("libmpi.so.40")) == "libmpi.so.40"
+    assert libs.elf_soname(_real_library("libucp.so.0")) == "libucp.so.0"
+    assert libs.elf_soname(sys.executable) is None or not libs.elf_soname(sys.executable).startswith("libmpi")
+    assert libs.elf_soname(__file__) is None
+
+
+def test_soname_copies_finds_a_library_shipped_twice(tmp_path):
+    from imagebuild.smoke import libs
+
+    mpi = _real_library("libmpi.so.40")
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    shutil.copy(mpi, a / "libmpi.so.40.1")
+    (a / "libmpi.so.40").symlink_to("libmpi.so.40.1")   # a link to a copy is the same copy
+    assert libs.soname_copies([str(a)]) == {}
+    shutil.copy(mpi, b / "libmpi.so.40")
+    twice = libs.soname_copies([str(a), str(b)])
+    assert twice == {"libmpi.so.40": sorted([str(a / "libmpi.so.40.1"), str(b / "libmpi.so.40")])}
+    # a library outside the watched families is not the check's business
+    assert libs.soname_copies([str(a), str(b)], prefixes=("libcudnn",)) == {}

@@ -189,7 +189,15 @@ def check_libraries(ctx: Context) -> CheckResult:
             if status == FAIL:
                 bad.append((status, text))
         parts += bad or [(PASS, f"torch/lib: {len(torch_libs)} libraries ok")]
-    return combine("libraries", parts, {"libraries_checked": checked})
+    # each CUDA, cuDNN, NCCL, UCX and MPI library once: a second copy is gigabytes shipped twice,
+    # and which of the two a process binds to depends on what it loaded first
+    twice = libs.soname_copies()
+    if twice:
+        parts.append((FAIL, "; ".join(f"{len(files)} copies of {name}: {', '.join(files)}"
+                                      for name, files in twice.items())[:800]))
+    else:
+        parts.append((PASS, "one copy of each CUDA, cuDNN, NCCL, UCX and MPI library"))
+    return combine("libraries", parts, {"libraries_checked": checked, "duplicate_sonames": len(twice)})
 
 
 # ---------------------------------------------------------------------------------------------

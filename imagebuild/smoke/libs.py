@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import os
 import re
+import struct
 import sys
 
 from . import proc
@@ -135,3 +136,95 @@ def ldd_missing(path: str, timeout: float = 30) -> tuple[list[str] | None, str]:
             return [], ""
         return None, f"ldd {path} failed: {out.tail(2)}"
     return missing, ""
+
+
+# ---------------------------------------------------------------------------------------------
+# one copy of each library
+# ---------------------------------------------------------------------------------------------
+
+# The libraries an image must carry once: CUDA's toolkit libraries, cuDNN, NCCL and the RDMA/MPI
+# stack. The driver's own (libcuda, libnvidia-*) are left out: the container runtime mounts them,
+# and cuda-compat's libcuda is a deliberate second copy for forward compatibility.
+WATCHED_PREFIXES = ("libcudart", "libcublas", "libcufft", "libcurand", "libcusparse", "libcusolver",
+                    "libnvrtc", "libnvJitLink", "libnvjpeg", "libnpp", "libcupti", "libnvToolsExt",
+                    "libcufile", "libnvshmem", "libcudnn", "libnccl", "libucp", "libucs", "libuct",
+                    "libucm", "libmpi", "libopen-pal", "libopen-rte", "libpmix", "libprrte", "libgdrapi")
+
+_SHT_DYNAMIC, _DT_SONAME, _DT_NULL = 6, 14, 0
+
+
+def elf_soname(path: str) -> str | None:
+    """DT_SONAME of a shared library, read from its ELF dynamic section (None: not an ELF shared
+    object with a soname, or unreadable). Standard library only: the suite runs inside images that
+    carry no binutils."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+            if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) or head[5] not in (1, 2):
+                return None
+            end = "<" if head[5] == 1 else ">"
+            if head[4] == 2:
+                (shoff,) = struct.unpack_from(end + "Q", head, 0x28)
+                shentsize, shnum = struct.unpack_from(end + "HH", head, 0x3A)
+                shdr, dyn = end + "IIQQQQIIQQ", end + "qQ"
+            else:
+                (shoff,) = struct.unpack_from(end + "I", head, 0x20)
+                shentsize, shnum = struct.unpack_from(end + "HH", head, 0x2E)
+                shdr, dyn = end + "IIIIIIIIII", end + "iI"
+            if not shoff or not 0 < shnum <= 4096 or shentsize < struct.calcsize(shdr):
+                return None
+            fh.seek(shoff)
+            table = fh.read(shentsize * shnum)
+            # fields: name, type, flags, addr, offset, size, link, info, addralign, entsize
+            sections = [struct.unpack_from(shdr, table, i * shentsize) for i in range(shnum)]
+            for sec in sections:
+                if sec[1] != _SHT_DYNAMIC:
+                    continue
+                strtab = sections[sec[6]]
+                fh.seek(sec[4])
+                data = fh.read(min(sec[5], 1 << 20))
+                size = struct.calcsize(dyn)
+                for off in range(0, len(data) - size + 1, size):
+                    tag, val = struct.unpack_from(dyn, data, off)
+                    if tag == _DT_NULL:
+                        break
+                    if tag == _DT_SONAME:
+                        fh.seek(strtab[4] + val)
+                        return fh.read(256).split(b"\0", 1)[0].decode("ascii", "replace") or None
+                return None
+    except (OSError, struct.error, IndexError):
+        return None
+    return None
+
+
+def library_dirs() -> list[str]:
+    """Every folder an image may keep shared libraries in: the loader's path, the system's, the
+    prefixes imagebuild and NVIDIA install to, /opt/*/lib, and the wheels' (nvidia/*/lib, torch/lib)."""
+    dirs = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d]
+    dirs += list(_STD_DIRS) + list(_PREFIX_DIRS)
+    for pattern in ("/usr/local/cuda*/lib64", "/usr/local/cuda*/targets/*/lib", "/opt/*/lib", "/opt/*/lib64",
+                    "/opt/*/*/lib"):
+        dirs += sorted(glob.glob(pattern))
+    dirs += [d for sub in ("nvidia/*/lib", "torch/lib") for base in _python_dirs("") for d in
+             sorted(glob.glob(os.path.join(base, sub)))]
+    return dirs
+
+
+def soname_copies(dirs: list[str] | None = None,
+                  prefixes: tuple[str, ...] = WATCHED_PREFIXES) -> dict[str, list[str]]:
+    """soname -> the distinct files (after links) that carry it, for the watched libraries found
+    in `dirs` (default library_dirs()); only sonames with two or more copies are returned."""
+    seen: set[str] = set()
+    found: dict[str, set[str]] = {}
+    for d in dirs if dirs is not None else library_dirs():
+        for path in glob.glob(os.path.join(d, "lib*.so*")):
+            real = os.path.realpath(path)
+            if real in seen or not os.path.isfile(real):
+                continue
+            seen.add(real)
+            if not os.path.basename(real).startswith(prefixes) and not os.path.basename(path).startswith(prefixes):
+                continue
+            soname = elf_soname(real)
+            if soname and soname.startswith(prefixes):
+                found.setdefault(soname, set()).add(real)
+    return {name: sorted(files) for name, files in sorted(found.items()) if len(files) > 1}
