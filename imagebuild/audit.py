@@ -274,3 +274,46 @@ def audit_lock(lock, *, source: str | None = None, fail_on: str = "low", workers
             f"{base} served vulnerability data for none of the {len(findings)} wheels of "
             f"{lock.path} ({findings[0].name}: {findings[0].reason})")
     return result
+
+
+class AuditRefused(AuditError):
+    """An image's wheels have known vulnerabilities at or above the severity the user set: the
+    answer is no (exit 1), not an error of input."""
+
+    exit_code = 1
+
+
+def gate(locks: dict[str, str | None], *, fail_on: str, allow_partial: bool = False,
+         source: str | None = None) -> dict[str, AuditResult]:
+    """`publish --fail-on`: audit each image's lock (image id -> lock path; None: no wheels) and
+    refuse, before anything is pushed, when one has vulnerabilities at or above `fail_on`
+    (AuditRefused, exit 1) or when the index served no data for some of its wheels and
+    `allow_partial` is false (AuditUnavailable, exit 3)."""
+    from pathlib import Path
+
+    from .wheellock import LockError, parse_lock
+    results: dict[str, AuditResult] = {}
+    for image_id, path in locks.items():
+        if path is None:
+            continue
+        try:
+            lock = parse_lock(Path(path).read_text(encoding="utf-8"), str(path))
+        except OSError as exc:
+            raise AuditError(f"{image_id}: cannot read its wheel lock: {exc.strerror}", file=str(path)) from None
+        except LockError as exc:
+            raise AuditError(str(exc)) from None
+        result = audit_lock(lock, source=source, fail_on=fail_on)
+        results[image_id] = result
+        counted = result.counted()
+        if counted:
+            found = ", ".join(f"{f.name} {f.version} {v.id}" for f, v in counted[:4])
+            more = f" and {len(counted) - 4} more" if len(counted) > 4 else ""
+            raise AuditRefused(f"{image_id}: not published: {len(counted)} known vulnerabilit"
+                               f"{'y' if len(counted) == 1 else 'ies'} at or above --fail-on "
+                               f"{fail_on} ({found}{more}; `imagebuild audit {image_id}` lists them)")
+        if result.not_audited and not allow_partial:
+            names = ", ".join(f.name for f in result.not_audited[:5])
+            raise AuditUnavailable(f"{image_id}: not published: the index served no vulnerability "
+                                   f"data for {len(result.not_audited)} of {len(result.findings)} "
+                                   f"wheels ({names}); --allow-partial-audit accepts that")
+    return results

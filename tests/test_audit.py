@@ -129,3 +129,35 @@ def test_severity_threshold():
     partial = [clean, Finding("x", "1", "not-audited", reason="no data")]
     assert AuditResult("l", "s", partial, "low", 0.0).exit_code(False) == 3
     assert AuditResult("l", "s", partial, "low", 0.0).exit_code(True) == 0
+
+
+def test_publish_gate_refuses_a_vulnerable_lock(tmp_path):
+    from imagebuild.audit import AuditRefused, AuditUnavailable, gate
+    lock = tmp_path / "vulnerable.txt"
+    lock.write_text(VULNERABLE_LOCK)
+    try:
+        gate({"some-image": str(lock)}, fail_on="critical")
+    except AuditUnavailable as exc:
+        need("the package index's JSON API", str(exc))
+    except AuditRefused as exc:
+        assert exc.exit_code == 1
+        assert "some-image: not published" in str(exc) and "PYSEC-2017-94" in str(exc)
+    else:
+        pytest.fail("a lock pinning pycrypto 2.6.1 passed the publish gate")
+    assert gate({"no-wheels": None}, fail_on="low") == {}
+
+
+def test_publish_fail_on_stops_before_anything_is_pushed(tmp_path):
+    audit = cli("smoke-cpu", "--json", "--allow-partial")
+    reachable_or_need(audit)
+    doc = json.loads(audit.stdout)
+    # 1: refused; 3: data missing for some wheels; 2: the gate passed and the next check (the smoke
+    # report, here an empty folder) refused: in no case is the registry (a closed port) contacted
+    expected = 1 if doc["vulnerable"] else 3 if doc["not_audited"] else 2
+    proc = subprocess.run([sys.executable, "-m", "imagebuild", "publish", "smoke-cpu", "--registry",
+                           "localhost:9/none", "--fail-on", "low", "--reports-dir", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == expected, proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    if expected == 3:
+        assert "--allow-partial-audit" in proc.stderr

@@ -29,6 +29,12 @@ def configure(parser) -> None:
                              "registry credentials (a bearer realm elsewhere is refused otherwise); "
                              "repeatable")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    from ..audit import SEVERITIES
+    parser.add_argument("--fail-on", choices=SEVERITIES, default=None, metavar="SEVERITY",
+                        help="audit each image's wheel lock first (as `imagebuild audit`) and push "
+                             f"nothing when one has vulnerabilities at or above it ({', '.join(SEVERITIES)})")
+    parser.add_argument("--allow-partial-audit", action="store_true",
+                        help="with --fail-on: accept wheels the index has no vulnerability data for")
     add_matrix_option(parser)
 
 
@@ -57,6 +63,11 @@ def run(args) -> int:
     if args.report and len(args.images) != 1:
         raise ImagebuildError("--report names the report of one image; give one IMAGE", argument="--report")
     specs = lookup_images(args.matrix, list(dict.fromkeys(args.images)))
+    if args.fail_on:   # before anything else: a refused image stops the whole run
+        from ..audit import gate
+        from pathlib import Path
+        gate({i: (str(Path(args.matrix).resolve().parent / s.wheel_lock) if s.wheel_lock else None)
+              for i, s in specs.items()}, fail_on=args.fail_on, allow_partial=args.allow_partial_audit)
     reports_dir = args.reports_dir or publish.REPORTS_DIR
     # every report is checked before anything is pushed: one untested image stops the whole run
     reports = {}
