@@ -29,6 +29,7 @@ from typing import Callable, Iterable
 from urllib.parse import urljoin, urlsplit
 
 from .errors import ImagebuildError, UsageError
+from .redact import redact
 from .versions import NONE
 
 FORMS = ("release", "git")
@@ -157,9 +158,9 @@ def fetch(tarballs: list[Tarball], cache: Path, origin: str | None = None,
         else:
             where, how = str(Path(origin) / tb.file), "copied"
         if progress:
-            progress(f"{tb.file}: {how} from {where}")
+            progress(f"{tb.file}: {how} from {redact(where)}")
         size = _put(tb, where, dest, session)
-        out.append(Fetched(tb, how, where, size))
+        out.append(Fetched(tb, how, redact(where), size))   # shown and reported: no credentials
     return out
 
 

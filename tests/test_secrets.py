@@ -81,8 +81,9 @@ def _run(args, *, tmp_path, root, bindir, extra_env=None):
     env.update(PATH=f"{bindir}:{env['PATH']}", PYTHONPATH=str(ROOT), HOME=str(tmp_path / "home"),
                UV_CACHE_DIR=str(tmp_path / "uv-cache"), UV_NO_PROGRESS="1")
     env.update(extra_env or {})
-    return subprocess.run([sys.executable, "-m", "imagebuild", *args, "--matrix", str(root / "matrix.yaml")],
-                          capture_output=True, text=True, timeout=300, cwd=root, env=env)
+    env["IMAGEBUILD_MATRIX"] = str(root / "matrix.yaml")      # the project's copy
+    return subprocess.run([sys.executable, "-m", "imagebuild", *args], capture_output=True, text=True,
+                          timeout=300, cwd=root, env=env)
 
 
 def _files_holding(folder: Path, token: str) -> list[str]:
@@ -174,3 +175,15 @@ def test_no_index_credentials_reach_an_image(tmp_path):
     assert generated
     assert not [str(p) for p in generated
                 if any(line.lstrip().upper().startswith("ARG ") for line in p.read_text().splitlines())]
+
+
+def test_sources_mirror_credentials_are_hidden(index, workdir):
+    tmp_path, root, bindir, _log = workdir
+    token = "tok-" + uuid.uuid4().hex
+    port = index.server_address[1]
+    proc = _run(["sources", "fetch", COMMS, "--from", f"http://{USER}:{token}@127.0.0.1:{port}/mirror/",
+                 "--cache", str(tmp_path / "cache")], tmp_path=tmp_path, root=root, bindir=bindir)
+    assert proc.returncode == 2, proc.stderr           # the mirror holds nothing
+    _assert_no_leak(token, proc, tmp_path)
+    assert f"from http://{USER}:***@127.0.0.1:{port}/mirror/" in proc.stderr
+    assert any(auth for _m, _p, auth in index.seen)
