@@ -3,13 +3,21 @@
 GPUDirect RDMA lets the NIC read and write GPU memory directly. The image carries only user
 space; the kernel side comes from the host, in one of three forms:
 
-* ``nvidia-peermem`` (driver >= 465's module, /sys/module/nvidia_peermem),
-* ``nv_peer_mem`` (the older Mellanox module, /sys/module/nv_peer_mem),
+* ``nvidia-peermem`` (driver >= 465's module, /sys/module/nvidia_peermem or /proc/modules),
+* ``nv_peer_mem`` (the older Mellanox module, /sys/module/nv_peer_mem or /proc/modules),
 * ``dma-buf``: NVIDIA's open kernel modules (/proc/driver/nvidia/version says
-  "Open Kernel Module") on Linux >= 5.12, no extra module needed.
+  "Open Kernel Module", R515 and later) on Linux >= 5.12, no extra module needed.
 
 Without any of them NCCL stages network transfers through host memory. Every path is read below
-a ``root`` directory, so tests can point the probe at a fake /sys and /proc tree.
+a ``root`` directory, so tests can point the probe at a fake /sys and /proc tree (the kernel
+release too: ``root``/proc/sys/kernel/osrelease).
+
+The RDMA ports (/sys/class/infiniband/<dev>/ports/<n>/{link_layer,state,rate}) decide the NIC
+settings: the ACTIVE ports become ``NCCL_IB_HCA`` (``=dev:port,...``, exact names) and
+``UCX_NET_DEVICES``; ``NCCL_SOCKET_IFNAME`` (NCCL's bootstrap sockets) is the network interface of
+an active port (/sys/class/infiniband/<dev>/device/net/*) that has an IPv4 route
+(/proc/net/route), else the interface of the default route; without an active port it is not set
+(NCCL's own choice stands).
 
 ``python -m imagebuild.smoke.gdr [--json] [--root DIR]`` (installed as ``imagebuild-gdr-check``).
 """
@@ -24,6 +32,30 @@ import sys
 from dataclasses import asdict, dataclass, field
 
 DMABUF_MIN_KERNEL = (5, 12)
+DMABUF_MIN_DRIVER = 515        # the first branch with open kernel modules (and DMA-BUF export)
+
+
+@dataclass
+class RdmaPort:
+    device: str                    # mlx5_0
+    port: int
+    link_layer: str                # InfiniBand | Ethernet (RoCE) | "" when not readable
+    state: str                     # ACTIVE, DOWN, INIT, ... (the number before ':' dropped)
+    rate: str                      # "400 Gb/sec (4X NDR)"
+    netdevs: list[str]             # the device's network interfaces (ib0, ens1f0np0)
+
+    @property
+    def active(self) -> bool:
+        return self.state == "ACTIVE"
+
+    @property
+    def fabric(self) -> str:
+        return {"InfiniBand": "InfiniBand", "Ethernet": "RoCE"}.get(self.link_layer,
+                                                                    self.link_layer or "unknown")
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}:{self.port}"
 
 
 @dataclass
@@ -36,6 +68,7 @@ class GdrProbe:
     rdma_devices: list[str]        # /sys/class/infiniband entries
     nccl_env: dict[str, str]
     notes: list[str] = field(default_factory=list)
+    ports: list[RdmaPort] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -47,6 +80,8 @@ class GdrProbe:
                  + (" (open)" if self.open_kernel_module else ""),
                  f"kernel: {self.kernel}",
                  f"RDMA devices: {', '.join(self.rdma_devices) or 'none'}"]
+        lines += [f"  {p.name}: {p.fabric}, {p.state or 'state unknown'}"
+                  + (f", {p.rate}" if p.rate else "") for p in self.ports]
         if self.nccl_env:
             lines.append("NCCL settings: " + " ".join(f"{k}={v}" for k, v in sorted(self.nccl_env.items())))
         lines += [f"note: {n}" for n in self.notes]
@@ -66,28 +101,112 @@ def _read(root: str, rel: str) -> str | None:
         return None
 
 
-def probe(root: str = "/", kernel_release: str | None = None) -> GdrProbe:
-    kernel = kernel_release if kernel_release is not None else os.uname().release
-    version_text = _read(root, "proc/driver/nvidia/version")
-    driver = None
-    open_km = False
-    if version_text:
-        m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", version_text)
-        driver = m.group(1) if m else "unknown"
-        open_km = "Open Kernel Module" in version_text
-    peermem = os.path.isdir(os.path.join(root, "sys/module/nvidia_peermem"))
-    nv_peer = os.path.isdir(os.path.join(root, "sys/module/nv_peer_mem"))
-    ib_dir = os.path.join(root, "sys/class/infiniband")
+def _listdir(root: str, rel: str) -> list[str]:
     try:
-        rdma = sorted(os.listdir(ib_dir))
+        return sorted(os.listdir(os.path.join(root, rel)))
     except OSError:
-        rdma = []
+        return []
+
+
+def loaded_modules(root: str = "/") -> set[str]:
+    """Names of the loaded kernel modules (first column of /proc/modules)."""
+    text = _read(root, "proc/modules") or ""
+    return {line.split()[0] for line in text.splitlines() if line.split()}
+
+
+def module_loaded(root: str, name: str, modules: set[str] | None = None) -> bool:
+    mods = loaded_modules(root) if modules is None else modules
+    return name in mods or os.path.isdir(os.path.join(root, "sys/module", name))
+
+
+def read_kernel_release(root: str = "/") -> str:
+    """The running kernel's release: ``root``/proc/sys/kernel/osrelease, else uname."""
+    text = (_read(root, "proc/sys/kernel/osrelease") or "").strip()
+    return text or os.uname().release
+
+
+def driver_version(version_text: str | None) -> tuple[str | None, bool]:
+    """(driver version, open kernel module) from /proc/driver/nvidia/version's text."""
+    if not version_text:
+        return None, False
+    m = re.search(r"Kernel Module(?: for \S+)?\s+(\d+\.\d+(?:\.\d+)?)", version_text)
+    return (m.group(1) if m else "unknown"), "Open Kernel Module" in version_text
+
+
+def rdma_ports(root: str = "/") -> list[RdmaPort]:
+    """Every port of every /sys/class/infiniband device, in name order."""
+    out = []
+    for dev in _listdir(root, "sys/class/infiniband"):
+        netdevs = _listdir(root, f"sys/class/infiniband/{dev}/device/net")
+        for port in sorted(_listdir(root, f"sys/class/infiniband/{dev}/ports"),
+                           key=lambda p: (not p.isdigit(), int(p) if p.isdigit() else 0, p)):
+            if not port.isdigit():
+                continue
+            base = f"sys/class/infiniband/{dev}/ports/{port}"
+            state = (_read(root, f"{base}/state") or "").strip()
+            out.append(RdmaPort(device=dev, port=int(port),
+                                link_layer=(_read(root, f"{base}/link_layer") or "").strip(),
+                                state=state.split(":", 1)[-1].strip(),
+                                rate=(_read(root, f"{base}/rate") or "").strip(),
+                                netdevs=netdevs))
+    return out
+
+
+def routed_interfaces(root: str = "/") -> tuple[set[str], str | None]:
+    """(interfaces with an IPv4 route, the default route's interface) from /proc/net/route."""
+    text = _read(root, "proc/net/route") or ""
+    routed, default = set(), None
+    for line in text.splitlines()[1:]:
+        cols = line.split()
+        if len(cols) < 2:
+            continue
+        routed.add(cols[0])
+        if cols[1] == "00000000" and default is None:
+            default = cols[0]
+    return routed, default
+
+
+def fabric_env(ports: list[RdmaPort], root: str = "/") -> tuple[dict[str, str], list[str]]:
+    """NCCL/UCX NIC settings from the active RDMA ports, and notes on what was left unset."""
+    env: dict[str, str] = {}
+    notes: list[str] = []
+    active = [p for p in ports if p.active]
+    if ports and not active:
+        notes.append("no RDMA port is ACTIVE (" + ", ".join(f"{p.name} {p.state or 'unknown'}"
+                                                         for p in ports) + "): NCCL falls back to sockets")
+    if active:
+        names = ",".join(p.name for p in active)
+        env["NCCL_IB_HCA"] = "=" + names
+        env["UCX_NET_DEVICES"] = names
+    routed, default = routed_interfaces(root)
+    ifs = sorted({n for p in active for n in p.netdevs if n in routed})
+    if ifs:
+        env["NCCL_SOCKET_IFNAME"] = "=" + ",".join(ifs)
+    elif default and active:
+        env["NCCL_SOCKET_IFNAME"] = "=" + default
+        notes.append(f"no interface of an active RDMA port has an IPv4 route: NCCL's bootstrap "
+                         f"uses the default route's {default}")
+    return env, notes
+
+
+def probe(root: str = "/", kernel_release: str | None = None) -> GdrProbe:
+    kernel = kernel_release if kernel_release is not None else read_kernel_release(root)
+    driver, open_km = driver_version(_read(root, "proc/driver/nvidia/version"))
+    modules = loaded_modules(root)
+    peermem = module_loaded(root, "nvidia_peermem", modules)
+    nv_peer = module_loaded(root, "nv_peer_mem", modules)
+    rdma = _listdir(root, "sys/class/infiniband")
+    ports = rdma_ports(root)
     notes: list[str] = []
     available: list[str] = []
-    if driver and open_km and kernel_version(kernel) >= DMABUF_MIN_KERNEL:
+    driver_major = int(driver.split(".")[0]) if driver and driver[0].isdigit() else None
+    if driver and open_km and kernel_version(kernel) >= DMABUF_MIN_KERNEL and \
+            (driver_major is None or driver_major >= DMABUF_MIN_DRIVER):
         available.append("dma-buf")
-    elif driver and open_km:
+    elif driver and open_km and kernel_version(kernel) < DMABUF_MIN_KERNEL:
         notes.append(f"open kernel modules, but kernel {kernel} is older than 5.12: no DMA-BUF")
+    elif driver and open_km:
+        notes.append(f"driver {driver} is older than R{DMABUF_MIN_DRIVER}: no DMA-BUF")
     if peermem:
         available.append("nvidia-peermem")
     if nv_peer:
@@ -106,8 +225,11 @@ def probe(root: str = "/", kernel_release: str | None = None) -> GdrProbe:
         notes.append("no GPUDirect RDMA: NCCL uses host-staged copies")
     if not rdma:
         notes.append("no RDMA device in /sys/class/infiniband: NCCL's network is sockets (NET/Socket)")
+    nic_env, nic_notes = fabric_env(ports, root)
+    env.update(nic_env)
+    notes += nic_notes
     return GdrProbe(path=path, available=available, nvidia_driver=driver, open_kernel_module=open_km,
-                    kernel=kernel, rdma_devices=rdma, nccl_env=env, notes=notes)
+                    kernel=kernel, rdma_devices=rdma, nccl_env=env, notes=notes, ports=ports)
 
 
 # NCCL_DEBUG=INFO lines that name the transport really used
