@@ -459,8 +459,9 @@ def generate(engine, *, matrix: str, image: str, lock_path: str | None = None) -
         info = engine.inspect(ref)
         iid = info.labels.get("io.imagebuild.image-id")
         if iid not in specs:
-            raise UsageError(f"{ref} has no io.imagebuild.image-id label naming an image of {matrix} "
-                             f"({iid!r}): imagebuild describes the images it builds", argument="IMAGE")
+            what = f"its io.imagebuild.image-id {iid!r} is not" if iid else "it has no io.imagebuild.image-id label naming"
+            raise UsageError(f"{ref}: {what} an image of {matrix}: imagebuild describes the images "
+                             "it builds", argument="IMAGE")
         spec = specs[iid]
     else:
         if image not in specs:

@@ -165,6 +165,8 @@ def test_source_tarballs_of_a_cuda_recipe(smoke_cpu_image):
 def test_bad_input_is_one_line(smoke_cpu_image, tmp_path):
     err = one_line_error(cli("sbom", "no-such-image", "--output", str(tmp_path / "x.json")))
     assert "no-such-image" in err
+    err = one_line_error(cli("sbom", "imagebuild/base:debian-bookworm", "--output", str(tmp_path / "x.json")))
+    assert "IMAGE" in err and "io.imagebuild.image-id" in err      # not an image imagebuild built
     err = one_line_error(cli("sbom", "smoke-cpu", "--output", str(tmp_path / "missing" / "x.json")))
     assert "--output" in err
     err = one_line_error(cli("sbom", "smoke-cpu", "--output", str(tmp_path / "x.json"),
