@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "which images a driver upgrade makes buildable, degrades or breaks"),
     "export": ("export", "export an image for Slurm: enroot squashfs, OCI bundle or SIF"),
     "slurm-script": ("slurm_script", "write an sbatch script that runs the smoke suite across nodes"),
+    "doctor": ("doctor", "read this node: host facts, the best image here, GPUDirect and NCCL advice"),
+    "find": ("find", "the published images (images.lock) that run on a host, best first, and how to pull them"),
     "sbom": ("sbom", "a CycloneDX SBOM of a built image, checked against its wheel lock"),
     "audit": ("audit", "known vulnerabilities of an image's locked wheels (the index's data)"),
 }
