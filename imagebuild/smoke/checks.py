@@ -193,8 +193,11 @@ def check_libraries(ctx: Context) -> CheckResult:
     # and which of the two a process binds to depends on what it loaded first
     twice = libs.soname_copies()
     if twice:
-        parts.append((FAIL, "; ".join(f"{len(files)} copies of {name}: {', '.join(files)}"
-                                      for name, files in twice.items())[:800]))
+        shown = [f"{len(files)} copies of {name}: {', '.join(files)}" for name, files in list(twice.items())[:3]]
+        rest = list(twice)[3:]
+        if rest:
+            shown.append(f"and {len(rest)} more shipped twice or more: {', '.join(rest)}")
+        parts.append((FAIL, "; ".join(shown)))
     else:
         parts.append((PASS, "one copy of each CUDA, cuDNN, NCCL, UCX and MPI library"))
     return combine("libraries", parts, {"libraries_checked": checked, "duplicate_sonames": len(twice)})
