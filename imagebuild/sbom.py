@@ -22,9 +22,12 @@ other than the locked one, a locked wheel missing from the image, a requirement 
 whose hashes differ from the repository's lock, or an `io.imagebuild.wheels-lock` label other than
 the lock's sha256. Each is a warning line on stderr and an `imagebuild:lock-check:problem` property
 of the BOM; with `--strict` the command writes nothing and exits 1. Wheels that `python -m venv`
-seeds from the OS's ensurepip wheels (pip, setuptools in /usr/share/python-wheels or
+seeds from the OS's ensurepip wheels (pip, setuptools in /usr/share/python-wheels (Debian, Ubuntu),
+/usr/share/python3-wheels (Rocky Linux) or
 ensurepip/_bundled, same name and version) are recorded with `imagebuild:origin=venv-seed`, not
-flagged: the OS package that ships them is in the BOM.
+flagged: the OS package that ships them is in the BOM. `--verify-files` also hashes, in a second
+container, every file each installed wheel's RECORD lists and reports those that differ (a file
+changed after pip installed it).
 
 Deterministic: the same image gives the same bytes. Components are sorted (by purl); the serial
 number is a UUID derived from the image ID (uuid5 of the ID); the timestamp is the image's own
@@ -68,7 +71,7 @@ find / -xdev \( -path /proc -o -path /sys -o -path /dev \) -prune -o -type d -na
   printf '%s\t%s\t%s\t%s\n' "$d" "$n" "$v" "$i"
 done
 echo "$M seed-wheels"
-find /usr -xdev -name '*.whl' \( -path '*/python-wheels/*' -o -path '*/ensurepip/_bundled/*' \) -print 2>/dev/null | sort
+find /usr -xdev -name '*.whl' \( -path '*/python-wheels/*' -o -path '*/python3-wheels/*' -o -path '*/ensurepip/_bundled/*' \) -print 2>/dev/null | sort
 for f in /opt/imagebuild/requirements/*.txt; do
   [ -f "$f" ] || continue
   echo "$M requirements $f"
@@ -271,6 +274,71 @@ def cross_check(contents: Contents, lock, label: str | None) -> tuple[dict[str, 
 
 
 # ----------------------------------------------------------------------------------------------
+# Installed files against the wheels' RECORD (--verify-files)
+
+# For each .dist-info given as an argument: its RECORD, then sha256sum of every file RECORD names,
+# run from the folder RECORD's paths are relative to.
+RECORD_SCRIPT = r"""
+M='@@imagebuild-sbom@@'
+for d in "$@"; do
+  echo "$M record $d"
+  cat "$d/RECORD"
+  echo "$M sums $d"
+  (cd "$(dirname "$d")" && sed -n 's/^\([^",][^,]*\),sha256=.*/\1/p' "$d/RECORD" | tr '\n' '\0' | xargs -0 -r sha256sum 2>/dev/null)
+done
+echo "$M end"
+"""
+
+
+def verify_records(engine, image_id: str, dists: list[Dist], timeout: float = 1800) -> dict[str, tuple[int, list[str]]]:
+    """.dist-info path -> (files checked, files whose sha256 is not the one RECORD gives, or that
+    are missing). RECORD's hashes are urlsafe base64 sha256 digests, written by pip/uv at install."""
+    import base64
+    import csv
+    import io
+    if not dists:
+        return {}
+    result = engine.run(image_id, ["/bin/sh", "-c", RECORD_SCRIPT, "sh", *[d.path for d in dists]],
+                        network="none", timeout=timeout)
+    if result.timed_out or result.exit_code not in (0, None):
+        raise SbomError(f"checking installed files against RECORD in {image_id[:19]} "
+                        f"{'took too long' if result.timed_out else f'failed (exit {result.exit_code})'}")
+    records: dict[str, str] = {}
+    sums: dict[str, dict[str, str]] = {}
+    section, arg, ended = None, "", False
+    for line in result.output.splitlines():
+        if line.startswith(MARK):
+            section, _, arg = line[len(MARK):].strip().partition(" ")
+            ended = ended or section == "end"
+            if section == "record":
+                records[arg] = ""
+            elif section == "sums":
+                sums[arg] = {}
+            continue
+        if section == "record":
+            records[arg] += line + "\n"
+        elif section == "sums":
+            m = re.match(r"^([0-9a-f]{64})  (.+)\Z", line)
+            if m:
+                sums[arg][m.group(2)] = m.group(1)
+    if not ended:
+        raise SbomError(f"checking installed files against RECORD in {image_id[:19]}: no complete answer")
+    out: dict[str, tuple[int, list[str]]] = {}
+    for d in dists:
+        checked, bad = 0, []
+        for row in csv.reader(io.StringIO(records.get(d.path, ""))):
+            if len(row) < 2 or not row[1].startswith("sha256="):
+                continue
+            want = row[1][len("sha256="):]
+            want_hex = base64.urlsafe_b64decode(want + "=" * (-len(want) % 4)).hex()
+            checked += 1
+            if sums.get(d.path, {}).get(row[0]) != want_hex:
+                bad.append(row[0])
+        out[d.path] = (checked, bad)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
 # The document
 
 
@@ -308,7 +376,8 @@ class SbomResult:
     image_id: str
 
 
-def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base) -> SbomResult:
+def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base,
+               records: dict[str, tuple[int, list[str]]] | None = None) -> SbomResult:
     """The CycloneDX 1.6 document. `info`: the engine's ImageInfo of `ref`; `spec` the matrix's
     ImageSpec; `lock` the repository's wheel lock (or None); `tarballs` sources.Tarball list;
     `base`: (reference, ImageInfo or None) of the FROM image."""
@@ -349,6 +418,14 @@ def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base
                  Property(name="imagebuild:installer", value=d.installer)]
         if lock is not None and origin == "lock":
             props.append(Property(name="imagebuild:lock", value=Path(lock.path).name))
+        if records is not None and d.path in records:
+            checked, bad = records[d.path]
+            props.append(Property(name="imagebuild:record-check",
+                                  value=f"{checked} files match RECORD" if not bad else
+                                  f"{len(bad)} of {checked} files differ from RECORD"))
+            if bad:
+                problems.append(f"{d.name} {d.version}: {len(bad)} of {checked} installed files differ "
+                                f"from its RECORD (e.g. {bad[0]})")
         kind = origin.split(":")[0]
         wheel_counts[kind if kind in wheel_counts else "problem"] += 1
         comps.append(Component(type=ComponentType.LIBRARY, name=d.name, version=d.version,
@@ -442,7 +519,8 @@ def final_base(dockerfile_text: str) -> str | None:
     return last
 
 
-def generate(engine, *, matrix: str, image: str, lock_path: str | None = None) -> SbomResult:
+def generate(engine, *, matrix: str, image: str, lock_path: str | None = None,
+             verify_files: bool = False) -> SbomResult:
     """Everything `imagebuild sbom` does but writing: find the image and its spec, read it, check
     it against its lock, build and validate the document."""
     from .engines import check_ref
@@ -492,5 +570,10 @@ def generate(engine, *, matrix: str, image: str, lock_path: str | None = None) -
                         "image is read from its last FROM") from None
     base_info = engine.inspect(base_ref) if base_ref and engine.exists(base_ref) else None
     contents = read_image(engine, info.id)
-    return build_sbom(ref=ref, info=info, contents=contents, spec=spec, lock=lock,
+    records = None
+    if verify_files:
+        origins, _ = cross_check(contents, lock, None)
+        records = verify_records(engine, info.id, [d for d in contents.dists if d.path in origins
+                                                   and not origins[d.path].startswith("vendored:")])
+    return build_sbom(records=records, ref=ref, info=info, contents=contents, spec=spec, lock=lock,
                       tarballs=for_image(k, spec), base=(base_ref, base_info))

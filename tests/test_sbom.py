@@ -176,3 +176,31 @@ def test_bad_input_is_one_line(smoke_cpu_image, tmp_path):
     garbage.write_text("this is not a lock\n")
     err = one_line_error(cli("sbom", "smoke-cpu", "--output", str(tmp_path / "x.json"), "--lock", str(garbage)))
     assert "garbage.txt:1" in err
+
+
+def test_verify_files_finds_a_changed_file(smoke_cpu_image, docker_client, tmp_path):
+    """--verify-files hashes every file the wheels' RECORD lists: all match in smoke-cpu as built,
+    and one line appended to an installed file of a locked wheel (a one-layer image on top of
+    smoke-cpu, same labels) is reported."""
+    import io
+    out = tmp_path / "ok.json"
+    proc = cli("sbom", "smoke-cpu", "--output", str(out), "--verify-files")
+    assert proc.returncode == 0 and "warning" not in proc.stderr, proc.stderr
+    doc = json.loads(out.read_text())
+    checks = {c["name"]: p["value"] for c in doc["components"] for p in c.get("properties", [])
+              if p["name"] == "imagebuild:record-check"}
+    recorded = docker_client.containers.run(
+        smoke_cpu_image, ["sh", "-c", "grep -c ',sha256=' /opt/venv/lib/python3.11/site-packages/torch-*.dist-info/RECORD"],
+        remove=True, network_mode="none").decode().strip()
+    assert checks["torch"] == f"{int(recorded)} files match RECORD"
+    assert set(checks) >= {"jinja2", "torch", "pip"}
+    target = "/opt/venv/lib/python3.11/site-packages/jinja2/__init__.py"
+    dockerfile = f"FROM {smoke_cpu_image}\nRUN echo '# changed after install' >> {target}\n"
+    ref = "imagebuild/sbom-tampered:test"
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ref, rm=True)
+    try:
+        proc = cli("sbom", ref, "--output", str(tmp_path / "bad.json"), "--verify-files", "--strict")
+        assert proc.returncode == 1, proc.stderr
+        assert "jinja2 3.1.6: 1 of" in proc.stderr and "jinja2/__init__.py" in proc.stderr
+    finally:
+        docker_client.images.remove(ref, force=True)

@@ -1,4 +1,4 @@
-"""`imagebuild sbom IMAGE --output FILE [--strict] [--lock FILE]`
+"""`imagebuild sbom IMAGE --output FILE [--strict] [--lock FILE] [--verify-files]`
 
 A CycloneDX 1.6 JSON SBOM of a built image, read from the image itself and cross-checked against
 its wheel lock (imagebuild/sbom.py says what it holds). IMAGE is a matrix image id (smoke-cpu) or
@@ -21,6 +21,9 @@ def configure(parser) -> None:
                         help="fail (exit 1, write nothing) when the image disagrees with its lock")
     parser.add_argument("--lock", metavar="FILE",
                         help="check against this wheel lock instead of the matrix's (locks/wheels/)")
+    parser.add_argument("--verify-files", action="store_true",
+                        help="also hash every file the installed wheels' RECORD lists and report "
+                             "those that differ (seconds per GB of wheels)")
     add_matrix_option(parser)
 
 
@@ -36,7 +39,8 @@ def run(args) -> int:
                          argument="--output")
     if args.lock and not os.path.isfile(args.lock):
         raise UsageError(f"no such file {args.lock}", argument="--lock")
-    result = sbom.generate(get_engine(), matrix=args.matrix, image=args.image, lock_path=args.lock)
+    result = sbom.generate(get_engine(), matrix=args.matrix, image=args.image, lock_path=args.lock,
+                           verify_files=args.verify_files)
     for p in result.problems:
         print(f"imagebuild sbom: warning: {p}", file=sys.stderr)
     if result.problems and args.strict:
