@@ -325,6 +325,7 @@ def _url(*ph):
 # 12.1, and a !!binary value would reach a recipe as "b'...'".
 FIELDS: tuple[tuple[tuple[str, ...], Any, str], ...] = (
     (("as_of",), "date", "str"),
+    (("project", "source"), _url(), "str"),
     (("platforms", "*", "id"), "word", "str"),
     (("platforms", "*", "cuda_repo"), "word", "str"),
     (("platforms", "*", "oci"), "oci", "str"),

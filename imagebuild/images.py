@@ -11,12 +11,16 @@ the same images (README, "Tags").
 
 from __future__ import annotations
 
+import functools
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from .errors import KnowledgeError, UsageError
 from .grammar import FAMILY_KEYS, FLAVORS, VARIANT_MODES
+from .grammar import check as grammar_check
 from .knowledge import Knowledge, load
 from .resolve import Host, resolve
 from .versions import NONE, major_minor, parse_version
@@ -51,6 +55,7 @@ class ImageSpec:
     wheel_lock: str | None = None   # locks/wheels/<set>.txt (relative to matrix.yaml), if any
     rdma: dict | None = None        # the knowledge's rdma entry (DOCA-OFED); None: rdma-core
     extra: dict = field(default_factory=dict)
+    source: str | None = None       # the project's repository (matrix.yaml project.source), if set
 
     @property
     def local_ref(self) -> str:
@@ -70,10 +75,11 @@ class ImageSpec:
             "org.opencontainers.image.title": self.id,
             "org.opencontainers.image.version": self.tag,
             "org.opencontainers.image.description": self.description,
-            "org.opencontainers.image.source": "https://github.com/imagebuild/imagebuild",
             "org.opencontainers.image.created": self.as_of,
             "io.imagebuild.rdma": self.rdma_label,
         }
+        if self.source:   # a fact from the matrix, never a made-up default (see project_source)
+            labels[SOURCE_LABEL] = self.source
         for comp in ("os", "platform", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi",
                      "pytorch"):
             labels[f"io.imagebuild.stack.{comp}"] = self.stack[comp]
@@ -271,8 +277,45 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                         os=k.os[os_id], variant_tag=vtag, min_driver=res.min_driver, tag=tag,
                         tags=(tag, f"{tag}-{k.as_of.replace('-', '')}"),
                         wheels=wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
-                        as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=rdma))
+                        as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=rdma,
+                        source=project_source(k)))
     return specs, skipped
+
+
+SOURCE_LABEL = "org.opencontainers.image.source"
+
+
+def project_source(k: Knowledge) -> str | None:
+    """The project's repository as matrix.yaml states it (``project: {source: https://...}``), or
+    None. Recipes take it from the matrix only, so the same matrix gives the same bytes in every
+    clone; the git remote is a build-time fact (:func:`git_source_url`)."""
+    project = k.raw.get("project") if isinstance(k.raw, dict) else None
+    source = project.get("source") if isinstance(project, dict) else None
+    return str(source) if source else None
+
+
+@functools.lru_cache(maxsize=16)
+def git_source_url(folder: str) -> str | None:
+    """``git remote get-url origin`` of the repository holding ``folder`` when it is an https URL,
+    with any credentials removed and checked by the matrix's URL grammar (it reaches a LABEL);
+    None otherwise (no git, no repository, no origin, ssh, a URL the grammar refuses)."""
+    try:
+        proc = subprocess.run(["git", "-C", folder, "remote", "get-url", "origin"],
+                              capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    url = proc.stdout.strip() if proc.returncode == 0 else ""
+    if not url.lower().startswith("https://"):
+        return None
+    try:
+        parts = urlsplit(url)
+        netloc = parts.hostname or ""
+        if parts.port:
+            netloc += f":{parts.port}"
+    except ValueError:
+        return None
+    clean = urlunsplit(("https", netloc, parts.path, "", ""))
+    return clean if grammar_check("url", clean) is None else None
 
 
 def _combinations(k: Knowledge, fam: dict):

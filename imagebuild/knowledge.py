@@ -518,7 +518,7 @@ class _Ctx:
 
 _TOP = {"schema", "as_of", "sources", "preference", "cuda", "drivers", "architectures", "gpus",
         "cudnn", "nccl", "pytorch", "ucx", "openmpi", "os", "gpudirect", "constraints", "images",
-        "tools", "rdma", "platforms"}
+        "tools", "rdma", "platforms", "project"}
 
 
 def load(path: str | Path) -> Knowledge:
@@ -542,6 +542,8 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
         _dt.date.fromisoformat(as_of)
     except ValueError:
         c.fail(f"as_of: malformed date {as_of!r} (expected YYYY-MM-DD)", doc, "as_of")
+    if "project" in doc:   # facts about the project itself: project.source (grammar.py checks it)
+        c.mapping(doc["project"], "project", required=(), optional=("source",))
 
     # sources
     sources: dict[str, Source] = {}

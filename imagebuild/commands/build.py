@@ -83,6 +83,17 @@ def check_ca_bundle(path: Path) -> Path:
     return path.resolve()
 
 
+def build_labels(spec, root: Path) -> dict[str, str]:
+    """Labels added at build time, beside those the Dockerfile sets: the project's repository from
+    `git remote get-url origin` (https only, credentials removed) when matrix.yaml states none.
+    A fact of the clone, so it is kept out of the committed recipes; no remote, no label."""
+    from ..images import SOURCE_LABEL, git_source_url
+    if spec.labels.get(SOURCE_LABEL):
+        return {}
+    url = git_source_url(str(root))
+    return {SOURCE_LABEL: url} if url else {}
+
+
 def jobs_for(image_ids: list[str], matrix_path: str | Path, workdir: Path, *,
              secrets: dict[str, Path] | None = None) -> list:
     """BuildJobs for matrix images: each rendered into workdir/<id> by imagebuild.render.
@@ -120,7 +131,7 @@ def jobs_for(image_ids: list[str], matrix_path: str | Path, workdir: Path, *,
         spec = specs[i]
         ctx = write_context(spec, Path(workdir) / spec.id, root=root)
         jobs.append(BuildJob(image_id=spec.id, context=Path(ctx), ref=spec.local_ref,
-                             labels={}, secrets=dict(secrets or {}),  # the Dockerfile sets the labels
+                             labels=build_labels(spec, root), secrets=dict(secrets or {}),
                              depends_on=tuple(spec.depends_on)))
     return jobs
 
