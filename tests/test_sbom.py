@@ -16,9 +16,9 @@ from conftest import ROOT
 pytestmark = pytest.mark.engine
 
 
-def cli(*args, timeout=600):
+def cli(*args, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "imagebuild", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
 
 
 def one_line_error(proc, code=2):
@@ -204,3 +204,10 @@ def test_verify_files_finds_a_changed_file(smoke_cpu_image, docker_client, tmp_p
         assert "jinja2 3.1.6: 1 of" in proc.stderr and "jinja2/__init__.py" in proc.stderr
     finally:
         docker_client.images.remove(ref, force=True)
+
+
+def test_no_engine_is_exit_3(tmp_path):
+    import os
+    env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no-engine.sock")
+    err = one_line_error(cli("sbom", "smoke-cpu", "--output", str(tmp_path / "x.json"), env=env), code=3)
+    assert "DOCKER_HOST" in err and not (tmp_path / "x.json").exists()
