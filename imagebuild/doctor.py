@@ -428,5 +428,8 @@ def diagnose(k, specs, node: Node) -> Diagnosis:
     env = dict(node.probe.nccl_env)
     if node.driver is None:     # no GPU: only the MPI/UCX settings matter
         env = {key: v for key, v in env.items() if not key.startswith("NCCL_")}
+    elif not node.probe.rdma_devices:   # no NIC to read GPU memory: GPUDirect settings are moot
+        env = {key: v for key, v in env.items()
+               if key not in ("NCCL_NET_GDR_LEVEL", "NCCL_DMABUF_ENABLE")}
     return Diagnosis(node=node, facts=facts, fits=good, misfits=bad, gpudirect=status,
                      missing=missing, env=env)

@@ -196,6 +196,14 @@ def test_ports_down_are_reported_and_left_out_of_nccl(k, specs, tmp_path):
     assert any("ACTIVE RDMA port (mlx5_0:1 DOWN, mlx5_1:1 DOWN)" in m.what for m in d.missing)
 
 
+def test_gpu_node_without_rdma_gets_no_gpudirect_settings(k, specs, tmp_path):
+    tree = copy_tree(ROCE, tmp_path)
+    shutil.rmtree(tree / "sys/class/infiniband")
+    d = doctor.diagnose(k, specs, doctor.read_node(str(tree)))
+    assert d.gpudirect.startswith("not possible: no RDMA device") and d.env == {}
+    assert d.best.spec.stack["cuda"] != "none"
+
+
 def test_cpu_node_gets_the_cpu_image(k, specs):
     d = doctor.diagnose(k, specs, doctor.read_node(CPU))
     assert [f.spec.id for f in d.fits] == ["smoke-cpu"] and d.best.mode == "n/a"
@@ -334,6 +342,17 @@ def test_find_from_doctor_equals_flags(lock, capsys, tmp_path):
     _, via_flags, _ = run_cli(capsys, "find", "--matrix", MATRIX, "--lock", str(lock), "--json",
                               *flags)
     assert json.loads(via_file)["images"] == json.loads(via_flags)["images"] != []
+
+
+def test_find_from_a_real_hosts_doctor_output(lock, capsys):
+    """doctor --json as it ran on a lent H100 host (NVML, open kernel module 580.159.04)."""
+    real = TREES / "h100-host.doctor.json"
+    data = json.loads(real.read_text())
+    assert data["node"]["gpu_source"] == "nvml" and data["host"]["gpu"] == H100
+    code, out, _ = run_cli(capsys, "find", "--matrix", MATRIX, "--lock", str(lock), "--json",
+                           "--from-doctor", str(real))
+    assert code == 0 and json.loads(out)["host"]["open_kernel_modules"] is True
+    assert [i["image"] for i in json.loads(out)["images"]] == list(PUBLISHED)
 
 
 def test_find_cpu_host_and_no_fit(lock, capsys, tmp_path):

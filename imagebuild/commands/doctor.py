@@ -112,7 +112,7 @@ def print_text(d) -> None:
     for m in d.missing:
         print(f"  {'optional' if m.optional else 'missing'}: {m.what}")
         print(f"      fix: {m.fix}")
-    if d.best is not None and d.best.gpudirect and n.driver is not None:
+    if d.best is not None and d.best.gpudirect and n.driver is not None and n.probe.rdma_devices:
         print(f"  the matrix's GPUDirect paths for {d.best.spec.id}:")
         for g in d.best.gpudirect:
             print(f"    {g['path']:<15} {g['allowed']:<8} {g['detail']} [{g['source']}]")
