@@ -400,6 +400,7 @@ class Diagnosis:
     gpudirect: str
     missing: list[Missing]
     env: dict[str, str]            # NCCL/UCX settings for this node's fabric
+    fabric_notes: list[str] = field(default_factory=list)
 
     @property
     def best(self):
@@ -415,7 +416,7 @@ class Diagnosis:
                 "does_not_run": len(self.misfits),
                 "gpudirect": {"status": self.gpudirect,
                               "missing": [m.to_json() for m in self.missing]},
-                "env": dict(sorted(self.env.items()))}
+                "env": dict(sorted(self.env.items())), "fabric_notes": list(self.fabric_notes)}
 
 
 def diagnose(k, specs, node: Node) -> Diagnosis:
@@ -431,5 +432,6 @@ def diagnose(k, specs, node: Node) -> Diagnosis:
     elif not node.probe.rdma_devices:   # no NIC to read GPU memory: GPUDirect settings are moot
         env = {key: v for key, v in env.items()
                if key not in ("NCCL_NET_GDR_LEVEL", "NCCL_DMABUF_ENABLE")}
+    _, fabric_notes = gdr.fabric_env(node.probe.ports, node.root)
     return Diagnosis(node=node, facts=facts, fits=good, misfits=bad, gpudirect=status,
-                     missing=missing, env=env)
+                     missing=missing, env=env, fabric_notes=fabric_notes)

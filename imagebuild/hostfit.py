@@ -92,8 +92,8 @@ def rank_key(k: Knowledge, fit: Fit, gpu_host: bool):
     return tuple(key)
 
 
-def fits(k: Knowledge, specs: list[ImageSpec], host: Host,
-         platform: str | None = None) -> tuple[list[Fit], list[Misfit]]:
+def fits(k: Knowledge, specs: list[ImageSpec], host: Host, platform: str | None = None,
+         allow_unverified: bool = False) -> tuple[list[Fit], list[Misfit]]:
     """The images that run on `host` (best first) and those that do not (in the given order),
     each with the reason. `platform`: the host's CPU architecture, when known."""
     platform = platform_id(k, platform)
@@ -104,7 +104,7 @@ def fits(k: Knowledge, specs: list[ImageSpec], host: Host,
         if platform and built_for and built_for != platform:
             bad.append(Misfit(spec, f"built for {built_for}, the host is {platform}"))
             continue
-        res = check(k, host, dict(spec.stack), image=True)
+        res = check(k, host, dict(spec.stack), allow_unverified, image=True)
         if not res.ok:
             bad.append(Misfit(spec, "; ".join(res.explanation[-2:]) or "inconsistent"))
             continue

@@ -81,7 +81,7 @@ def test_socket_ifname_falls_back_to_the_default_route(tmp_path):
     route.write_text("".join(line + "\n" for line in route.read_text().splitlines()
                              if not line.startswith("ens")))
     env, notes = gdr.fabric_env(gdr.rdma_ports(str(tree)), str(tree))
-    assert env["NCCL_SOCKET_IFNAME"] == "=eno1" and "default route" in notes[0]
+    assert env["NCCL_SOCKET_IFNAME"] == "=eno1" and any("default route's eno1" in n for n in notes)
 
 
 def test_gdr_check_env_lines_carry_the_nic_settings(capsys):
@@ -176,6 +176,8 @@ def test_roce_open_module_takes_dma_buf(k, specs):
     assert d.env["NCCL_DMABUF_ENABLE"] == "1" and d.env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1"
     assert d.env["NCCL_SOCKET_IFNAME"] == "=ens1f0np0,ens1f1np1"
     assert {g["path"]: g["allowed"] for g in d.best.gpudirect}["dma-buf"] == "yes"
+    assert d.fabric_notes == ["RoCE: NCCL_IB_GID_INDEX is left unset: NCCL >= 2.21 picks the "
+                              "RoCE v2 GID itself"]
 
 
 def test_roce_on_an_old_kernel_needs_a_newer_kernel_or_peermem(k, specs, tmp_path):

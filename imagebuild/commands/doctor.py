@@ -121,3 +121,5 @@ def print_text(d) -> None:
         print("Settings for this fabric (export in the job script):")
         for key, value in sorted(d.env.items()):
             print(f"  export {key}={shlex.quote(value)}")
+    for note in d.fabric_notes:
+        print(f"  note: {note}")

@@ -105,7 +105,7 @@ def run(args) -> int:
     lock_path = args.lock or os.path.join(os.path.dirname(os.path.abspath(args.matrix)),
                                           lockfile.DEFAULT_LOCK)
     locked = lockfile.read_lock(lock_path)
-    specs = {s.id: s for s in images.expand(k)[0]}
+    specs = {s.id: s for s in images.expand(k, allow_unverified=args.allow_unverified)[0]}
     candidates, left_out = [], []
     for image_id, entry in sorted(locked.items()):
         spec = specs.get(image_id)
@@ -120,7 +120,7 @@ def run(args) -> int:
                                  + "; ".join(drift) + "): run `imagebuild lock`"))
             else:
                 candidates.append(spec)
-    good, bad = hostfit.fits(k, candidates, host, facts["platform"])
+    good, bad = hostfit.fits(k, candidates, host, facts["platform"], args.allow_unverified)
     left_out += [(m.spec.id, m.why) for m in bad]
     if args.json:
         out = []

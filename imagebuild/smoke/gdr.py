@@ -178,6 +178,9 @@ def fabric_env(ports: list[RdmaPort], root: str = "/") -> tuple[dict[str, str], 
         names = ",".join(p.name for p in active)
         env["NCCL_IB_HCA"] = "=" + names
         env["UCX_NET_DEVICES"] = names
+    if any(p.fabric == "RoCE" for p in active):
+        notes.append("RoCE: NCCL_IB_GID_INDEX is left unset: NCCL >= 2.21 picks the RoCE v2 GID "
+                     "itself")
     routed, default = routed_interfaces(root)
     ifs = sorted({n for p in active for n in p.netdevs if n in routed})
     if ifs:
