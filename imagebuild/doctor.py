@@ -203,6 +203,10 @@ def read_node(root: str = "/", *, nvml: bool = True) -> Node:
         raise UsageError(f"{root!r} is not a folder (a captured /proc and /sys tree)",
                          argument="--root")
     live = os.path.realpath(root) == "/"
+    if not live and not os.path.isfile(os.path.join(root, "proc/sys/kernel/osrelease")):
+        raise ImagebuildError("a captured tree needs proc/sys/kernel/osrelease (the kernel "
+                              "release; without it this machine's would be reported)",
+                              file=os.path.join(root, "proc/sys/kernel/osrelease"))
     probe = gdr.probe(root)
     version_text = _read(root, "proc/driver/nvidia/version")
     driver, open_km = probe.nvidia_driver, probe.open_kernel_module

@@ -276,6 +276,9 @@ def test_smi_capture_with_header_and_malformed(tmp_path, capsys):
 def test_doctor_bad_root(capsys, tmp_path):
     code, out, err = run_cli(capsys, "doctor", "--root", str(tmp_path / "nope"))
     assert code == 2 and len(err.splitlines()) == 1 and "argument --root" in err
+    code, out, err = run_cli(capsys, "doctor", "--root", str(tmp_path))   # not a captured tree
+    assert code == 2 and out == "" and len(err.splitlines()) == 1
+    assert f"{tmp_path}/proc/sys/kernel/osrelease:" in err
 
 
 # ------------------------------------------------------------------------- find
