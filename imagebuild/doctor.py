@@ -439,3 +439,47 @@ def diagnose(k, specs, node: Node) -> Diagnosis:
     _, fabric_notes = gdr.fabric_env(node.probe.ports, node.root)
     return Diagnosis(node=node, facts=facts, fits=good, misfits=bad, gpudirect=status,
                      missing=missing, env=env, fabric_notes=fabric_notes)
+
+
+# ------------------------------------------------------------------------------------ capturing
+
+
+def capture(dest: str, root: str = "/", *, nvml: bool = True) -> list[str]:
+    """Copy the files doctor reads from the node at ``root`` into ``dest`` (a captured tree for
+    `doctor --root`), with the GPU list as ``nvidia-smi.csv`` and each command found as an empty
+    file in ``usr/bin``. Returns the files written, relative to ``dest``, sorted."""
+    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
+        raise UsageError(f"{dest!r} exists and is not an empty folder", argument="--capture")
+    node = read_node(root, nvml=nvml)
+    files: dict[str, str] = {}
+    for rel in ("proc/driver/nvidia/version", "proc/sys/kernel/osrelease", "proc/sys/kernel/arch",
+                "proc/modules", "proc/net/route"):
+        text = _read(root, rel)
+        if text is not None:
+            files[rel] = text
+    for port in node.probe.ports:
+        base = f"sys/class/infiniband/{port.device}/ports/{port.port}"
+        for name in ("link_layer", "state", "rate"):
+            text = _read(root, f"{base}/{name}")
+            if text is not None:
+                files[f"{base}/{name}"] = text
+        for netdev in port.netdevs:
+            rel = f"sys/class/infiniband/{port.device}/device/net/{netdev}/operstate"
+            files[rel] = _read(root, rel) or "unknown\n"
+    if node.gpus:
+        files[SMI_CAPTURE] = "".join(f"{g.name}, {g.compute_cap}, {g.driver}\n" for g in node.gpus)
+    conf, folder = (os.path.join(root, p) for p in PLUGSTACK)
+    for path in [conf] + ([os.path.join(folder, f) for f in sorted(os.listdir(folder))]
+                          if os.path.isdir(folder) else []):
+        if os.path.isfile(path):
+            files[os.path.relpath(path, root)] = _read(path) or ""
+    for name, path in sorted(node.commands.items()):
+        if path:
+            folder = os.path.dirname(path).strip("/")
+            files[f"{folder if folder in COMMAND_DIRS else 'usr/bin'}/{name}"] = ""
+    for rel, text in files.items():
+        out = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    return sorted(files)

@@ -262,6 +262,26 @@ def test_live_gpus_from_nvidia_smi_and_nvml(monkeypatch, tmp_path):
     assert node.gpus[0] == doctor.GpuInfo(H100, "9.0", "580.159.04")
 
 
+@pytest.mark.parametrize("source", ["this-machine", DGX, ROCE])
+def test_capture_gives_a_tree_doctor_reads_the_same(k, specs, tmp_path, capsys, source):
+    root = "/" if source == "this-machine" else source
+    dest = tmp_path / "captured"
+    code, out, err = run_cli(capsys, "doctor", "--root", root, "--capture", str(dest))
+    assert code == 0 and err == "" and out.startswith("captured ")
+    assert (dest / "proc/sys/kernel/osrelease").is_file()
+    before, after = doctor.read_node(root), doctor.read_node(str(dest))
+    for field in ("kernel", "platform", "driver", "open_kernel_module", "gpus", "modules", "ofed",
+                  "pyxis"):
+        assert getattr(after, field) == getattr(before, field), field
+    assert {c: bool(p) for c, p in after.commands.items()} == \
+        {c: bool(p) for c, p in before.commands.items()}
+    assert after.probe.ports == before.probe.ports and after.probe.nccl_env == before.probe.nccl_env
+    a, b = doctor.diagnose(k, specs, before), doctor.diagnose(k, specs, after)
+    assert a.facts.flags() == b.facts.flags() and a.best.spec.id == b.best.spec.id
+    code, _, err = run_cli(capsys, "doctor", "--root", root, "--capture", str(dest))
+    assert code == 2 and "argument --capture" in err and len(err.splitlines()) == 1
+
+
 def test_smi_capture_with_header_and_malformed(tmp_path, capsys):
     assert doctor.parse_smi_csv("name, compute_cap, driver_version\nTesla V100-SXM2-16GB, 7.0, "
                                 "535.104.05\n", "x") == [doctor.GpuInfo("Tesla V100-SXM2-16GB", "7.0",

@@ -21,6 +21,9 @@ def configure(parser) -> None:
                         help="read a captured /proc, /sys and nvidia-smi.csv below DIR instead of "
                              "this node (README: imagebuild doctor)")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
+    parser.add_argument("--capture", metavar="DIR",
+                        help="copy the files doctor reads into DIR (a new or empty folder), a tree "
+                             "for --root: to file a report or make a test fixture")
 
 
 def quote(arg: str) -> str:
@@ -35,6 +38,11 @@ def quote(arg: str) -> str:
 def run(args) -> int:
     from .. import doctor, images, knowledge
 
+    if args.capture:
+        written = doctor.capture(args.capture, args.root)
+        print(f"captured {len(written)} file(s) into {args.capture} "
+              f"(read it with: imagebuild doctor --root {quote(args.capture)})")
+        return 0
     node = doctor.read_node(args.root)
     k = knowledge.load(args.matrix)
     specs, _ = images.expand(k)
