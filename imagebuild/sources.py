@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import urljoin, urlsplit
 
-from .errors import ImagebuildError, UsageError
+from .errors import ImagebuildError, Unavailable, UsageError
 from .redact import redact
 from .versions import NONE
 
@@ -38,6 +38,10 @@ CHUNK = 1 << 20
 
 class SourceError(ImagebuildError):
     """A tarball cannot be had, or its bytes are not the ones the matrix records."""
+
+
+class SourceUnavailable(Unavailable, SourceError):
+    """The upstream or the mirror cannot be reached, or answers 5xx/429 (exit code 3)."""
 
 
 @dataclass(frozen=True)
@@ -210,10 +214,11 @@ def _read(where: str, session) -> Iterable[bytes]:
     try:
         resp = session.get(where, stream=True, timeout=60)
         if resp.status_code >= 400:
-            raise SourceError(f"{where}: HTTP {resp.status_code}")
+            kind = SourceUnavailable if resp.status_code >= 500 or resp.status_code == 429 else SourceError
+            raise kind(f"{where}: HTTP {resp.status_code}")
         yield from resp.iter_content(CHUNK)
     except requests.RequestException as exc:
-        raise SourceError(f"cannot download {where}: {type(exc).__name__}") from None
+        raise SourceUnavailable(f"cannot download {where}: {type(exc).__name__}") from None
 
 
 def copy_into(tarballs: list[Tarball], cache: Path, dest: Path) -> list[Path]:

@@ -134,3 +134,15 @@ def test_fill_the_cache_from_the_shared_archives(tmp_path, capsys):
     assert sorted(p.name for p in cache.iterdir()) == [
         "gdrcopy-2.5.1.tar.gz", "nccl-tests-2.17.6.tar.gz", "openmpi-5.0.10-git.tar.gz",
         "ucx-1.22.0-git.tar.gz"]
+
+
+def test_an_unreachable_mirror_is_an_outage_exit_3(capsys, tmp_path):
+    import socket
+    with socket.socket() as s:          # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert cli.main(["sources", "--matrix", str(MATRIX), "fetch", COMMS, "--from",
+                     f"http://127.0.0.1:{port}/mirror/", "--cache", str(tmp_path / "cache")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in err if line.startswith("imagebuild sources:")]   # beside progress
+    assert len(errors) == 1 and "cannot download" in errors[0] and "ConnectionError" in errors[0], err
