@@ -329,7 +329,7 @@ def host_facts(k, node: Node) -> HostFacts:
                              f"capability {cc} ({sm})")
             else:
                 notes.append(f"{name} (compute capability {cc}) is not in the knowledge base")
-    elif driver is None:
+    elif node.driver is None:      # no NVIDIA kernel module at all (not: a version not parsed)
         gpu = "none"
     from .hostfit import platform_id
     return HostFacts(driver=driver, gpu=gpu, kernel=kernel_version(node.kernel),
