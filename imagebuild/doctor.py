@@ -27,7 +27,6 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from .errors import ImagebuildError, UsageError
 from .smoke import gdr
