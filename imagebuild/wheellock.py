@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ImagebuildError, KnowledgeError
+from .errors import ImagebuildError, KnowledgeError, Unavailable
 from .redact import redact
 from .versions import NONE, major_minor, parse_version
 
@@ -36,6 +36,16 @@ _HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})\s*\\?\Z")
 
 class LockError(ImagebuildError):
     """A wheel lock is missing, broken, stale, or cannot be written."""
+
+
+class LockUnavailable(Unavailable, LockError):
+    """uv could not reach an index (connection refused, DNS, timeouts, 5xx): exit code 3."""
+
+
+# uv's words for an index that did not answer (as opposed to one that answered "no such version")
+_UV_UNREACHABLE = re.compile(r"connection refused|tcp connect error|dns error|failed to lookup|"
+                             r"timed out|connection reset|server error|50[0234] |429 too many",
+                             re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -313,7 +323,8 @@ def compile_lock(ws: WheelSet, *, index_url: str, find_links: list[str] | None =
             (lines[-1] if lines else f"uv exited {proc.returncode}")
         detail = " ".join(ln.lstrip("╰─▶ ") for ln in lines[1:3]) if len(lines) > 1 else ""
         # hidden before it is cut: a cut URL would no longer show where its credentials end
-        raise LockError(redact(f"{ws.key}: cannot lock {' '.join(ws.requirements)}: "
+        kind = LockUnavailable if _UV_UNREACHABLE.search(proc.stderr) else LockError
+        raise kind(redact(f"{ws.key}: cannot lock {' '.join(ws.requirements)}: "
                                f"{why}{(' ' + detail) if detail else ''}")[:400])
     body = proc.stdout.strip("\n") + "\n"
     text = ws.header() + "\n" + body

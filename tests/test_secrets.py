@@ -187,3 +187,18 @@ def test_sources_mirror_credentials_are_hidden(index, workdir):
     _assert_no_leak(token, proc, tmp_path)
     assert f"from http://{USER}:***@127.0.0.1:{port}/mirror/" in proc.stderr
     assert any(auth for _m, _p, auth in index.seen)
+
+
+def test_an_unreachable_index_is_exit_3_and_its_token_stays_hidden(workdir):
+    import socket
+    tmp_path, root, bindir, argv_log = workdir
+    with socket.socket() as s:          # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    token = "tok-" + uuid.uuid4().hex
+    proc = _run(["wheels", "lock", COMMS, "--refresh", "--index-url",
+                 f"http://{USER}:{token}@127.0.0.1:{port}/simple/"],
+                tmp_path=tmp_path, root=root, bindir=bindir)
+    assert proc.returncode == 3, proc.stderr
+    assert "Traceback" not in proc.stderr
+    _assert_no_leak(token, proc, tmp_path, argv_log)

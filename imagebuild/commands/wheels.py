@@ -2,7 +2,8 @@
 
 lock:  write locks/wheels/<set>.txt for every wheel set the named images (default: all) install and
        that has no lock yet (--refresh: all of them again). Sets that cannot be locked (an index out
-       of reach) are reported one line each; the others are still written. Exit 2 if any failed.
+       of reach) are reported one line each; the others are still written. Exit 2 if any failed,
+       3 when every failure was an index that did not answer (an outage: retry later).
 check: every committed lock parses and agrees with the matrix; no lock belongs to no image.
        Missing locks are listed (their images are not generated); --strict makes them fail too.
 """
@@ -42,6 +43,7 @@ def _wheel_sets(args):
 
 
 def run(args) -> int:
+    from ..errors import EXIT_UNAVAILABLE
     from ..smoke.report import write_atomic
     from ..sync import default_index, validate_index_url
     from ..wheellock import LockError, compile_lock, lock_root, parse_lock, pip_sources, read_lock
@@ -54,7 +56,7 @@ def run(args) -> int:
     src = pip_sources()
     index = validate_index_url(args.index_url) if args.index_url else \
         (src.get("index-url") or [default_index()])[0]
-    failed = 0
+    failed = unavailable = 0
     for _key, (ws, ids) in sorted(sets.items()):
         try:
             if not args.refresh and read_lock(k, ws) is not None:
@@ -66,6 +68,7 @@ def run(args) -> int:
             text = compile_lock(ws, index_url=index, find_links=src.get("find-links", []))
         except LockError as exc:
             failed += 1
+            unavailable += exc.exit_code == EXIT_UNAVAILABLE
             print(f"imagebuild wheels: {exc}", file=sys.stderr)
             continue
         write_atomic(root / ws.path, text, 0o644)
@@ -74,7 +77,8 @@ def run(args) -> int:
     if failed:
         print(f"imagebuild wheels: {failed} of {len(sets)} wheel set(s) could not be locked",
               file=sys.stderr)
-        return 2
+        # 3 when every failure was an index that did not answer: running again later may succeed
+        return EXIT_UNAVAILABLE if unavailable == failed else 2
     return 0
 
 
