@@ -226,6 +226,8 @@ def find_credentials(host: str, *, env: dict[str, str] | None = None,
                             column=exc.colno) from None
     if not isinstance(data, dict):
         raise RegistryError("the Docker config is not a JSON object", file=str(path))
+    if not data:
+        return None     # (docker.auth would read another file for an empty dict)
     import docker.auth
     import docker.errors
 

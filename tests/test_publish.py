@@ -628,3 +628,18 @@ def test_cli_publish_with_credential_helper_only(engine, registry, tmp_path, mon
     digest = api_for(registry).manifest_digest("ci/pub-helper", "1")
     assert out.splitlines()[-1] == f"{registry}/ci/pub-helper:1@{digest}"
     assert f"get {registry}" in log.read_text()
+
+
+def test_an_empty_docker_config_means_no_credentials(tmp_path, monkeypatch):
+    # docker.auth, given an empty dict, would go and read the default config instead
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps(
+        {"auths": {"r:1": {"auth": base64.b64encode(b"x:not-this-one").decode()}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(other))
+    empty = tmp_path / "config.json"
+    empty.write_text("{}")
+    assert publish.find_credentials("r:1", env={}, docker_config=empty) is None
+    empty.write_text("[]")
+    with pytest.raises(RegistryError, match="not a JSON object"):
+        publish.find_credentials("r:1", env={}, docker_config=empty)
