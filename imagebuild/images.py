@@ -94,7 +94,10 @@ class ImageSpec:
         """What the smoke suite may require of the image: UCX built from source here has verbs
         and rdmacm (and CUDA in CUDA images); Debian's UCX is taken as it comes."""
         built = self.ucx.get("install", "source") == "source"
-        return {"ucx_cuda": built and self.stack["cuda"] != NONE, "verbs": built}
+        cuda = built and self.stack["cuda"] != NONE
+        # render's UCX configure line: --with-verbs --with-rdmacm, and in CUDA images
+        # --with-cuda --with-gdrcopy
+        return {"gdrcopy": cuda, "rdmacm": built, "ucx_cuda": cuda, "verbs": built}
 
     @property
     def image_json(self) -> dict:

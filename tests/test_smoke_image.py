@@ -141,6 +141,34 @@ def test_a_second_copy_of_a_library_fails(smoke_cpu_image, docker_client, tmp_pa
     assert "2 copies of libmpi.so.40" in libraries["detail"] and "/opt/extra/lib/libmpi.so.40" in libraries["detail"]
 
 
+def _with_features(docker_client, smoke_cpu_image, tag: str, features: dict) -> str:
+    """smoke-cpu with its image.json promising other UCX features (labels untouched: only
+    mpi.config runs against it)."""
+    edit = ("import json; p='/opt/imagebuild/image.json'; d=json.load(open(p)); "
+            f"d['features']={features!r}; json.dump(d, open(p, 'w'))")
+    return _build(docker_client, None, f"imagebuild/smoke-cpu-proto:{tag}",
+                  f"FROM {smoke_cpu_image}\nRUN python3 -c \"{edit}\"\n")
+
+
+def test_ucx_modules_the_image_promises_are_required(smoke_cpu_image, docker_client, tmp_path):
+    """Debian's UCX has ib and rdmacm but no cuda module: an image promising verbs and rdmacm
+    passes, one promising CUDA and gdrcopy fails and names what is missing."""
+    ok = _with_features(docker_client, smoke_cpu_image, "ucx-rdma",
+                        {"verbs": True, "rdmacm": True, "ucx_cuda": False, "gdrcopy": False})
+    report = tmp_path / "ok.json"
+    assert cli.main(["test", ok, "--only", "mpi.config", "--report", str(report)]) == 0
+    check = json.loads(report.read_text())["checks"][0]
+    assert "UCX has what the image promises: verbs (ib), rdmacm (rdmacm)" in check["detail"]
+    assert check["metrics"]["ucx_module.ib"] == 1 and check["metrics"]["ucx_module.rdmacm"] == 1
+    bad = _with_features(docker_client, smoke_cpu_image, "ucx-cuda",
+                         {"verbs": True, "rdmacm": True, "ucx_cuda": True, "gdrcopy": True})
+    report = tmp_path / "bad.json"
+    assert cli.main(["test", bad, "--only", "mpi.config", "--report", str(report)]) == 1
+    check = json.loads(report.read_text())["checks"][0]
+    assert check["status"] == "fail"
+    assert "UCX was built without cuda (for ucx_cuda), cuda/gdrcopy (for gdrcopy)" in check["detail"]
+
+
 def test_unknown_and_foreign_images_are_one_line(docker_client, capsys):
     assert cli.main(["test", "imagebuild/no-such-image:1"]) == 2
     err = capsys.readouterr().err

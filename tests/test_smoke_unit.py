@@ -782,3 +782,29 @@ def test_soname_copies_finds_a_library_shipped_twice(tmp_path):
     assert twice == {"libmpi.so.40": sorted([str(a / "libmpi.so.40.1"), str(b / "libmpi.so.40")])}
     # a library outside the watched families is not the check's business
     assert libs.soname_copies([str(a), str(b)], prefixes=("libcudnn",)) == {}
+
+
+# -- UCX build configuration --------------------------------------------------------------------
+
+# `ucx_info -b` lines of a CUDA build with gdrcopy (as EasyBuild's UCX-CUDA modules record them)
+# and of Debian bookworm's UCX 1.13.1 (seen in smoke-cpu)
+UCX_CUDA_BUILD = '#define uct_MODULES               ":ib:rdmacm:cma:cuda"\n#define uct_cuda_MODULES          ":gdrcopy"\n#define HAVE_IB 1\n'
+UCX_DEBIAN_BUILD = '#define HAVE_IB                   1\n#define uct_MODULES               ":ib:rdmacm:cma"\n#define uct_cuda_MODULES          ""\n'
+ALL_FEATURES = {"verbs": True, "rdmacm": True, "ucx_cuda": True, "gdrcopy": True}
+
+
+def test_ucx_modules_are_read_from_the_build_configuration():
+    assert checks.parse_ucx_modules(UCX_CUDA_BUILD) == {"ib", "rdmacm", "cma", "cuda", "cuda/gdrcopy"}
+    assert checks.parse_ucx_modules(UCX_DEBIAN_BUILD) == {"ib", "rdmacm", "cma"}
+    assert checks.parse_ucx_modules("UCX 1.13.1 built without defines") == set()
+
+
+def test_ucx_modules_judged_against_the_promised_features():
+    good = checks.judge_ucx_modules(checks.parse_ucx_modules(UCX_CUDA_BUILD), ALL_FEATURES, True)
+    assert [status for status, _ in good] == ["pass", "pass"]
+    bad = checks.judge_ucx_modules(checks.parse_ucx_modules(UCX_DEBIAN_BUILD), ALL_FEATURES, True)
+    assert bad[-1] == ("fail", "UCX was built without cuda (for ucx_cuda), cuda/gdrcopy (for gdrcopy), "
+                               "but the image should have them")
+    no_ib = checks.judge_ucx_modules({"rdmacm", "cma"}, {"verbs": True}, False)
+    assert no_ib[-1][0] == "fail" and "ib (for verbs)" in no_ib[-1][1] and "HAVE_IB" in no_ib[-1][1]
+    assert checks.judge_ucx_modules(set(), {}, False)[0][0] == "fail"

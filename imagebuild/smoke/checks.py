@@ -211,6 +211,39 @@ def parse_transports(ucx_info_d: str) -> list[str]:
     return sorted(set(re.findall(r"^#\s*Transport:\s*(\S+)", ucx_info_d, re.M)))
 
 
+# image.json feature -> the UCX transport module it needs (`ucx_info -b`: uct_MODULES, and the
+# CUDA transport's own sub-modules in uct_cuda_MODULES)
+UCX_FEATURE_MODULES = {"verbs": "ib", "rdmacm": "rdmacm", "ucx_cuda": "cuda", "gdrcopy": "cuda/gdrcopy"}
+
+
+def parse_ucx_modules(build_config: str) -> set[str]:
+    """The transport modules `ucx_info -b` says UCX was built with: "ib", "rdmacm", "cma",
+    "cuda", and a sub-module as "cuda/gdrcopy" (from `#define uct_cuda_MODULES ":gdrcopy"`)."""
+    found: set[str] = set()
+    for m in re.finditer(r'^#define\s+uct(?:_(\w+))?_MODULES\s+"([^"]*)"', build_config, re.M):
+        parent = m.group(1)
+        for name in filter(None, m.group(2).split(":")):
+            found.add(f"{parent}/{name}" if parent else name)
+    return found
+
+
+def judge_ucx_modules(modules: set[str], wanted: dict[str, bool], have_ib: bool) -> list[tuple[str, str]]:
+    """Parts for mpi.config: every module the image's features ask for is built in."""
+    parts: list[tuple[str, str]] = []
+    if not modules:
+        return [(FAIL, "ucx_info -b names no transport module (no uct_MODULES line)")]
+    parts.append((PASS, "UCX modules built in: " + ", ".join(sorted(modules))))
+    missing = [f"{mod} (for {feat})" for feat, mod in UCX_FEATURE_MODULES.items() if wanted.get(feat) and mod not in modules]
+    if wanted.get("verbs") and not have_ib:
+        missing.append("HAVE_IB (for verbs)")
+    if missing:
+        parts.append((FAIL, "UCX was built without " + ", ".join(missing) + ", but the image should have them"))
+    elif any(wanted.values()):
+        parts.append((PASS, "UCX has what the image promises: "
+                      + ", ".join(f"{feat} ({mod})" for feat, mod in UCX_FEATURE_MODULES.items() if wanted.get(feat))))
+    return parts
+
+
 def check_mpi_config(ctx: Context) -> CheckResult:
     parts: list[tuple[str, str]] = []
     metrics: dict[str, float] = {}
@@ -252,11 +285,13 @@ def check_mpi_config(ctx: Context) -> CheckResult:
             parts.append((PASS, f"UCX transports: {', '.join(tls)}"))
         else:
             parts.append((FAIL, f"ucx_info -d lists no transport: {out.tail(2)}"))
+        built = proc.run([ucx_info, "-b"], timeout=min(ctx.left(), 60))
+        modules = parse_ucx_modules(built.output)
+        for mod in sorted(modules):
+            metrics[f"ucx_module.{mod}"] = 1
+        parts += judge_ucx_modules(modules, {f: ctx.feature(f) for f in UCX_FEATURE_MODULES},
+                                   bool(re.search(r"#define HAVE_IB\s+1", built.output)))
         if ctx.feature("verbs"):
-            built = proc.run([ucx_info, "-b"], timeout=min(ctx.left(), 60))
-            with_ib = bool(re.search(r"#define HAVE_IB\s+1", built.output))
-            parts.append((PASS if with_ib else FAIL,
-                          "UCX built with verbs (HAVE_IB)" if with_ib else "UCX built without verbs, but the image should have them"))
             devices = gdr.probe().rdma_devices
             if devices:
                 rc = [tl for tl in tls if tl.startswith("rc")]
