@@ -9,6 +9,11 @@ built; dependencies outside the list are assumed to exist in the engine already.
 independent jobs build in parallel threads. After a failure, jobs that depend on the failed one are
 skipped; the others are built only with `keep_going`, otherwise no new job starts (running ones
 finish) and the rest are reported as not started.
+
+Interrupts (Ctrl-C; SIGTERM through the command): no new job starts, the running builds are
+cancelled through the engine (`cancel_builds`: the SDK build's connection is cut, the BuildKit CLI
+gets SIGINT), so their step containers stop and are removed and no tag is moved; then the
+interrupt goes on to the caller.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from .engines import BuildResult, Engine, NAME_RE
 from .errors import ImagebuildError, UsageError
 
 BUILT, FAILED, SKIPPED, NOT_STARTED = "built", "failed", "skipped", "not-started"
+#: after an interrupt, how long the running builds' threads are given to stop once cancelled
+CANCEL_WAIT_S = 30
 
 
 @dataclass(frozen=True)
@@ -161,8 +168,14 @@ def build_all(jobs: Sequence[BuildJob], *, engine: Engine, jobs_n: int = 1, keep
                 if outcome.status == FAILED and not keep_going:
                     stop = True
     except BaseException:
-        # Ctrl-C or a bug in here: start nothing new and do not wait for running builds
+        # Ctrl-C, SIGTERM or a bug in here: start nothing new, stop the running builds (the
+        # engine cancels their steps and removes their containers; no tag is written), and wait
+        # a bounded time for their threads to see it
         pool.shutdown(wait=False, cancel_futures=True)
+        cancel = getattr(engine, "cancel_builds", None)
+        if cancel is not None:
+            cancel()
+        cf.wait(list(running), timeout=CANCEL_WAIT_S)
         raise
     pool.shutdown(wait=True)
     return [outcomes[j.image_id] for j in jobs]

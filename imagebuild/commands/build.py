@@ -186,8 +186,10 @@ def run(args) -> int:
         raise UsageError("no images to build")
     engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    outcomes = build_all(jobs, engine=engine, jobs_n=args.jobs, keep_going=args.keep_going,
-                         log_dir=log_dir, progress=progress)
+    from ..atomic import terminate_as_interrupt
+    with terminate_as_interrupt():  # SIGTERM stops the builds as Ctrl-C does
+        outcomes = build_all(jobs, engine=engine, jobs_n=args.jobs, keep_going=args.keep_going,
+                             log_dir=log_dir, progress=progress)
     _write_json(Path(output) / "build-report.json", outcomes_as_dict(outcomes))
     print(format_table(outcomes))
     failed = [o for o in outcomes if not o.ok]

@@ -15,15 +15,17 @@ import collections
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Mapping
 
 from ..errors import EngineError
 from . import BuildResult, Progress, check_mapping, check_ref, check_secrets, docker_host
-from .docker_sdk import DockerEngine, _one_line, _open_log, check_context, step_failure
+from .docker_sdk import DockerEngine, _one_line, _open_log, cancellable, check_context, step_failure
 
 DEFAULT_CLI = "/usr/bin/docker"   # Debian's client: speaks to the 20.10 engine's built-in BuildKit
 
@@ -103,45 +105,56 @@ class BuildKitEngine(DockerEngine):
                                             encoding="utf-8", errors="replace", bufsize=1)
                 except OSError as exc:
                     raise EngineError(f"building {ref}: cannot run {cli}: {exc.strerror}") from None
-                try:
-                    assert proc.stdout is not None
-                    for line in proc.stdout:
-                        out.write(line)
-                        line = line.rstrip("\n")
-                        if line.strip():
-                            last_lines.append(line)
-                        m = _VERTEX_RE.match(line)
-                        if m:
-                            vid, bracket, text = m.groups()
-                            if vid in names:
+
+                def stop(proc=proc) -> None:
+                    # the CLI cancels its BuildKit session on SIGINT, which stops the running
+                    # step; killed if it has not ended 10 s later
+                    if proc.poll() is None:
+                        proc.send_signal(signal.SIGINT)
+                        timer = threading.Timer(10, lambda: proc.poll() is None and proc.kill())
+                        timer.daemon = True
+                        timer.start()
+
+                with cancellable(stop):
+                    try:
+                        assert proc.stdout is not None
+                        for line in proc.stdout:
+                            out.write(line)
+                            line = line.rstrip("\n")
+                            if line.strip():
+                                last_lines.append(line)
+                            m = _VERTEX_RE.match(line)
+                            if m:
+                                vid, bracket, text = m.groups()
+                                if vid in names:
+                                    continue
+                                sm = _STEPNO_RE.match(bracket)
+                                if not sm:
+                                    names[vid] = f"[{bracket}] {_one_line(text, 80)}"
+                                    continue
+                                names[vid] = f"{bracket} {_one_line(text, 80)}"
+                                if not text.upper().startswith("FROM "):
+                                    counted.add(vid)
+                                    progress(f"Step {sm.group(2)}/{sm.group(3)}: {_one_line(text, 60)}")
                                 continue
-                            sm = _STEPNO_RE.match(bracket)
-                            if not sm:
-                                names[vid] = f"[{bracket}] {_one_line(text, 80)}"
+                            m = _CACHED_RE.match(line)
+                            if m:
+                                if m.group(1) in counted and m.group(1) not in cached_set:
+                                    cached_set.add(m.group(1))
+                                    progress(f"Step {names[m.group(1)].split(' ', 1)[0]}: cached")
                                 continue
-                            names[vid] = f"{bracket} {_one_line(text, 80)}"
-                            if not text.upper().startswith("FROM "):
-                                counted.add(vid)
-                                progress(f"Step {sm.group(2)}/{sm.group(3)}: {_one_line(text, 60)}")
-                            continue
-                        m = _CACHED_RE.match(line)
-                        if m:
-                            if m.group(1) in counted and m.group(1) not in cached_set:
-                                cached_set.add(m.group(1))
-                                progress(f"Step {names[m.group(1)].split(' ', 1)[0]}: cached")
-                            continue
-                        m = _ERROR_RE.match(line)
-                        if m and failed is None:
-                            failed = (m.group(1), m.group(2))
-                            continue
-                        m = _OUTPUT_RE.match(line)
-                        if m:
-                            outputs[m.group(1)].append(m.group(2))
-                    rc = proc.wait()
-                except BaseException:
-                    proc.kill()
-                    proc.wait()
-                    raise
+                            m = _ERROR_RE.match(line)
+                            if m and failed is None:
+                                failed = (m.group(1), m.group(2))
+                                continue
+                            m = _OUTPUT_RE.match(line)
+                            if m:
+                                outputs[m.group(1)].append(m.group(2))
+                        rc = proc.wait()
+                    except BaseException:
+                        proc.kill()
+                        proc.wait()
+                        raise
             seconds = time.monotonic() - t0
             if rc != 0:
                 if failed is not None:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 import os
 import re
 import secrets as _secrets
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 from ..errors import BuildError, EngineError, EngineUnavailable, ImagebuildError, UsageError
 from . import (
@@ -32,6 +34,56 @@ OWNER_LABEL = {"io.imagebuild.owner": "imagebuild"}
 _STEP_RE = re.compile(r"^(?:Step|STEP) (\d+)/(\d+) ?: (.*)\Z")
 _CACHE_RE = re.compile(r"^\s*-{2,3}> Using cache\b")
 _TARGET_RE = re.compile(r"^/[^\x00-\x1f\x7f:,]*\Z")
+
+
+# Builds running now, each with the function that stops it (Ctrl-C, SIGTERM): cancel_builds()
+# calls them all. Shared by every engine object (BuildKitEngine instances are made per build).
+_RUNNING_LOCK = threading.Lock()
+_RUNNING: dict[int, Callable[[], None]] = {}
+_RUNNING_KEYS = itertools.count()
+
+
+@contextlib.contextmanager
+def cancellable(stop: Callable[[], None]) -> Iterator[None]:
+    """Register ``stop`` (stops one running build) while the block runs."""
+    key = next(_RUNNING_KEYS)
+    with _RUNNING_LOCK:
+        _RUNNING[key] = stop
+    try:
+        yield
+    finally:
+        with _RUNNING_LOCK:
+            _RUNNING.pop(key, None)
+
+
+def cancel_builds() -> int:
+    """Stop every build running now (in any thread); returns how many were asked to stop."""
+    with _RUNNING_LOCK:
+        stops = list(_RUNNING.values())
+    for stop in stops:
+        with contextlib.suppress(Exception):
+            stop()
+    return len(stops)
+
+
+def _stream_closer(stream) -> Callable[[], None]:
+    """A function that cuts the HTTP connection of a docker SDK build stream: the engine then
+    cancels the build (its running step's container is killed and, with forcerm, removed), and
+    the thread reading the stream gets an error at once."""
+    import socket
+
+    frame = getattr(stream, "gi_frame", None)  # the SDK's _stream_helper(response, decode)
+    response = frame.f_locals.get("response") if frame is not None else None
+
+    def stop() -> None:
+        if response is None:
+            return
+        raw = response.raw._fp.fp.raw
+        sock = getattr(raw, "_sock", raw)
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+
+    return stop
 
 
 def _one_line(text: object, limit: int = 300) -> str:
@@ -96,6 +148,11 @@ class DockerEngine:
     def client(self):
         return self._client
 
+    @staticmethod
+    def cancel_builds() -> int:
+        """Stop every build running now (see cancel_builds at module level)."""
+        return cancel_builds()
+
     # ---------------------------------------------------------------------------- build
     def build(self, context: Path, ref: str, *, dockerfile: str = "Dockerfile",
               buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
@@ -149,19 +206,20 @@ class DockerEngine:
                     path=str(context), dockerfile=dockerfile, tag=ref, labels=labels or None,
                     buildargs=buildargs or None, rm=True, forcerm=True, decode=True,
                     nocache=no_cache)
-                for chunk in stream:
-                    if "stream" in chunk:
-                        text = str(chunk["stream"])
-                        out.write(text)
-                        for line in lines(text):
-                            handle(line)
-                    elif "error" in chunk:
-                        error = _one_line(chunk.get("error"))
-                        out.write(f"\nERROR: {chunk.get('error')}\n")
-                    elif "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
-                        image_id = str(chunk["aux"]["ID"])
-                    elif "status" in chunk:
-                        out.write(f"{chunk['status']} {chunk.get('progress', '')}\n")
+                with cancellable(_stream_closer(stream)):
+                    for chunk in stream:
+                        if "stream" in chunk:
+                            text = str(chunk["stream"])
+                            out.write(text)
+                            for line in lines(text):
+                                handle(line)
+                        elif "error" in chunk:
+                            error = _one_line(chunk.get("error"))
+                            out.write(f"\nERROR: {chunk.get('error')}\n")
+                        elif "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
+                            image_id = str(chunk["aux"]["ID"])
+                        elif "status" in chunk:
+                            out.write(f"{chunk['status']} {chunk.get('progress', '')}\n")
                 if pending:
                     handle(pending)
         seconds = time.monotonic() - t0
