@@ -2,7 +2,10 @@
 
 No base image can be pulled on our machines, so `imagebuild base debian-bookworm` makes one:
 
-1. `debootstrap --variant=minbase <suite> DIR [MIRROR]` into a temporary directory (root needed);
+1. `debootstrap --force-check-gpg --keyring=K --variant=minbase <suite> DIR [MIRROR]` into a
+   temporary directory (root needed): the Release file's signature must check against the
+   archive keyring K (Debian package debian-archive-keyring), or debootstrap stops; it never falls
+   back to an unchecked download;
 2. `normalize_rootfs`: drop what differs between two runs or leaks the host (logs, ldconfig's
    aux-cache, apt's package lists, the host's hostname and resolv.conf, device nodes) and pin the
    password-change day in /etc/shadow to the base's epoch;
@@ -45,12 +48,14 @@ class BaseSpec:
     variant: str
     epoch: int         # SOURCE_DATE_EPOCH of the image: mtimes are clamped to it, `created` is it
     description: str
+    keyring: str       # the archive keyring the Release files' signatures are checked against
 
 
 BASES: dict[str, BaseSpec] = {
     # epoch: the suite's first release day (bookworm: Debian 12.0, 2023-06-10).
     "debian-bookworm": BaseSpec("debian-bookworm", "debootstrap", "bookworm", "minbase", 1686355200,
-                                "Debian 12 (bookworm), debootstrap minbase"),
+                                "Debian 12 (bookworm), debootstrap minbase",
+                                "/usr/share/keyrings/debian-archive-keyring.gpg"),
 }
 
 DEFAULT_REF = "imagebuild/base:{name}"
@@ -95,6 +100,9 @@ def check_tools(spec: BaseSpec) -> str:
                               f"run `imagebuild base {spec.name}` as root")
     if not shutil.which("tar"):
         raise ImagebuildError("GNU tar is not installed; it packs the root file system")
+    if not os.path.isfile(spec.keyring):
+        raise ImagebuildError(f"the archive keyring {spec.keyring} is missing; {spec.tool} checks the "
+                              "mirror's signatures with it (Debian: apt-get install debian-archive-keyring)")
     return tool
 
 
@@ -116,7 +124,8 @@ def create_base(name: str, *, engine, ref: str | None = None, mirror: str | None
     tmp = Path(tempfile.mkdtemp(prefix=f"imagebuild-base-{name}-", dir=parent))
     try:
         rootfs = tmp / "rootfs"
-        argv = [tool, f"--variant={spec.variant}", spec.suite, str(rootfs)]
+        argv = [tool, "--force-check-gpg", f"--keyring={spec.keyring}", f"--variant={spec.variant}",
+                spec.suite, str(rootfs)]
         if mirror:
             argv.append(mirror)
         log_path = Path(log) if log else parent / f"imagebuild-base-{name}.log"

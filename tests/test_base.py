@@ -67,6 +67,28 @@ def engine(docker_client):
     return eng
 
 
+def test_debootstrap_must_check_the_release_signature(monkeypatch, tmp_path):
+    """debootstrap is told to check the Release signature against the archive keyring and to
+    stop rather than fall back; a missing keyring is one line before anything runs."""
+    if os.geteuid() != 0:
+        need("root", "imagebuild base runs debootstrap as root")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    argv_file = tmp_path / "argv"
+    fake = bindir / "debootstrap"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv_file}\necho "E: stop here"\nexit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    with pytest.raises(ImagebuildError, match="debootstrap failed"):
+        baseimage.create_base("debian-bookworm", engine=None, force=True, workdir=tmp_path / "w")
+    argv = argv_file.read_text().splitlines()
+    assert argv[:2] == ["--force-check-gpg", "--keyring=/usr/share/keyrings/debian-archive-keyring.gpg"]
+    missing = baseimage.BaseSpec("x", "debootstrap", "bookworm", "minbase", 1, "x", str(tmp_path / "none.gpg"))
+    monkeypatch.setitem(baseimage.BASES, "x", missing)
+    with pytest.raises(ImagebuildError, match=r"archive keyring .*none.gpg is missing"):
+        baseimage.create_base("x", engine=None, force=True, workdir=tmp_path / "w")
+
+
 def test_existing_ref_is_left_alone(engine):
     before = engine.inspect(BASE).id
     proc = _cli("debian-bookworm")
@@ -133,7 +155,9 @@ def test_debootstrap_end_to_end(engine, tmp_path):
     try:
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.startswith(f"created {ref} sha256:")
-        assert "Base system installed successfully" in (tmp_path / "debootstrap.log").read_text()
+        log = (tmp_path / "debootstrap.log").read_text()
+        assert "Base system installed successfully" in log
+        assert "Valid Release signature" in log  # --force-check-gpg: checked, never skipped
         assert [p.name for p in tmp_path.iterdir()] == ["debootstrap.log"]    # temp tree removed
         info = engine.inspect(ref)
         assert len(info.layers) == 1 and info.env["PATH"].startswith("/usr/local/sbin")
