@@ -19,6 +19,20 @@ def need(what: str, reason: str):
     pytest.skip(f"{what} not available: {reason}")
 
 
+# A test that uses one of these fixtures (directly or through another fixture) needs the service:
+# it gets the marker, so `-m "not engine"` and the like select exactly the tests that run without.
+SERVICE_FIXTURES = {"docker_client": "engine", "smoke_cpu_image": "engine", "registry": "registry",
+                    "slurm_cluster": "slurm"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in SERVICE_FIXTURES.items():
+            if fixture in used and item.get_closest_marker(marker) is None:
+                item.add_marker(getattr(pytest.mark, marker))
+
+
 @pytest.fixture(scope="session")
 def docker_client():
     try:

@@ -215,7 +215,7 @@ def test_inspect_save_remove_roundtrip(engine, base_image, tmp_path, docker_clie
         engine.remove(ref)
 
 
-# ------------------------------------------------------------------ podman (optional)
+# ------------------------------------------------------------------ podman (scripts/setup installs it)
 
 PODMAN_CONF = """[containers]
 default_ulimits = []
@@ -231,8 +231,7 @@ def podman_client(tmp_path_factory, engine, base_image):
     image; the settings are MACHINE.md's (cgroupfs, runc, no default ulimits)."""
     podman = shutil.which("podman")
     if not podman or not shutil.which("runc"):
-        pytest.skip("podman is optional and not installed (apt-get install podman runc); "
-                    "CI does not install it")
+        need("podman and runc (Debian packages podman runc; scripts/setup installs them)", "not on PATH")
     import docker
     d = tmp_path_factory.mktemp("podman")
     (d / "containers.conf").write_text(PODMAN_CONF)

@@ -225,14 +225,9 @@ def test_generated_sbatch_script_runs_under_slurm(smoke_bundle, tmp_path, monkey
 
 @pytest.mark.slurm
 @pytest.mark.engine
-def test_smoke_cpu_image_under_slurm(request, docker_client, slurm_cluster, tmp_path):
+def test_smoke_cpu_image_under_slurm(smoke_cpu_image, docker_client, slurm_cluster, tmp_path):
     """The same path with the project's smoke-cpu image (Open MPI, UCX, torch CPU)."""
-    try:
-        ref = request.getfixturevalue("smoke_cpu_image")
-    except pytest.FixtureLookupError:
-        pytest.skip("the smoke_cpu_image fixture is not defined in tests/conftest.py yet")
-    ref = getattr(ref, "local_ref", ref)
-    bundle = export.export_oci_bundle(docker_client, ref, tmp_path / "smoke-cpu.bundle").path
+    bundle = export.export_oci_bundle(docker_client, smoke_cpu_image, tmp_path / "smoke-cpu.bundle").path
     run = subprocess.run(
         ["srun", "--mpi=pmix", f"--container={bundle}", "imagebuild-smoke",
          "--only", "versions", "libraries", "mpi.config", "--report", "/srun-report.json"],
