@@ -104,3 +104,13 @@ def test_plan_prints_the_matrix_the_workflow_expects(capsys):
     known = load_images(ROOT / "matrix.yaml")
     assert matrix["include"], "an upgrade from 550 to the cluster's driver rebuilds some images"
     assert all(entry["image"] in known for entry in matrix["include"])
+
+
+def test_actions_are_pinned_by_full_commit(workflow):
+    """A tag can be moved to other code; a commit cannot. Every `uses:` names a 40-digit commit
+    (the tag it was in a comment beside it)."""
+    uses = [step["uses"] for job in workflow["jobs"].values() for step in job.get("steps", [])
+            if "uses" in step]
+    assert uses
+    for ref in uses:
+        assert re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+@[0-9a-f]{40}", ref), ref
