@@ -58,7 +58,8 @@ def test_distributed_checks_really_pass_on_the_host(cpu_run):
 def test_host_report_is_complete_and_exit_code_matches(cpu_run, tmp_path):
     out, data = cpu_run
     assert [c["name"] for c in data["checks"]] == ["versions", "libraries", "mpi.config", "mpi.allreduce",
-                                                   "torch.allreduce", "ddp.equivalence", "gpudirect"]
+                                                   "torch.allreduce", "ddp.equivalence", "ddp.elastic",
+                                                   "gpudirect"]
     # without an expectation the version comparison cannot run: a skip with its reason, not a pass
     versions = next(c for c in data["checks"] if c["name"] == "versions")
     assert versions["status"] == "skip" and "no expectation" in versions["detail"]

@@ -62,7 +62,7 @@ def test_every_check_passes_in_smoke_cpu(full_run, docker_client, smoke_cpu_imag
     data = json.loads(report.read_text())
     statuses = {c["name"]: (c["status"], c["detail"]) for c in data["checks"]}
     assert list(statuses) == ["versions", "libraries", "mpi.config", "mpi.allreduce", "torch.allreduce",
-                              "ddp.equivalence", "gpudirect", "ddp.two-node"]
+                              "ddp.equivalence", "ddp.elastic", "gpudirect", "ddp.two-node"]
     failed = {n: d for n, (s, d) in statuses.items() if s != "pass"}
     assert not failed
     assert code == 0 and data["passed"] is True
@@ -84,7 +84,7 @@ def test_two_node_run_used_two_containers(full_run):
 def test_junit_beside_the_report(full_run):
     _, report, _ = full_run
     root = ET.parse(str(report.with_suffix(".xml"))).getroot()
-    assert root.get("tests") == "8" and root.get("failures") == "0"
+    assert root.get("tests") == "9" and root.get("failures") == "0"
     assert sorted(c.get("name") for c in root.iter("testcase"))[0] == "ddp.equivalence"
 
 

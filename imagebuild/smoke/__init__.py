@@ -5,8 +5,9 @@ Singularity %test). Standard library only; torch and MPI are used in child proce
                                [--report FILE] [--junit FILE] [--timeout S]
 
 Checks: versions, libraries, mpi.config, mpi.allreduce, torch.allreduce, ddp.equivalence,
-gpudirect (informational: never makes the report fail), and on tier gpu nccl-tests
-(all_reduce_perf, when installed). `imagebuild test` adds ddp.two-node from
+ddp.elastic (torchrun --max-restarts survives a killed worker; elastic.py), gpudirect
+(informational: never makes the report fail), and on tier gpu nccl-tests (all_reduce_perf, when
+installed). `imagebuild test` adds ddp.two-node from
 the host. A skip is never a pass: the report lists every skipped check with its reason, and
 `passed` is true only when no required check failed.
 """
@@ -23,7 +24,7 @@ from .context import CheckTimeout, Context
 from .report import FAIL, CheckResult, Report
 
 CHECK_NAMES = ("versions", "libraries", "mpi.config", "mpi.allreduce", "torch.allreduce",
-               "ddp.equivalence", "gpudirect")
+               "ddp.equivalence", "ddp.elastic", "gpudirect")
 # tier gpu only (on tier cpu only when --only names it, and then it skips with its reason)
 GPU_CHECK_NAMES = ("nccl-tests",)
 HOST_CHECK_NAMES = ("ddp.two-node",)  # run by `imagebuild test` from outside the container

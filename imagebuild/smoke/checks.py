@@ -727,6 +727,8 @@ def check_nccl_tests(ctx: Context) -> CheckResult:
     return CheckResult(name, PASS, detail, metrics)
 
 
+from .elastic import check_ddp_elastic  # noqa: E402 - its own module (it imports _torch_plan from here)
+
 CHECKS = {
     "versions": check_versions,
     "libraries": check_libraries,
@@ -734,6 +736,7 @@ CHECKS = {
     "mpi.allreduce": check_mpi_allreduce,
     "torch.allreduce": check_torch_allreduce,
     "ddp.equivalence": check_ddp_equivalence,
+    "ddp.elastic": check_ddp_elastic,
     "gpudirect": check_gpudirect,
     "nccl-tests": check_nccl_tests,
 }
