@@ -8,6 +8,9 @@ bytes), written through a temporary file and a rename (never half-written)::
       "images": {
         "<image-id>": {
           "base_image": "sha256:...",          # id/digest of the FROM image
+          "bases": {                           # every external FROM (absent in older locks)
+            "ubuntu:22.04": {"id": "sha256:...", "digest": "ubuntu@sha256:..." | null}
+          },
           "dockerfile_sha256": "<hex>",        # of Dockerfiles/<id>/Dockerfile
           "image_id": "sha256:..." | null,     # the engine's id of the built image
           "smoke": {"counts": {"fail": 0, "pass": 9, "skip": 1}, "passed": true,
@@ -17,6 +20,13 @@ bytes), written through a temporary file and a rename (never half-written)::
       },
       "version": 1
     }
+
+What a base's "digest" is: ``id`` is the engine's image id, the sha256 of the image's config,
+which names the layers by their own sha256: a content address the engine verifies, and the only
+digest an image that never went through a registry has (the local base that `imagebuild base`
+makes is one, and its id is a pure function of its root file system). ``digest`` is the registry
+manifest digest (``NAME@sha256:...``) the engine recorded when the image was pulled or pushed,
+null when it never was. `build --locked` refuses to build when either differs from the lock.
 """
 
 from __future__ import annotations
@@ -32,9 +42,12 @@ from .errors import ImagebuildError
 LOCK_VERSION = 1
 DEFAULT_LOCK = "images.lock"
 ENTRY_KEYS = ("base_image", "dockerfile_sha256", "image_id", "smoke", "stack")
+OPTIONAL_KEYS = ("bases",)   # written by this version; a lock without it is still read
+_REPO_DIGEST = re.compile(r"[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}\Z")
 STATUSES = ("fail", "pass", "skip")
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_ID = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 _IMAGE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
 
 
@@ -94,11 +107,14 @@ def read_report_summary(path: str | os.PathLike) -> dict | None:
 
 
 def compute_entry(*, stack: dict[str, str], dockerfile_sha256: str, base_image: str | None,
-                  image_id: str | None, smoke: dict | None) -> dict:
-    """One lock entry from plain values (``smoke`` as returned by summarize_report)."""
+                  image_id: str | None, smoke: dict | None, bases: dict | None = None) -> dict:
+    """One lock entry from plain values (``smoke`` as returned by summarize_report; ``bases``
+    ref -> {"id", "digest"}, left out when None)."""
     if not _HEX64.match(dockerfile_sha256 or ""):
         raise ImagebuildError(f"dockerfile_sha256 {dockerfile_sha256!r} is not a sha256 hex digest")
-    return {
+    extra = {} if bases is None else {
+        "bases": {str(ref): {"digest": b.get("digest"), "id": b.get("id")} for ref, b in sorted(bases.items())}}
+    return {**extra,
         "base_image": base_image,
         "dockerfile_sha256": dockerfile_sha256,
         "image_id": image_id,
@@ -134,9 +150,21 @@ def _check_entry(image_id: str, entry, where: str) -> None:
     missing = [k for k in ENTRY_KEYS if k not in entry]
     if missing:
         raise bad(f"missing {', '.join(missing)}")
-    extra = sorted(set(entry) - set(ENTRY_KEYS))
+    extra = sorted(set(entry) - set(ENTRY_KEYS) - set(OPTIONAL_KEYS))
     if extra:
         raise bad(f"unknown key {extra[0]!r}")
+    if "bases" in entry:
+        bases = entry["bases"]
+        if not isinstance(bases, dict) or not all(
+                isinstance(ref, str) and isinstance(b, dict) and set(b) == {"id", "digest"}
+                for ref, b in bases.items()):
+            raise bad("bases must map image references to {id, digest}")
+        for ref, b in bases.items():
+            if b["id"] is not None and not (isinstance(b["id"], str) and _ID.match(b["id"])):
+                raise bad(f"bases[{ref!r}].id is not sha256:<64 hex digits> or null")
+            if b["digest"] is not None and not (isinstance(b["digest"], str)
+                                                and _REPO_DIGEST.match(b["digest"])):
+                raise bad(f"bases[{ref!r}].digest is not NAME@sha256:<64 hex digits> or null")
     if not isinstance(entry["stack"], dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in entry["stack"].items()):
         raise bad("stack must map component names to version strings")
@@ -189,7 +217,7 @@ def _short(value) -> str:
 
 
 #: the inputs of a build: what `build --locked` compares before building
-BUILD_INPUTS = ("stack", "dockerfile_sha256", "base_image")
+BUILD_INPUTS = ("stack", "dockerfile_sha256", "base_image", "bases")
 
 
 def drift(lock_entry: dict, current: dict, *, only: tuple[str, ...] | None = None) -> list[str]:
@@ -200,7 +228,7 @@ def drift(lock_entry: dict, current: dict, *, only: tuple[str, ...] | None = Non
     the image and its report do not exist yet).
     """
     if only is not None:
-        unknown = set(only) - set(ENTRY_KEYS)
+        unknown = set(only) - set(ENTRY_KEYS) - set(OPTIONAL_KEYS)
         if unknown:
             raise ValueError(f"unknown lock keys {sorted(unknown)}")
         lock_entry = {k: v for k, v in lock_entry.items() if k in only}
@@ -222,6 +250,18 @@ def drift(lock_entry: dict, current: dict, *, only: tuple[str, ...] | None = Non
         out.append("Dockerfile sha256 changed")
     if (only is None or "base_image" in only) and lock_entry.get("base_image") != current.get("base_image"):
         out.append(f"base image {_short(lock_entry.get('base_image'))} -> {_short(current.get('base_image'))}")
+    if (only is None or "bases" in only) and "bases" in lock_entry and "bases" in current:
+        old_b, new_b = lock_entry["bases"], current["bases"]
+        for ref in sorted(set(old_b) | set(new_b)):
+            was, now = old_b.get(ref), new_b.get(ref)
+            if was is None:
+                out.append(f"base {ref} added")
+            elif now is None:
+                out.append(f"base {ref} removed")
+            else:
+                for key in ("id", "digest"):
+                    if was.get(key) != now.get(key):
+                        out.append(f"base {ref} {key} {_short(was.get(key))} -> {_short(now.get(key))}")
     if (only is None or "image_id" in only) and lock_entry.get("image_id") != current.get("image_id"):
         out.append(f"image {_short(lock_entry.get('image_id'))} -> {_short(current.get('image_id'))}")
     old_smoke, new_smoke = lock_entry.get("smoke"), current.get("smoke")
@@ -291,18 +331,34 @@ def entry_for_image(client, *, image_id: str, stack: dict[str, str], local_ref: 
     dockerfile_sha = sha256_file(path)
     refs = base_refs(Path(path).read_text(encoding="utf-8"))
     base = built = None
+    bases = {ref: {"id": None, "digest": None} for ref in refs}
     if client is not None:
         from docker.errors import ImageNotFound
 
-        if refs:
+        for ref in refs:
             try:
-                base = client.images.get(refs[0]).id
+                image = client.images.get(ref)
             except ImageNotFound:
-                base = None
+                continue
+            bases[ref] = {"id": image.id, "digest": repo_digest(ref, image.attrs.get("RepoDigests") or [])}
+        base = bases[refs[0]]["id"] if refs else None
         try:
             built = client.images.get(local_ref).id
         except ImageNotFound:
             built = None
     report = default_report_path(image_id, Path(root) / REPORTS_DIR if reports_dir is None else reports_dir)
     return compute_entry(stack=stack, dockerfile_sha256=dockerfile_sha, base_image=base, image_id=built,
-                         smoke=read_report_summary(report))
+                         smoke=read_report_summary(report), bases=bases)
+
+
+def repo_digest(ref: str, repo_digests: list[str]) -> str | None:
+    """The registry digest (``NAME@sha256:...``) among an image's RepoDigests that belongs to
+    ``ref``'s repository; None when the engine has none (the image was never pulled or pushed)."""
+    name = ref.split("@", 1)[0]
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    names = {name, f"docker.io/{name}", f"docker.io/library/{name}"}
+    for entry in sorted(repo_digests):
+        if entry.split("@", 1)[0] in names and _REPO_DIGEST.match(entry):
+            return entry
+    return None

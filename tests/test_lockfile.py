@@ -7,6 +7,7 @@ import io
 import json
 import sys
 import types
+import uuid
 
 import pytest
 
@@ -156,3 +157,62 @@ def test_lock_command_writes_then_checks_drift(docker_client, tmp_path, monkeypa
     assert cli.main(["lock", "--check", "--matrix", matrix]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{tmp_path / 'images.lock'}:2:" in err[0]
+
+
+def test_bases_are_checked_and_compared():
+    bases = {"ubuntu:22.04": {"id": "sha256:" + "3" * 64, "digest": "ubuntu@sha256:" + "4" * 64},
+             "imagebuild/base:debian-bookworm": {"id": "sha256:" + "5" * 64, "digest": None}}
+    one = {**entry(), "bases": bases}
+    lockfile._check_entry("a", one, "images.lock")
+    lockfile._check_entry("a", entry(), "images.lock")  # a lock written before bases is still read
+    for bad in ({"x": {"id": "sha256:12", "digest": None}}, {"x": {"id": None}},
+                {"x": {"id": None, "digest": "ubuntu:22.04"}}):
+        with pytest.raises(ImagebuildError, match="bases"):
+            lockfile._check_entry("a", {**entry(), "bases": bad}, "images.lock")
+    moved = {**bases, "ubuntu:22.04": {"id": "sha256:" + "6" * 64, "digest": "ubuntu@sha256:" + "7" * 64}}
+    assert lockfile.drift(one, {**one, "bases": moved}, only=lockfile.BUILD_INPUTS) == [
+        "base ubuntu:22.04 id sha256:333333333333 -> sha256:666666666666",
+        f"base ubuntu:22.04 digest ubuntu@sha256:{'4' * 64} -> ubuntu@sha256:{'7' * 64}"]
+    assert lockfile.drift(entry(), {**one}, only=lockfile.BUILD_INPUTS) == []  # older lock: not compared
+
+
+@pytest.mark.engine
+def test_lock_records_every_base_and_names_the_one_that_moved(docker_client, tmp_path, monkeypatch, capsys):
+    base = "imagebuild/base:debian-bookworm"
+    try:
+        base_image = docker_client.images.get(base)
+    except Exception:  # noqa: BLE001
+        need(f"the base image {base}", "create it with `imagebuild base debian-bookworm`")
+    token = uuid.uuid4().hex[:10]
+    second = f"imagebuild/lock-second-base:{token}"
+
+    def make_second(word: str) -> str:
+        return docker_client.images.build(fileobj=io.BytesIO(f"FROM {base}\nRUN echo {word} > /w\n".encode()),
+                                          tag=second, rm=True)[0].id
+
+    first_id = make_second("one")
+    dockerfile = f"FROM {base} AS devel\nRUN true\nFROM {second}\nCOPY --from=devel /etc/os-release /x\n"
+    folder = tmp_path / "Dockerfiles" / "two-bases"
+    folder.mkdir(parents=True)
+    (folder / "Dockerfile").write_text(dockerfile)
+    spec = types.SimpleNamespace(id="two-bases", local_ref=f"imagebuild/two-bases:{token}", tags=["t"],
+                                 labels={}, stack={"os": "debian-12"})
+    fake = types.ModuleType("imagebuild.images")
+    fake.load_images = lambda matrix: {"two-bases": spec}
+    monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
+    matrix = str(tmp_path / "matrix.yaml")
+    try:
+        assert cli.main(["lock", "--matrix", matrix]) == 0
+        lock = json.loads((tmp_path / "images.lock").read_text())["images"]["two-bases"]
+        assert lock["bases"] == {
+            base: {"id": base_image.id,
+                   "digest": lockfile.repo_digest(base, base_image.attrs.get("RepoDigests") or [])},
+            second: {"id": first_id, "digest": None}}  # built here, never in a registry
+        assert lock["base_image"] == base_image.id
+        capsys.readouterr()
+        second_id = make_second("two")
+        assert cli.main(["lock", "--check", "--matrix", matrix]) == 1
+        out = capsys.readouterr().out.splitlines()
+        assert out == [f"two-bases: base {second} id {first_id[:19]} -> {second_id[:19]}"]
+    finally:
+        docker_client.images.remove(second, force=True)
