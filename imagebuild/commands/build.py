@@ -43,20 +43,27 @@ def configure(parser) -> None:
                              "drifted from images.lock, and say what drifted")
     parser.add_argument("--lock", type=Path, metavar="FILE",
                         help="the lock file for --locked (default: images.lock beside the matrix)")
+    parser.add_argument("--no-cache", action="store_true", help="build every step anew (a cold build)")
+    parser.add_argument("--no-normalize", action="store_true",
+                        help="keep the engine's image as built: no clamped times, no fixed file "
+                             "order (matrix images are normalised by default: imagebuild/reproducible.py)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the build report (image ids included) as JSON instead of the table")
     add_matrix_option(parser)
 
 
-def check_locked(image_ids: list[str], matrix: str, lock_path: Path) -> None:
-    """Before building: every image is in the lock, and its build inputs are what the lock says."""
+def check_locked(image_ids: list[str], k, lock_path: Path) -> None:
+    """Before building: every image is in the lock, and its build inputs are what the lock says.
+    `k` is the run's loaded matrix; the generated recipes are read beside it."""
     from .. import lockfile
     from ..engines import connect
     from ..errors import BuildError
-    from ..images import load_images, select
+    from ..images import expand, select
 
     locked = lockfile.read_lock(lock_path)
-    specs = select(load_images(matrix), image_ids)
+    specs = select({s.id: s for s in expand(k)[0]}, image_ids)
     client = connect()
-    root = Path(matrix).resolve().parent
+    root = Path(k.path).resolve().parent
     problems = []
     for spec in specs:
         if spec.id not in locked:
@@ -86,30 +93,38 @@ def check_ca_bundle(path: Path) -> Path:
 def build_labels(spec, root: Path) -> dict[str, str]:
     """Labels added at build time, beside those the Dockerfile sets: the project's repository from
     `git remote get-url origin` (https only, credentials removed) when matrix.yaml states none.
-    A fact of the clone, so it is kept out of the committed recipes; no remote, no label."""
+    A fact of the clone, so it is kept out of the committed recipes; no remote, no label.
+    The commit (org.opencontainers.image.revision) when the clone has no uncommitted change.
+    The base image's name and digest are added by reproducible.BuildTimeEngine, just before each
+    build."""
     from ..images import SOURCE_LABEL, git_source_url
-    if spec.labels.get(SOURCE_LABEL):
-        return {}
-    url = git_source_url(str(root))
-    return {SOURCE_LABEL: url} if url else {}
+    from ..reproducible import REVISION_LABEL, git_revision
+    labels = {}
+    url = None if spec.labels.get(SOURCE_LABEL) else git_source_url(str(root))
+    if url:
+        labels[SOURCE_LABEL] = url
+    rev = git_revision(root)
+    if rev:
+        labels[REVISION_LABEL] = rev
+    return labels
 
 
-def jobs_for(image_ids: list[str], matrix_path: str | Path, workdir: Path, *,
+def jobs_for(image_ids: list[str], k, workdir: Path, *,
              secrets: dict[str, Path] | None = None) -> list:
     """BuildJobs for matrix images: each rendered into workdir/<id> by imagebuild.render.
 
-    Contract with imagebuild.images / imagebuild.render: `load_images(matrix) -> {id: ImageSpec}`,
-    ImageSpec has .id, .local_ref, .labels, .depends_on; `write_context(spec, dest, root=root)`
-    writes a complete context and returns its folder. Images a requested one depends on are added.
+    `k` is the run's one loaded matrix (imagebuild.knowledge.load): the images are expanded from
+    it and `write_context(spec, dest, k=k)` renders each context from it, so a build never reads
+    another matrix. Images a requested one depends on are added.
     """
     from ..build import BuildJob
     try:
-        from ..images import load_images
+        from ..images import expand
         from ..render import write_context
     except ImportError as exc:
         raise ImagebuildError(f"building matrix images needs imagebuild.images and imagebuild.render, "
                               f"which are not available yet ({exc}); use --context DIR meanwhile") from None
-    specs = load_images(str(matrix_path))
+    specs = {s.id: s for s in expand(k)[0]}
     unknown = [i for i in image_ids if i not in specs]
     if unknown:
         raise UsageError(f"unknown image {unknown[0]!r} (known: {', '.join(sorted(specs))})",
@@ -125,11 +140,11 @@ def jobs_for(image_ids: list[str], matrix_path: str | Path, workdir: Path, *,
 
     for i in (image_ids or sorted(specs)):
         add(i)
-    root = Path(matrix_path).resolve().parent
+    root = Path(k.path).resolve().parent
     jobs = []
     for i in wanted:
         spec = specs[i]
-        ctx = write_context(spec, Path(workdir) / spec.id, root=root)
+        ctx = write_context(spec, Path(workdir) / spec.id, k=k)
         jobs.append(BuildJob(image_id=spec.id, context=Path(ctx), ref=spec.local_ref,
                              labels=build_labels(spec, root), secrets=dict(secrets or {}),
                              depends_on=tuple(spec.depends_on)))
@@ -178,20 +193,28 @@ def run(args) -> int:
     if args.context:
         jobs = jobs_for_contexts(args.context, secrets=secrets)
     else:
+        from ..knowledge import load
+        k = load(args.matrix)   # the run's one matrix: everything below is rendered from it
         if args.locked:
-            check_locked(list(dict.fromkeys(args.images)), args.matrix,
-                         args.lock or root / "images.lock")
-        jobs = jobs_for(list(dict.fromkeys(args.images)), args.matrix, Path(output), secrets=secrets)
+            check_locked(list(dict.fromkeys(args.images)), k, args.lock or root / "images.lock")
+        jobs = jobs_for(list(dict.fromkeys(args.images)), k, Path(output), secrets=secrets)
     if not jobs:
         raise UsageError("no images to build")
     engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
+    from ..reproducible import BuildTimeEngine, source_epoch
+    epochs = {}
+    if not args.context and not args.no_normalize:
+        from ..images import load_images
+        epochs = {s.local_ref: source_epoch(s.as_of) for s in load_images(args.matrix).values()}
+    engine = BuildTimeEngine(engine, epochs, no_cache=args.no_cache)
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     from ..atomic import terminate_as_interrupt
     with terminate_as_interrupt():  # SIGTERM stops the builds as Ctrl-C does
         outcomes = build_all(jobs, engine=engine, jobs_n=args.jobs, keep_going=args.keep_going,
                              log_dir=log_dir, progress=progress)
     _write_json(Path(output) / "build-report.json", outcomes_as_dict(outcomes))
-    print(format_table(outcomes))
+    print(json.dumps(outcomes_as_dict(outcomes), indent=2, sort_keys=True) if args.json
+          else format_table(outcomes))
     failed = [o for o in outcomes if not o.ok]
     for o in failed:
         print(f"imagebuild build: {o.image_id}: {o.status}: {o.error}", file=sys.stderr)

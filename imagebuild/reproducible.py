@@ -1,0 +1,339 @@
+"""Reproducible images on Debian's Docker 20.10: a normalising step after the build.
+
+Neither builder this engine has can clamp timestamps (its BuildKit predates SOURCE_DATE_EPOCH, the
+classic builder has nothing of the kind), so two cold builds of the same recipe differ in file
+mtimes, in the order files sit in each layer, in logs and caches the package managers leave, in the
+`created` times of the config and its history, and in the classic builder's random container
+hostname. :func:`normalize_image` rewrites the built image through the engine's own save/load:
+
+- every layer tar is rewritten in a fixed order (path components sorted, a hard link after the file
+  it names), mtimes clamped to the source date (``min(mtime, source date)``: files a package
+  brought keep their older times), atime/ctime and every PAX record but extended attributes
+  dropped, owners and modes kept;
+- volatile files are left out (:data:`VOLATILE`: apt's and dpkg's logs, apt's caches and lists,
+  ldconfig's aux cache, ``/root/.cache``, ``/tmp``): what changes from one build to the next and
+  that nothing in the image reads;
+- a ``.pyc`` whose header records a source mtime later than the source date gets the source date
+  (its ``.py`` was clamped to the same second, so Python still takes the cache as valid);
+- the config's ``created`` and every history entry's ``created`` become the source date; the
+  classic builder's ``container``/``container_config`` (a random hostname), ``docker_version`` and
+  ``config.Image`` (the id of the previous, unnormalised step) are dropped; ``rootfs.diff_ids`` are those of the rewritten layers.
+
+The image ID is the sha256 of that config, so the same inputs (recipe, base image, packages) give the
+same ID. The source date is the matrix's ``as_of`` day at 00:00:00 UTC: a fact of the matrix, the
+same date the ``org.opencontainers.image.created`` label states (SOURCE_DATE_EPOCH is not read:
+it would make an image depend on the caller's environment rather than on the matrix).
+
+The alternative was buildah (``bud --timestamp``), which MACHINE.md saw give identical IDs: it
+would add a second image store (vfs, copied into the engine afterwards), a package to every
+machine, and it does not remove logs and caches or fix ``.pyc`` headers, which differ between two
+cold builds of an image that installs Python packages.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from .errors import ImagebuildError
+
+#: regular files (and symlinks) under these paths are left out of every normalised layer
+VOLATILE = re.compile(
+    r"^(?:var/log/(?:apt/.*|dpkg\.log|alternatives\.log|bootstrap\.log|journal/.*|.*\.log)"
+    r"|var/cache/apt/.*|var/lib/apt/lists/.*|var/cache/ldconfig/aux-cache"
+    r"|var/cache/debconf/.*-old|var/lib/dpkg/.*-old"
+    r"|root/\.cache/.*|tmp/.*|var/tmp/.*)\Z")
+
+
+def source_epoch(as_of: str) -> int:
+    """The source date: the matrix's ``as_of`` (YYYY-MM-DD) at 00:00:00 UTC, as a Unix time."""
+    try:
+        day = _dt.date.fromisoformat(str(as_of))
+    except ValueError:
+        raise ImagebuildError(f"as_of {as_of!r} is not a YYYY-MM-DD date") from None
+    return int(_dt.datetime(day.year, day.month, day.day, tzinfo=_dt.timezone.utc).timestamp())
+
+
+def rfc3339(epoch: int) -> str:
+    """``2026-11-21T00:00:00Z``: the RFC 3339 date-time of a Unix time, in UTC."""
+    return _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _sort_key(name: str) -> tuple[str, ...]:
+    return tuple(name.strip("/").split("/"))
+
+
+def _clean(name: str) -> str:
+    name = name[2:] if name.startswith("./") else name
+    return name.strip("/")
+
+
+def _pyc(data: bytes, clamp: int) -> bytes:
+    """A timestamp-based .pyc (flags 0) recording a source mtime after ``clamp`` gets ``clamp``."""
+    if len(data) >= 16 and data[4:8] == b"\0\0\0\0":
+        mtime = int.from_bytes(data[8:12], "little")
+        if mtime > clamp:
+            return data[:8] + (clamp & 0xFFFFFFFF).to_bytes(4, "little") + data[12:]
+    return data
+
+
+def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int) -> str:
+    """Rewrite the layer tar ``src`` into ``dst`` (see the module's docstring); returns the
+    ``sha256:<hex>`` of the new tar (its diff id)."""
+    with tarfile.open(src, "r:") as tin:
+        members = tin.getmembers()
+        by_name = {_clean(m.name): m for m in members}
+        kept = [m for m in members if not (VOLATILE.match(_clean(m.name)) and not m.isdir())]
+        # hard links: the group's first name in the new order holds the data, the others link to it
+        groups: dict[str, list[str]] = {}
+        for m in kept:
+            if m.islnk():
+                groups.setdefault(_clean(m.linkname), []).append(_clean(m.name))
+        kept_names = {_clean(m.name) for m in kept}
+        canonical: dict[str, str] = {}
+        for target, links in groups.items():
+            names = sorted(([target] if target in kept_names else []) + links, key=_sort_key)
+            for n in names:
+                canonical[n] = names[0]
+        out = tarfile.open(dst, "w:", format=tarfile.PAX_FORMAT)
+        try:
+            for m in sorted(kept, key=lambda m: _sort_key(_clean(m.name))):
+                name = _clean(m.name)
+                if not name:
+                    continue
+                info = tarfile.TarInfo(name)
+                info.mode, info.uid, info.gid = m.mode, m.uid, m.gid
+                info.uname, info.gname = m.uname, m.gname
+                info.mtime = min(int(m.mtime), clamp)
+                info.pax_headers = {k: v for k, v in sorted(m.pax_headers.items())
+                                    if k.startswith("SCHILY.xattr.")}
+                data = None
+                head = canonical.get(name)
+                if head is not None and head != name:
+                    info.type, info.linkname = tarfile.LNKTYPE, head
+                elif m.isreg() or m.islnk():
+                    source = by_name.get(_clean(m.linkname)) if m.islnk() else m
+                    if source is None or not source.isreg():
+                        raise ImagebuildError(f"layer entry {name}: hard link to a missing file")
+                    info.type = tarfile.REGTYPE
+                    data = tin.extractfile(source).read() if name.endswith(".pyc") else None
+                    if data is not None:
+                        data = _pyc(data, clamp)
+                        info.size = len(data)
+                    else:
+                        info.size = source.size
+                else:
+                    info.type, info.linkname = m.type, m.linkname
+                    info.devmajor, info.devminor = m.devmajor, m.devminor
+                if info.type == tarfile.REGTYPE:
+                    fh = io.BytesIO(data) if data is not None else tin.extractfile(source)
+                    out.addfile(info, fh)
+                else:
+                    out.addfile(info)
+        finally:
+            out.close()
+    digest = hashlib.sha256()
+    with open(dst, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def normalize_config(config: dict, diff_ids: list[str], epoch: int) -> dict:
+    """The image config with fixed times, the rewritten layers' diff ids, and no build-host noise."""
+    created = rfc3339(epoch)
+    out = {k: v for k, v in config.items() if k not in ("container", "container_config", "docker_version")}
+    if isinstance(out.get("config"), dict) and out["config"].get("Image"):
+        out["config"] = dict(out["config"], Image="")   # the classic builder's parent image id
+    out["created"] = created
+    out["history"] = [dict(h, created=created) for h in config.get("history") or []]
+    out["rootfs"] = {"type": "layers", "diff_ids": list(diff_ids)}
+    return out
+
+
+def config_bytes(config: dict) -> bytes:
+    return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
+
+
+def normalize_image(client, ref: str, epoch: int, *, workdir: str | os.PathLike | None = None,
+                    progress: Callable[[str], None] | None = None) -> str:
+    """Rewrite the engine's image ``ref`` into its normalised form and move ``ref`` to it; returns
+    the new image ID (``sha256:<hex>`` of its config). ``client`` is a docker SDK client."""
+    from docker.errors import APIError, ImageNotFound
+
+    try:
+        image = client.images.get(ref)
+    except ImageNotFound:
+        raise ImagebuildError(f"image {ref} is not in the engine") from None
+    tmp = Path(tempfile.mkdtemp(prefix="imagebuild-normalize-", dir=workdir))
+    try:
+        saved = tmp / "saved.tar"
+        with open(saved, "wb") as fh:
+            for chunk in image.save(named=False):
+                fh.write(chunk)
+        src = tmp / "src"
+        src.mkdir()
+        with tarfile.open(saved, "r:") as tf:
+            tf.extractall(src, filter="fully_trusted") if hasattr(tarfile, "data_filter") \
+                else tf.extractall(src)
+        saved.unlink()
+        manifest = json.loads((src / "manifest.json").read_text())
+        if len(manifest) != 1:
+            raise ImagebuildError(f"image {ref}: the engine saved {len(manifest)} images, expected 1")
+        entry = manifest[0]
+        config = json.loads((src / entry["Config"]).read_text())
+        out = tmp / "out"
+        out.mkdir()
+        diff_ids, layer_paths = [], []
+        for i, layer in enumerate(entry["Layers"]):
+            dst = out / f"{i}.tar"
+            diff_ids.append(normalize_layer(src / layer, dst, epoch))
+            (src / layer).unlink()
+            name = f"{diff_ids[-1].split(':', 1)[1]}/layer.tar"
+            (out / name).parent.mkdir(exist_ok=True)
+            os.replace(dst, out / name)
+            layer_paths.append(name)
+        shutil.rmtree(src)
+        cfg = config_bytes(normalize_config(config, diff_ids, epoch))
+        new_id = "sha256:" + hashlib.sha256(cfg).hexdigest()
+        (out / f"{new_id.split(':', 1)[1]}.json").write_bytes(cfg)
+        (out / "manifest.json").write_text(json.dumps(
+            [{"Config": f"{new_id.split(':', 1)[1]}.json", "RepoTags": [ref], "Layers": layer_paths}]))
+        archive = tmp / "normalized.tar"
+        with tarfile.open(archive, "w:", format=tarfile.PAX_FORMAT) as tf:
+            for path in sorted(out.rglob("*")):
+                tf.add(path, arcname=str(path.relative_to(out)), recursive=False)
+        if progress:
+            progress(f"{ref}: normalised to {new_id[:19]} ({len(layer_paths)} layer(s))")
+        try:
+            with open(archive, "rb") as fh:
+                client.images.load(fh)
+        except APIError as exc:
+            raise ImagebuildError(f"image {ref}: the engine refused the normalised image "
+                                  f"({exc.explanation or exc})") from None
+        loaded = client.images.get(ref).id
+        if loaded != new_id:
+            raise ImagebuildError(f"image {ref}: the engine loaded {loaded[:19]}, expected {new_id[:19]}")
+        return new_id
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def final_base(dockerfile_text: str) -> str | None:
+    """The external image the last stage of a Dockerfile starts from (a stage name is followed
+    to the image that stage starts from); None for ``scratch`` or no FROM."""
+    from .lockfile import _FROM
+
+    stages: dict[str, str] = {}
+    last = None
+    for line in dockerfile_text.splitlines():
+        match = _FROM.match(line)
+        if not match:
+            continue
+        ref, alias = match.group(1), match.group(2)
+        ref = stages.get(ref.lower(), ref)
+        if alias:
+            stages[alias.lower()] = ref
+        last = ref
+    return None if last is None or last.lower() == "scratch" else last
+
+
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
+BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
+REVISION_LABEL = "org.opencontainers.image.revision"
+
+
+def base_labels(client, dockerfile_text: str) -> dict[str, str]:
+    """``base.name`` (the last stage's external FROM) and ``base.digest`` (its registry digest when
+    the engine has one for that repository, else the engine's image ID) as the engine holds it now;
+    empty when the base is not in the engine or there is none."""
+    from docker.errors import ImageNotFound
+
+    ref = final_base(dockerfile_text)
+    if ref is None:
+        return {}
+    try:
+        image = client.images.get(ref)
+    except ImageNotFound:
+        return {}
+    repo = ref.rsplit("@", 1)[0]
+    repo = repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo
+    digest = next((d.split("@", 1)[1] for d in image.attrs.get("RepoDigests") or []
+                   if d.split("@", 1)[0] == repo), image.id)
+    return {BASE_NAME_LABEL: ref, BASE_DIGEST_LABEL: digest}
+
+
+def git_revision(folder: str | os.PathLike) -> str | None:
+    """The commit checked out at ``folder`` when the tree holds no change (tracked or untracked,
+    as ``git status`` sees it); None otherwise (no git, not a checkout, uncommitted changes: the
+    commit would not say what was built)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", str(folder), "rev-parse", "--verify", "HEAD^{commit}"],
+                              capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None
+        status = subprocess.run(["git", "-C", str(folder), "status", "--porcelain"],
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    rev = head.stdout.strip()
+    if status.returncode != 0 or status.stdout.strip() or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", rev):
+        return None
+    return rev
+
+
+class BuildTimeEngine:
+    """An Engine whose ``build`` adds the base image's labels (:func:`base_labels`, read just
+    before the build, so an image built earlier in the same run is seen as it is now), builds
+    through ``engine`` (``no_cache`` when asked) and then normalises the image
+    (:func:`normalize_image`) when its ref is in ``epochs`` (ref -> source date). Every other
+    attribute is the wrapped engine's (``cancel_builds`` included)."""
+
+    def __init__(self, engine, epochs: dict[str, int], *, no_cache: bool = False, client=None):
+        self._engine = engine
+        self._epochs = dict(epochs)
+        self._no_cache = no_cache
+        self._client = client
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def _docker(self):
+        if self._client is None:
+            from .engines import connect
+            self._client = connect(timeout=3600)
+        return self._client
+
+    def build(self, context, ref, **kwargs):
+        import dataclasses
+        import time
+
+        kwargs["no_cache"] = bool(kwargs.get("no_cache")) or self._no_cache
+        dockerfile = Path(context) / kwargs.get("dockerfile", "Dockerfile")
+        try:
+            text = dockerfile.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        extra = base_labels(self._docker(), text)
+        if extra:
+            kwargs["labels"] = {**extra, **dict(kwargs.get("labels") or {})}
+        result = self._engine.build(context, ref, **kwargs)
+        epoch = self._epochs.get(ref)
+        if epoch is None:
+            return result
+        start = time.monotonic()
+        new_id = normalize_image(self._docker(), ref, epoch, progress=kwargs.get("progress"))
+        size = int(self._docker().images.get(ref).attrs.get("Size") or result.size_bytes)
+        return dataclasses.replace(result, image_id=new_id, size_bytes=size,
+                                   seconds=result.seconds + (time.monotonic() - start))

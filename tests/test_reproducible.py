@@ -1,0 +1,222 @@
+"""Reproducible images (imagebuild/reproducible.py): the normalising step, and two cold builds of
+the same recipe on the real engine giving one image ID."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import secrets
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from imagebuild import reproducible as rp
+
+EPOCH = rp.source_epoch("2026-11-21")
+BASE = "imagebuild/base:debian-bookworm"
+
+
+def test_source_date_is_the_as_of_day_in_rfc3339():
+    assert rp.rfc3339(EPOCH) == "2026-11-21T00:00:00Z"
+    assert EPOCH == 1795219200
+    with pytest.raises(Exception, match="not a YYYY-MM-DD"):
+        rp.source_epoch("21.11.2026")
+
+
+def _tar(entries) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:", format=tarfile.PAX_FORMAT) as tf:
+        for name, kind, mtime, data in entries:
+            info = tarfile.TarInfo(name)
+            info.mtime = mtime
+            if kind == "dir":
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tf.addfile(info)
+            elif kind == "link":
+                info.type, info.linkname = tarfile.LNKTYPE, data
+                tf.addfile(info)
+            else:
+                info.size, info.mode = len(data), 0o644
+                info.pax_headers = {"atime": str(mtime), "SCHILY.xattr.user.x": "1"}
+                tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _pyc_bytes(mtime: int) -> bytes:
+    return b"\xa7\r\r\n" + b"\0\0\0\0" + mtime.to_bytes(4, "little") + (5).to_bytes(4, "little") + b"code"
+
+
+def _layer(order_seed: int, now: int, tmp_path: Path) -> Path:
+    entries = [
+        ("opt", "dir", now, None),
+        ("opt/a.txt", "file", now, b"a"),
+        ("opt/old.txt", "file", EPOCH - 86400, b"old"),
+        ("opt/z.txt", "link", now, "opt/a.txt"),     # hard link to a.txt
+        ("opt/m.py", "file", now, b"x = 1\n"),
+        ("opt/__pycache__", "dir", now, None),
+        ("opt/__pycache__/m.cpython-311.pyc", "file", now, _pyc_bytes(now)),
+        ("var/log/apt/history.log", "file", now, f"Start-Date: {now}".encode()),
+        ("var/cache/ldconfig/aux-cache", "file", now, secrets.token_bytes(8)),
+        ("root/.cache/pip/x", "file", now, secrets.token_bytes(8)),
+    ]
+    head, tail = entries[:4], entries[4:]
+    random.Random(order_seed).shuffle(tail)   # an engine's directory order differs between builds
+    path = tmp_path / f"in-{order_seed}-{now}.tar"
+    path.write_bytes(_tar(head + tail))
+    return path
+
+
+def test_layers_of_two_builds_normalise_to_the_same_bytes(tmp_path):
+    first = _layer(1, EPOCH + 3600, tmp_path)
+    second = _layer(2, EPOCH + 7200, tmp_path)
+    assert first.read_bytes() != second.read_bytes()
+    d1 = rp.normalize_layer(first, tmp_path / "out1.tar", EPOCH)
+    d2 = rp.normalize_layer(second, tmp_path / "out2.tar", EPOCH)
+    assert d1 == d2
+    assert (tmp_path / "out1.tar").read_bytes() == (tmp_path / "out2.tar").read_bytes()
+    with tarfile.open(tmp_path / "out1.tar") as tf:
+        members = {m.name: m for m in tf.getmembers()}
+        names = [m.name for m in tf.getmembers()]
+        # volatile files are gone, directories stay
+        assert not [n for n in names if n.startswith(("var/log/apt/", "root/.cache/", "var/cache/ldconfig/"))]
+        # sorted, parents first; the hard link comes after the file holding the data
+        assert names == sorted(names, key=lambda n: n.split("/"))
+        assert members["opt/a.txt"].isreg() and members["opt/z.txt"].islnk()
+        assert members["opt/z.txt"].linkname == "opt/a.txt"
+        # clamped, older times kept; extended attributes kept, atime dropped
+        assert members["opt/a.txt"].mtime == EPOCH and members["opt/old.txt"].mtime == EPOCH - 86400
+        assert members["opt/a.txt"].pax_headers == {"SCHILY.xattr.user.x": "1"}
+        pyc = tf.extractfile(members["opt/__pycache__/m.cpython-311.pyc"]).read()
+        assert int.from_bytes(pyc[8:12], "little") == EPOCH == members["opt/m.py"].mtime
+    # normalising again changes nothing
+    assert rp.normalize_layer(tmp_path / "out1.tar", tmp_path / "again.tar", EPOCH) == d1
+
+
+def test_hard_link_sorting_before_its_target_gets_the_data(tmp_path):
+    src = tmp_path / "in.tar"
+    src.write_bytes(_tar([("b", "file", EPOCH, b"data"), ("a", "link", EPOCH, "b")]))
+    rp.normalize_layer(src, tmp_path / "out.tar", EPOCH)
+    with tarfile.open(tmp_path / "out.tar") as tf:
+        a, b = tf.getmembers()
+        assert (a.name, a.isreg(), tf.extractfile(a).read()) == ("a", True, b"data")
+        assert (b.name, b.islnk(), b.linkname) == ("b", True, "a")
+
+
+def test_config_loses_build_host_noise():
+    config = {"architecture": "amd64", "os": "linux", "container": "0123abcd", "docker_version": "20.10",
+              "container_config": {"Hostname": "0123abcd"}, "created": "2026-11-23T11:00:01.123Z",
+              "config": {"Image": "sha256:" + "1" * 64, "Labels": {"a": "b"}},
+              "history": [{"created": "2026-11-23T11:00:00Z", "created_by": "RUN x"}],
+              "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "2" * 64]}}
+    out = rp.normalize_config(config, ["sha256:" + "3" * 64], EPOCH)
+    assert out == {"architecture": "amd64", "os": "linux", "created": "2026-11-21T00:00:00Z",
+                   "config": {"Image": "", "Labels": {"a": "b"}},
+                   "history": [{"created": "2026-11-21T00:00:00Z", "created_by": "RUN x"}],
+                   "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "3" * 64]}}
+
+
+def test_final_base_follows_stage_names():
+    text = "FROM imagebuild/base:debian-bookworm AS torch\nRUN x\nFROM torch AS mid\nFROM mid\n"
+    assert rp.final_base(text) == "imagebuild/base:debian-bookworm"
+    assert rp.final_base("FROM a:1 AS b\nFROM c:2\n") == "c:2"
+    assert rp.final_base("FROM scratch\n") is None
+
+
+def test_git_revision_only_for_a_clean_checkout(tmp_path):
+    assert rp.git_revision(tmp_path) is None      # not a checkout
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    (tmp_path / "f").write_text("1")
+    subprocess.run(git + ["add", "f"], check=True)
+    subprocess.run(git + ["commit", "-qm", "c"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert rp.git_revision(tmp_path) == head
+    (tmp_path / "f").write_text("2")              # an uncommitted change: the commit says not what is built
+    assert rp.git_revision(tmp_path) is None
+
+
+# ------------------------------------------------------------------------------ real engine
+
+RECIPE = f"""FROM {BASE}
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN apt-get update \\
+ && apt-get install -y --no-install-recommends python3-minimal \\
+ && rm -rf /var/lib/apt/lists/*
+COPY hello.txt /opt/hello.txt
+RUN python3 -c "import os; print(os.sep)" > /opt/out.txt \\
+ && printf 'x = 1\\n' > /opt/m.py && python3 -m py_compile /opt/m.py \\
+ && mkdir -p /root/.cache && date +%s%N > /root/.cache/stamp
+LABEL org.opencontainers.image.created="2026-11-21T00:00:00Z"
+"""
+
+
+@pytest.fixture()
+def base_image(docker_client):
+    from imagebuild import cli
+    try:
+        docker_client.images.get(BASE)
+    except Exception:  # noqa: BLE001 - ImageNotFound
+        assert cli.main(["base", "debian-bookworm"]) == 0, "imagebuild base debian-bookworm failed"
+    return docker_client.images.get(BASE)
+
+
+def _build_twice(docker_client, tmp_path, *, normalize: bool) -> list:
+    from imagebuild.build import BuildJob, build_all
+    from imagebuild.engines import get_engine
+
+    token = secrets.token_hex(4)
+    ctx = tmp_path / f"ctx-{token}"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(RECIPE)
+    (ctx / "hello.txt").write_text("hello\n")
+    refs = [f"imagebuild/test-repro-{token}-{i}:local" for i in (1, 2)]
+    engine = rp.BuildTimeEngine(get_engine("docker", client=docker_client),
+                                {r: EPOCH for r in refs} if normalize else {}, no_cache=True,
+                                client=docker_client)
+    outcomes = []
+    for ref in refs:
+        # one job per call: two cold builds one after the other, as two CI runs would do them
+        (out,) = build_all([BuildJob(image_id=ref.split("/")[1].split(":")[0], context=ctx, ref=ref)],
+                           engine=engine, log_dir=tmp_path / "logs")
+        assert out.ok, out.error
+        outcomes.append((ref, out.result.image_id, docker_client.images.get(ref)))
+    return outcomes
+
+
+@pytest.fixture()
+def cleanup(docker_client):
+    refs: list[str] = []
+    yield refs
+    for ref in refs:
+        try:
+            docker_client.images.remove(ref, force=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
+def test_two_cold_builds_give_one_image_id(docker_client, base_image, tmp_path, cleanup):
+    plain = _build_twice(docker_client, tmp_path, normalize=False)
+    cleanup += [ref for ref, _, _ in plain]
+    # without the step the engine gives two ids (else this test would prove nothing)
+    assert plain[0][1] != plain[1][1]
+    built = _build_twice(docker_client, tmp_path, normalize=True)
+    cleanup += [ref for ref, _, _ in built]
+    (ref1, id1, img1), (ref2, id2, img2) = built
+    assert id1 == id2 == img1.id == img2.id
+    config = img1.attrs
+    assert config["Created"] == "2026-11-21T00:00:00Z"
+    labels = config["Config"]["Labels"]
+    assert labels["org.opencontainers.image.base.name"] == BASE
+    assert labels["org.opencontainers.image.base.digest"] == base_image.id
+    # the image still works: its files, and Python takes the .pyc made at build time as valid
+    # (its header now records the clamped mtime its .py has); the volatile cache is gone
+    out = docker_client.containers.run(
+        id1, ["bash", "-c", "cat /opt/hello.txt /opt/out.txt; cd /opt && python3 -v -c 'import m' 2>&1 "
+                            "| grep -E 'm.cpython-311.pyc|stale'; ls /root/.cache/stamp 2>&1 || true"],
+        remove=True).decode()
+    assert out.startswith("hello\n/\n"), out
+    assert "code object from '/opt/__pycache__/m.cpython-311.pyc'" in out and "stale" not in out, out
+    assert "No such file" in out, out
