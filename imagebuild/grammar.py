@@ -221,6 +221,9 @@ _PATTERNS = {
     "date": re.compile(r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"),
     "month": re.compile(r"[0-9]{4}-(?:0[1-9]|1[0-2])(?:-(?:0[1-9]|[12][0-9]|3[01]))?"),
     "oci": re.compile(r"[a-z0-9]+/[a-z0-9]+(?:/[a-z0-9]+)?"),
+    # an SPDX license expression: ids (or LicenseRef-...) joined by AND, OR, WITH, with parentheses
+    "spdx": re.compile(r"\(*[A-Za-z0-9][A-Za-z0-9.-]{0,63}\+?\)*"
+                       r"(?: (?:AND|OR|WITH) \(*[A-Za-z0-9][A-Za-z0-9.-]{0,63}\+?\)*){0,15}"),
 }
 _DESCRIBE = {
     "id": "lower-case letters, digits, '.', '_' and '-', starting with a letter or digit",
@@ -237,6 +240,7 @@ _DESCRIBE = {
     "date": "a date YYYY-MM-DD",
     "month": "YYYY-MM or YYYY-MM-DD",
     "oci": "an OCI platform such as linux/amd64",
+    "spdx": "an SPDX license expression such as Apache-2.0 or (MIT OR BSD-3-Clause)",
 }
 # Characters one-line text (a description, a name) may not hold even when printable: they mean
 # something inside a double-quoted LABEL value or a shell line.
@@ -280,9 +284,22 @@ def check(kind: str, value: str, placeholders: Iterable[str] = ()) -> str | None
             return f"is a malformed {'driver ' if kind == 'driver' else ''}version (expected " \
                    f"{_DESCRIBE[kind]})"
         return f"must be {_DESCRIBE[kind]}"
+    if kind == "spdx" and not _balanced(value):
+        return f"must be {_DESCRIBE[kind]} (its parentheses do not pair)"
+    if kind == "spdx" and "NOASSERTION" in value.split():
+        return "must state licenses: NOASSERTION is a placeholder (leave project.licenses out instead)"
     if kind in ("ref", "id") and ".." in value:
         return "must not hold '..'"
     return None
+
+
+def _balanced(value: str) -> bool:
+    depth = 0
+    for ch in value:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def _check_url(value: str, placeholders: tuple[str, ...]) -> str | None:
@@ -326,6 +343,7 @@ def _url(*ph):
 FIELDS: tuple[tuple[tuple[str, ...], Any, str], ...] = (
     (("as_of",), "date", "str"),
     (("project", "source"), _url(), "str"),
+    (("project", "licenses"), "spdx", "str"),
     (("platforms", "*", "id"), "word", "str"),
     (("platforms", "*", "cuda_repo"), "word", "str"),
     (("platforms", "*", "oci"), "oci", "str"),

@@ -56,6 +56,7 @@ class ImageSpec:
     rdma: dict | None = None        # the knowledge's rdma entry (DOCA-OFED); None: rdma-core
     extra: dict = field(default_factory=dict)
     source: str | None = None       # the project's repository (matrix.yaml project.source), if set
+    licenses: str | None = None     # an SPDX expression (matrix.yaml project.licenses), if set
 
     @property
     def local_ref(self) -> str:
@@ -75,11 +76,14 @@ class ImageSpec:
             "org.opencontainers.image.title": self.id,
             "org.opencontainers.image.version": self.tag,
             "org.opencontainers.image.description": self.description,
-            "org.opencontainers.image.created": self.as_of,
+            # RFC 3339, as the OCI annotation asks: the source date (the matrix's as_of at 00:00 UTC)
+            "org.opencontainers.image.created": created_rfc3339(self.as_of),
             "io.imagebuild.rdma": self.rdma_label,
         }
         if self.source:   # a fact from the matrix, never a made-up default (see project_source)
             labels[SOURCE_LABEL] = self.source
+        if self.licenses:  # a fact only the matrix states; never guessed from the image's contents
+            labels[LICENSES_LABEL] = self.licenses
         for comp in ("os", "platform", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi",
                      "pytorch"):
             labels[f"io.imagebuild.stack.{comp}"] = self.stack[comp]
@@ -281,7 +285,7 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                         tags=(tag, f"{tag}-{k.as_of.replace('-', '')}"),
                         wheels=wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
                         as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=rdma,
-                        source=project_source(k)))
+                        source=project_source(k), licenses=project_licenses(k)))
     return specs, skipped
 
 
@@ -295,6 +299,24 @@ def project_source(k: Knowledge) -> str | None:
     project = k.raw.get("project") if isinstance(k.raw, dict) else None
     source = project.get("source") if isinstance(project, dict) else None
     return str(source) if source else None
+
+
+LICENSES_LABEL = "org.opencontainers.image.licenses"
+
+
+def project_licenses(k: Knowledge) -> str | None:
+    """The SPDX license expression matrix.yaml states for the images (``project: {licenses: ...}``,
+    checked by grammar.py), or None: then the label is left out."""
+    project = k.raw.get("project") if isinstance(k.raw, dict) else None
+    licenses = project.get("licenses") if isinstance(project, dict) else None
+    return str(licenses) if licenses else None
+
+
+def created_rfc3339(as_of: str) -> str:
+    """``2026-11-21T00:00:00Z`` for as_of 2026-11-21: the source date images are stamped with
+    (reproducible.source_epoch)."""
+    from .reproducible import rfc3339, source_epoch
+    return rfc3339(source_epoch(as_of)) if as_of else as_of
 
 
 @functools.lru_cache(maxsize=16)

@@ -543,8 +543,8 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
         _dt.date.fromisoformat(as_of)
     except ValueError:
         c.fail(f"as_of: malformed date {as_of!r} (expected YYYY-MM-DD)", doc, "as_of")
-    if "project" in doc:   # facts about the project itself: project.source (grammar.py checks it)
-        c.mapping(doc["project"], "project", required=(), optional=("source",))
+    if "project" in doc:   # project.source and .licenses (grammar.py checks them)
+        c.mapping(doc["project"], "project", required=(), optional=("source", "licenses"))
 
     # sources
     sources: dict[str, Source] = {}
