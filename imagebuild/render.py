@@ -15,6 +15,7 @@ nccl-tests, Python, PyTorch, smoke suite), so images of one matrix share their l
 from __future__ import annotations
 
 import hashlib
+import importlib.resources
 import os
 import re
 import shutil
@@ -30,8 +31,21 @@ from .grammar import check as grammar_check
 from .images import ImageSpec
 from .versions import NONE, major_minor, parse_version
 
-ROOT = Path(__file__).resolve().parent.parent
-RECIPES = ROOT / "recipes"
+
+def package_files() -> Path:
+    """The installed imagebuild package as a folder: the templates (package data `recipes/`, in a
+    checkout a link to the repository's recipes/) and the smoke suite a build context copies are
+    read from here, never from the source tree or the folder of the matrix."""
+    pkg = importlib.resources.files("imagebuild")
+    if not isinstance(pkg, Path):
+        raise RenderError(f"imagebuild is installed as {pkg}, not as files: its templates cannot be "
+                          "read; install it from the wheel")
+    return pkg
+
+
+def packaged_recipes() -> Path:
+    """The recipe templates shipped with imagebuild (package data imagebuild/recipes)."""
+    return package_files() / "recipes"
 
 # Each pattern must match the whole value (fullmatch: a `$` anchor accepts a trailing newline).
 _PATTERNS = {
@@ -195,12 +209,12 @@ class Stage:
 class Renderer:
     """Holds one Jinja2 environment for many specs (templates are compiled once)."""
 
-    def __init__(self, recipes: Path = RECIPES):
+    def __init__(self, recipes: Path | None = None):
         try:
             import jinja2
         except ImportError:  # pragma: no cover - a dependency
             raise RenderError("jinja2 is not installed") from None
-        self.recipes = Path(recipes)
+        self.recipes = Path(recipes) if recipes is not None else packaged_recipes()
         if not self.recipes.is_dir():
             raise RenderError(f"recipes folder {self.recipes} does not exist")
         self.env = jinja2.Environment(
@@ -669,7 +683,11 @@ def dockerfile_sha256(text: str) -> str:
 # Build contexts
 
 
-WHEEL_CACHE = ROOT / ".imagebuild" / "wheels"
+def wheel_cache(k) -> Path:
+    """Where host wheels are kept: the project's .imagebuild/wheels, beside the matrix it loaded
+    (the folder the user works in, as .imagebuild/build and .imagebuild/logs), never beside the
+    installed package."""
+    return Path(k.path).resolve().parent / ".imagebuild" / "wheels"
 
 
 def _pip_failure(stderr: str) -> str:
@@ -683,7 +701,7 @@ def _pip_failure(stderr: str) -> str:
     return lines[-1]
 
 
-def host_wheels(lock, cache: Path = WHEEL_CACHE) -> Path:
+def host_wheels(lock, cache: Path) -> Path:
     """Every file of a wheel lock, downloaded once with the host's pip (which finds the CPU wheel
     in its configured find-links) into a cache folder named by the lock's sha256. pip checks each
     file against the lock's hashes here, and again when the image installs them."""
@@ -716,22 +734,21 @@ def host_wheels(lock, cache: Path = WHEEL_CACHE) -> Path:
     return dest
 
 
-def write_context(spec: ImageSpec, dest: Path, *, root: Path = ROOT, k=None,
-                  renderer: Renderer | None = None) -> Path:
+def write_context(spec: ImageSpec, dest: Path, *, k, renderer: Renderer | None = None) -> Path:
     """A complete build context for one image: the Dockerfile, the smoke suite, image.json and, for
-    images with host wheels, the wheels. Returns the context folder."""
+    images with host wheels, the wheels. `k` is the run's one loaded matrix (its wheel locks are
+    read beside it); the templates and the smoke suite come from the installed package. Returns
+    the context folder."""
     import json
 
-    from .knowledge import load
     from .wheellock import wheel_set
-    k = k or load(Path(root) / "matrix.yaml")
-    r = renderer or Renderer(Path(root) / "recipes")
+    r = renderer or Renderer()
     dest = Path(dest)
     if dest.exists():
         shutil.rmtree(dest)
     (dest / "lib" / "imagebuild").mkdir(parents=True)
     (dest / "Dockerfile").write_text(r.dockerfile(spec, k), encoding="utf-8")
-    pkg = Path(root) / "imagebuild"
+    pkg = package_files()
     shutil.copy2(pkg / "__init__.py", dest / "lib" / "imagebuild" / "__init__.py")
     shutil.copytree(pkg / "smoke", dest / "lib" / "imagebuild" / "smoke",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -746,6 +763,6 @@ def write_context(spec: ImageSpec, dest: Path, *, root: Path = ROOT, k=None,
             (dest / "requirements" / "nccl.txt").write_text(lock.subset([ws.nccl_package]),
                                                             encoding="utf-8")
         if spec.wheels == "host":
-            src = host_wheels(lock)
+            src = host_wheels(lock, wheel_cache(k))
             shutil.copytree(src, dest / "wheels", ignore=shutil.ignore_patterns(".complete"))
     return dest

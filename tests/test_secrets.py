@@ -169,7 +169,8 @@ def test_no_index_credentials_reach_an_image(tmp_path):
     from imagebuild.grammar import check
     assert check("url", "https://download.example/whl/{tag}", ("tag",)) is None
     assert check("url", "https://user:tok@download.example/whl/{tag}", ("tag",)) is not None
-    jobs = jobs_for(["smoke-cpu"], ROOT / "matrix.yaml", tmp_path)
+    from imagebuild.knowledge import load
+    jobs = jobs_for(["smoke-cpu"], load(ROOT / "matrix.yaml"), tmp_path)
     assert jobs and all(dict(j.buildargs) == {} for j in jobs)
     generated = [*(ROOT / "Dockerfiles").rglob("Dockerfile"), *(tmp_path.rglob("Dockerfile"))]
     assert generated

@@ -204,8 +204,8 @@ def run(args) -> int:
     from ..reproducible import BuildTimeEngine, source_epoch
     epochs = {}
     if not args.context and not args.no_normalize:
-        from ..images import load_images
-        epochs = {s.local_ref: source_epoch(s.as_of) for s in load_images(args.matrix).values()}
+        from ..images import expand
+        epochs = {s.local_ref: source_epoch(s.as_of) for s in expand(k)[0]}   # the same one matrix
     engine = BuildTimeEngine(engine, epochs, no_cache=args.no_cache)
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     from ..atomic import terminate_as_interrupt

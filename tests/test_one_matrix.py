@@ -1,0 +1,138 @@
+"""One matrix per run: `generate --matrix B` and the build contexts of `build --matrix B` are rendered
+from B alone, even with another matrix.yaml in the same folder (issue 14: write_context used to
+reload <folder>/matrix.yaml, so a build mixed the tools of two matrices)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from imagebuild import cli, grammar, knowledge, render
+
+from conftest import ROOT
+
+A_VERSION, A_SHA = "2.5.1", "c6d5ebb7dabb89d798f27609511735595004da73af28d93ac041bb5290c4cbec"
+B_VERSION, B_SHA = "2.5.2", "b" * 64
+IMAGE = "pytorch-2.13.0-cu130-ubuntu24.04-runtime"   # compiles gdrcopy from its tarball
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    """A project folder holding A (matrix.yaml, the repository's) and B (other.yaml: the same but for
+    the gdrcopy tool's version, URL and sha256), with the wheel locks both refer to."""
+    d = tmp_path_factory.mktemp("two-matrices")
+    text = (ROOT / "matrix.yaml").read_text(encoding="utf-8")
+    line = next(ln for ln in text.splitlines() if ln.lstrip().startswith("gdrcopy: {version:"))
+    assert f'version: "{A_VERSION}"' in line and A_SHA in line, "the test's premise: A's gdrcopy"
+    b_line = (line.replace(f'version: "{A_VERSION}"', f'version: "{B_VERSION}"')
+              .replace("archive/v{version}", "archive/refs/tags/v{version}").replace(A_SHA, B_SHA))
+    (d / "matrix.yaml").write_text(text, encoding="utf-8")
+    (d / "other.yaml").write_text(text.replace(line, b_line), encoding="utf-8")
+    shutil.copytree(ROOT / "locks", d / "locks")
+    return d
+
+
+def _reads(monkeypatch) -> list[str]:
+    """The matrix files read from now on (every load goes through grammar.read_text)."""
+    seen: list[str] = []
+    real = grammar.read_text
+
+    def spy(path, *a, **kw):
+        seen.append(str(Path(path).resolve()))
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(grammar, "read_text", spy)
+    return seen
+
+
+def _text_under(folder: Path) -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(folder.rglob("*"))
+                     if p.is_file() and p.suffix in ("", ".def", ".json"))
+
+
+def test_generate_uses_only_the_named_matrix(project, tmp_path, monkeypatch, capsys):
+    reads = _reads(monkeypatch)
+    out = tmp_path / "out"
+    assert cli.main(["generate", IMAGE, "--matrix", str(project / "other.yaml"),
+                     "--output", str(out)]) == 0
+    assert reads == [str(project / "other.yaml")]          # loaded once, nothing else read
+    docker = (out / "Dockerfiles" / IMAGE / "Dockerfile").read_text(encoding="utf-8")
+    assert f"# gdrcopy {B_VERSION} (user space)" in docker
+    assert f"https://github.com/NVIDIA/gdrcopy/archive/refs/tags/v{B_VERSION}.tar.gz" in docker
+    assert f'echo "{B_SHA}  /tmp/gdrcopy.tar"' in docker
+    text = _text_under(out)
+    assert A_SHA not in text and f"gdrcopy/archive/v{A_VERSION}" not in text
+    assert (out / "singularity" / f"{IMAGE}.def").is_file()
+
+
+def test_generate_of_a_differs_only_in_the_tool(project, tmp_path, capsys):
+    """The same run with A gives A's Dockerfile, and the two differ in the gdrcopy lines only."""
+    for name in ("matrix.yaml", "other.yaml"):
+        assert cli.main(["generate", IMAGE, "--matrix", str(project / name),
+                         "--output", str(tmp_path / name)]) == 0
+    a = (tmp_path / "matrix.yaml" / "Dockerfiles" / IMAGE / "Dockerfile").read_text().splitlines()
+    b = (tmp_path / "other.yaml" / "Dockerfiles" / IMAGE / "Dockerfile").read_text().splitlines()
+    assert len(a) == len(b)
+    differ = [(x, y) for x, y in zip(a, b) if x != y]
+    assert len(differ) == 3 and all("gdrcopy" in x and "gdrcopy" in y for x, y in differ)
+
+
+def test_build_context_uses_only_the_named_matrix(project, tmp_path, monkeypatch):
+    """What `imagebuild build --matrix other.yaml` builds: the contexts jobs_for writes from the
+    run's one loaded matrix. Nothing is read again while they are written."""
+    from imagebuild.commands.build import jobs_for
+    k = knowledge.load(project / "other.yaml")
+    reads = _reads(monkeypatch)
+    jobs = jobs_for([IMAGE], k, tmp_path / "ctx")
+    assert reads == []
+    assert [j.image_id for j in jobs] == [IMAGE]
+    ctx = jobs[0].context
+    docker = (ctx / "Dockerfile").read_text(encoding="utf-8")
+    assert f'echo "{B_SHA}  /tmp/gdrcopy.tar"' in docker and A_SHA not in docker
+    assert A_SHA not in _text_under(ctx)
+    # the smoke suite comes from the installed package, whatever folder the matrix is in
+    pkg = render.package_files()
+    assert (ctx / "lib" / "imagebuild" / "smoke" / "__main__.py").read_bytes() == \
+        (pkg / "smoke" / "__main__.py").read_bytes()
+
+
+def test_build_reads_the_named_matrix_once(project, tmp_path, monkeypatch, capsys):
+    """`imagebuild build --matrix other.yaml` up to the builds: the jobs handed to build_all were
+    rendered from B, and B was read once and alone. Stopped where the builds would start: no engine
+    is asked anything (get_engine gives a stand-in that fails on any use)."""
+    import imagebuild.build as build_mod
+    import imagebuild.engines as engines
+
+    handed = []
+
+    class Stop(Exception):
+        pass
+
+    class NoEngine:
+        def __getattr__(self, name):
+            raise AssertionError(f"the engine was used ({name}) before the builds")
+
+    def fake_build_all(jobs, **kw):
+        handed.extend(jobs)
+        raise Stop()
+
+    monkeypatch.setattr(engines, "get_engine", lambda *a, **kw: NoEngine())
+    monkeypatch.setattr(build_mod, "build_all", fake_build_all)
+    reads = _reads(monkeypatch)
+    with pytest.raises(Stop):
+        cli.main(["build", IMAGE, "--matrix", str(project / "other.yaml"),
+                  "--output", str(tmp_path / "out"), "--log-dir", str(tmp_path / "logs")])
+    assert reads == [str(project / "other.yaml")]
+    assert [j.image_id for j in handed] == [IMAGE]
+    docker = (handed[0].context / "Dockerfile").read_text(encoding="utf-8")
+    assert f'echo "{B_SHA}  /tmp/gdrcopy.tar"' in docker and A_SHA not in docker
+    assert A_SHA not in _text_under(handed[0].context)
+
+
+def test_a_missing_matrix_is_one_line(tmp_path, capsys):
+    rc = cli.main(["generate", "--matrix", str(tmp_path / "nope.yaml"), "--output", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and "nope.yaml" in err
+    assert "Traceback" not in err
