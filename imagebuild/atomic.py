@@ -89,8 +89,9 @@ def work_dir(parent: Path, prefix: str) -> Iterator[Path]:
         path = final
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
-        os.close(fd)
+        with deferred_signals():  # an interrupt now would leave half of it behind
+            shutil.rmtree(path, ignore_errors=True)
+            os.close(fd)
 
 
 def remove_stale(parent: Path, prefix: str) -> list[Path]:
