@@ -131,6 +131,18 @@ def test_build_reads_the_named_matrix_once(project, tmp_path, monkeypatch, capsy
     assert A_SHA not in _text_under(handed[0].context)
 
 
+def test_test_command_reads_the_matrix_once(project, monkeypatch):
+    """`imagebuild test id1 id2 ref` turns ids into references from one load of the named matrix."""
+    from imagebuild.commands.test import _refs_for
+    from imagebuild.images import expand
+    specs = {s.id: s for s in expand(knowledge.load(project / "other.yaml"))[0]}
+    reads = _reads(monkeypatch)
+    refs = _refs_for(["smoke-cpu", IMAGE, "example/x:1"], str(project / "other.yaml"))
+    assert reads == [str(project / "other.yaml")]
+    assert refs == [specs["smoke-cpu"].local_ref, specs[IMAGE].local_ref, "example/x:1"]
+    assert _refs_for(["example/x:1"], str(project / "missing.yaml")) == ["example/x:1"]
+
+
 def test_a_missing_matrix_is_one_line(tmp_path, capsys):
     rc = cli.main(["generate", "--matrix", str(tmp_path / "nope.yaml"), "--output", str(tmp_path / "o")])
     err = capsys.readouterr().err

@@ -17,7 +17,9 @@ def configure(parser) -> None:
                         help="write under DIR instead of beside matrix.yaml")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 when the committed files are stale")
-    parser.add_argument("--recipes", metavar="DIR", help="templates folder (default: recipes/)")
+    parser.add_argument("--recipes", metavar="DIR",
+                        help="templates folder (default: the templates installed with imagebuild, "
+                             "package data read with importlib.resources)")
     parser.add_argument("--allow-unverified", action="store_true",
                         help="also images that rely on facts marked verified: false (needs --output)")
 

@@ -27,12 +27,20 @@ def _seconds(text: str) -> float:
     return bounded(float, 10, 7200)(text)
 
 
-def _ref_for(name: str, matrix: str) -> str:
-    """A matrix image id (smoke-cpu) becomes its local reference; anything with ':' is a ref."""
-    if ":" in name or "/" in name:
-        return name
-    from ..images import load_images, select
-    return select(load_images(matrix), [name])[0].local_ref
+def _refs_for(names: list[str], matrix: str) -> list[str]:
+    """Matrix image ids (smoke-cpu) become their local references, from one load of the matrix
+    (and none when every name is a ref); anything with ':' or '/' is a ref already."""
+    specs = None
+    refs = []
+    for name in names:
+        if ":" in name or "/" in name:
+            refs.append(name)
+            continue
+        from ..images import load_images, select
+        if specs is None:
+            specs = load_images(matrix)
+        refs.append(select(specs, [name])[0].local_ref)
+    return refs
 
 
 def _terminate(signum, frame):  # noqa: ARG001 - signal API
@@ -64,7 +72,7 @@ def run(args) -> int:
     if args.report and len(args.images) != 1:
         raise UsageError("--report names the report of one image; give one IMAGE "
                          f"(without it each report goes to {REPORTS_DIR}/<image-id>.json)", argument="--report")
-    args.images = [_ref_for(name, args.matrix) for name in args.images]
+    args.images = _refs_for(args.images, args.matrix)
     for ref in args.images:
         testrun.validate_ref(ref)
     opts = testrun.TestOptions(ranks=args.ranks, timeout=args.timeout, only=testrun.check_only(args.only))
