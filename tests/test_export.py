@@ -353,3 +353,21 @@ def test_resolve_in_root_never_leaves_the_root(tmp_path):
         export.resolve_user("²", root)
     with pytest.raises(ExportError, match="not a valid uid"):
         export.resolve_user("99999999999", root)
+
+
+@pytest.mark.engine
+def test_hostile_image_through_umoci(hostile, docker_client, tmp_path):
+    """The skopeo + umoci path unpacks the layers itself: the same special files are left out and
+    the same bits removed."""
+    for tool in ("skopeo", "umoci"):
+        if shutil.which(tool) is None:
+            need(f"{tool} (Debian package {tool})", "not on PATH")
+    res = export.export_oci_bundle(docker_client, hostile["ref"], tmp_path / "b", method="umoci")
+    assert {"/srv/null", "/srv/loop0", "/srv/fifo"} <= set(res.special_files)
+    assert "/usr/local/bin/suid-true" in res.setuid_files
+    import stat as st
+    for top, dirs, files in os.walk(res.path / "rootfs"):
+        for name in dirs + files:
+            mode = os.lstat(os.path.join(top, name)).st_mode
+            assert not (st.S_ISCHR(mode) or st.S_ISBLK(mode) or st.S_ISFIFO(mode) or st.S_ISSOCK(mode))
+            assert not (st.S_ISREG(mode) and mode & 0o6000), os.path.join(top, name)
