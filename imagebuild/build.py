@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -173,9 +174,10 @@ def build_all(jobs: Sequence[BuildJob], *, engine: Engine, jobs_n: int = 1, keep
         # a bounded time for their threads to see it
         pool.shutdown(wait=False, cancel_futures=True)
         cancel = getattr(engine, "cancel_builds", None)
-        if cancel is not None:
-            cancel()
-        cf.wait(list(running), timeout=CANCEL_WAIT_S)
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while cancel is not None and not all(f.done() for f in running) and time.monotonic() < deadline:
+            cancel()  # again and again: a build still sending its context registers only then
+            cf.wait(list(running), timeout=0.5)
         raise
     pool.shutdown(wait=True)
     return [outcomes[j.image_id] for j in jobs]
