@@ -31,6 +31,7 @@ null when it never was. `build --locked` refuses to build when either differs fr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -42,7 +43,9 @@ from .errors import ImagebuildError
 LOCK_VERSION = 1
 DEFAULT_LOCK = "images.lock"
 ENTRY_KEYS = ("base_image", "dockerfile_sha256", "image_id", "smoke", "stack")
-OPTIONAL_KEYS = ("bases",)   # written by this version; a lock without it is still read
+OPTIONAL_KEYS = ("bases", "provenance")   # written by this version; a lock without them is still read
+#: what an image was made from and what vouches for it (see provenance_for)
+PROVENANCE_KEYS = ("base_digest", "recipe_sha256", "sbom_sha256", "test_report_sha256", "wheel_lock_sha256")
 _REPO_DIGEST = re.compile(r"[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}\Z")
 STATUSES = ("fail", "pass", "skip")
 
@@ -165,6 +168,17 @@ def _check_entry(image_id: str, entry, where: str) -> None:
             if b["digest"] is not None and not (isinstance(b["digest"], str)
                                                 and _REPO_DIGEST.match(b["digest"])):
                 raise bad(f"bases[{ref!r}].digest is not NAME@sha256:<64 hex digits> or null")
+    if "provenance" in entry:
+        prov = entry["provenance"]
+        if not isinstance(prov, dict) or set(prov) != set(PROVENANCE_KEYS):
+            raise bad(f"provenance must be {{{', '.join(PROVENANCE_KEYS)}}}")
+        for key in PROVENANCE_KEYS:
+            value = prov[key]
+            ok = value is None or (isinstance(value, str) and (
+                _ID.match(value) if key == "base_digest" else _HEX64.match(value)))
+            if not ok or (key == "recipe_sha256" and value is None):
+                raise bad(f"provenance.{key} is not a sha256 {'digest' if key == 'base_digest' else 'hex digest'}"
+                          f"{'' if key == 'recipe_sha256' else ' or null'}")
     if not isinstance(entry["stack"], dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in entry["stack"].items()):
         raise bad("stack must map component names to version strings")
@@ -262,6 +276,17 @@ def drift(lock_entry: dict, current: dict, *, only: tuple[str, ...] | None = Non
                 for key in ("id", "digest"):
                     if was.get(key) != now.get(key):
                         out.append(f"base {ref} {key} {_short(was.get(key))} -> {_short(now.get(key))}")
+    if (only is None or "provenance" in only) and "provenance" in lock_entry and "provenance" in current:
+        old_p, new_p = lock_entry["provenance"], current["provenance"]
+        for key in PROVENANCE_KEYS:
+            was, now = old_p.get(key), new_p.get(key)
+            if was == now or key == "test_report_sha256":   # the smoke lines say it
+                continue
+            what = key.removesuffix("_sha256").replace("_", " ")
+            if key == "base_digest":
+                out.append(f"built on base {_short(was)} -> {_short(now)}")
+            else:
+                out.append(f"{what} sha256 {'added' if was is None else 'removed' if now is None else 'changed'}")
     if (only is None or "image_id" in only) and lock_entry.get("image_id") != current.get("image_id"):
         out.append(f"image {_short(lock_entry.get('image_id'))} -> {_short(current.get('image_id'))}")
     old_smoke, new_smoke = lock_entry.get("smoke"), current.get("smoke")
@@ -362,3 +387,120 @@ def repo_digest(ref: str, repo_digests: list[str]) -> str | None:
         if entry.split("@", 1)[0] in names and _REPO_DIGEST.match(entry):
             return entry
     return None
+
+
+# --------------------------------------------------------------------------- provenance
+
+def context_sha256(folder: str | os.PathLike, *, exclude: tuple[str, ...] = ("wheels",)) -> str:
+    """sha256 of a build context: of the sorted lines ``<sha256 of the file>  <relative path>``
+    (a symlink: ``-> <target>`` instead of the file's hash), top-level ``exclude`` folders left
+    out (host wheels: each is pinned by its sha256 in requirements/wheels.txt, which is hashed)."""
+    root = Path(folder)
+    lines = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.split("/", 1)[0] in exclude:
+            continue
+        if path.is_symlink():
+            lines.append(f"-> {os.readlink(path)}  {rel}")
+        elif path.is_file():
+            lines.append(f"{sha256_file(path)}  {rel}")
+    return sha256_bytes(("\n".join(lines) + "\n").encode())
+
+
+def recipe_sha256(spec, matrix: str | os.PathLike) -> str:
+    """context_sha256 of the context `imagebuild build` renders for ``spec`` from the matrix at
+    ``matrix`` (the Dockerfile, the smoke suite, image.json, the wheel lock)."""
+    import tempfile
+
+    from .render import write_context
+    path = Path(matrix)
+    try:
+        st = path.stat()
+    except OSError:
+        raise ImagebuildError("file not found", file=str(matrix)) from None
+    k = _knowledge(str(path.resolve()), st.st_mtime_ns, st.st_size)
+    with tempfile.TemporaryDirectory(prefix="imagebuild-recipe-") as tmp:
+        return context_sha256(write_context(spec, Path(tmp) / spec.id, k=k))
+
+
+@functools.lru_cache(maxsize=4)
+def _knowledge(path: str, mtime_ns: int, size: int):
+    from .knowledge import load
+    return load(path)
+
+
+def sbom_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | None:
+    """sha256 of the SBOM at ``path`` when it is the SBOM of the image ``built_id`` (its
+    metadata.component bom-ref is ``image:<id>``, as `imagebuild sbom` writes it); None when there
+    is none, or it describes another image (a stale SBOM vouches for nothing)."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ImagebuildError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
+    try:
+        doc = json.loads(raw)
+        subject = doc["metadata"]["component"]["bom-ref"]
+    except (ValueError, KeyError, TypeError):
+        raise ImagebuildError("not a CycloneDX SBOM written by `imagebuild sbom`", file=str(path)) from None
+    return sha256_bytes(raw) if built_id and subject == f"image:{built_id}" else None
+
+
+def report_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | None:
+    """sha256 of the smoke report at ``path`` when it reports on the image ``built_id``."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ImagebuildError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
+    try:
+        report = json.loads(raw)
+    except ValueError:
+        raise ImagebuildError("malformed smoke report", file=str(path)) from None
+    ok = isinstance(report, dict) and built_id is not None and report.get("image_id") == built_id
+    return sha256_bytes(raw) if ok else None
+
+
+def provenance_for(client, spec, matrix: str | os.PathLike, *, root: str | os.PathLike, built_id: str | None,
+                   report_path: str | os.PathLike, sbom_path: str | os.PathLike) -> dict:
+    """The provenance of one image: the base it was built on (the built image's
+    org.opencontainers.image.base.digest label), the recipe's hash, the wheel lock's, and the
+    hashes of the SBOM and the smoke report that describe exactly this image id (null otherwise)."""
+    base_digest = None
+    if client is not None and built_id is not None:
+        labels = (client.images.get(built_id).attrs.get("Config") or {}).get("Labels") or {}
+        value = labels.get("org.opencontainers.image.base.digest")
+        base_digest = value if isinstance(value, str) and _ID.match(value) else None
+    wheel_lock = getattr(spec, "wheel_lock", None)
+    return {
+        "base_digest": base_digest,
+        "recipe_sha256": recipe_sha256(spec, matrix),
+        "sbom_sha256": sbom_sha256_for(sbom_path, built_id),
+        "test_report_sha256": report_sha256_for(report_path, built_id),
+        "wheel_lock_sha256": sha256_file(Path(root) / wheel_lock) if wheel_lock else None,
+    }
+
+
+def check_publishable(entry: dict | None, *, name: str, engine_id: str, report_raw: bytes,
+                      lock_path: str) -> None:
+    """Refuse (ImagebuildError, one line) unless the lock records, for this image, the engine image
+    id being pushed and the sha256 of the report being trusted as its test report."""
+    from .publish import NotTestedError
+
+    def refuse(why: str) -> NotTestedError:
+        return NotTestedError(f"{name}: {why}; not published (run `imagebuild lock` after "
+                              "`imagebuild test`)", file=lock_path)
+
+    if entry is None:
+        raise refuse("not in the lock")
+    if entry.get("image_id") != engine_id:
+        raise refuse(f"the lock records image {_short(entry.get('image_id'))}, the engine holds "
+                     f"{_short(engine_id)}")
+    recorded = (entry.get("provenance") or {}).get("test_report_sha256")
+    if recorded is None:
+        raise refuse("the lock records no test report for that image")
+    if recorded != sha256_bytes(report_raw):
+        raise refuse("the smoke report is not the one the lock records")

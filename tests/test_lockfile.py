@@ -138,9 +138,14 @@ def test_lock_command_writes_then_checks_drift(docker_client, tmp_path, monkeypa
     fake.load_images = lambda matrix: {"lock-test": spec}
     monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
     matrix = str(tmp_path / "matrix.yaml")
+    # no matrix here to render the context from: the recipe hash is that of the Dockerfile's folder
+    monkeypatch.setattr(lockfile, "recipe_sha256", lambda spec, m: lockfile.context_sha256(folder))
 
     assert cli.main(["lock", "--matrix", matrix]) == 0
     lock = json.loads((tmp_path / "images.lock").read_text())["images"]["lock-test"]
+    assert lock["provenance"] == {"base_digest": None, "recipe_sha256": lockfile.context_sha256(folder),
+                                  "sbom_sha256": None, "wheel_lock_sha256": None,
+                                  "test_report_sha256": lockfile.sha256_file(reports / "lock-test.json")}
     assert lock["base_image"] == base_id and lock["image_id"] == built.id
     assert lock["smoke"]["counts"] == {"fail": 0, "pass": 3, "skip": 0}
     assert lock["dockerfile_sha256"] == lockfile.sha256_file(folder / "Dockerfile")
@@ -151,7 +156,8 @@ def test_lock_command_writes_then_checks_drift(docker_client, tmp_path, monkeypa
     (folder / "Dockerfile").write_text(dockerfile + "# changed\n")
     assert cli.main(["lock", "--check", "--matrix", matrix]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert out == ["lock-test: python 3.11 -> 3.12", "lock-test: Dockerfile sha256 changed"]
+    assert out == ["lock-test: python 3.11 -> 3.12", "lock-test: Dockerfile sha256 changed",
+                   "lock-test: recipe sha256 changed"]
 
     (tmp_path / "images.lock").write_text("{\n  broken")
     assert cli.main(["lock", "--check", "--matrix", matrix]) == 2
@@ -201,6 +207,7 @@ def test_lock_records_every_base_and_names_the_one_that_moved(docker_client, tmp
     fake.load_images = lambda matrix: {"two-bases": spec}
     monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
     matrix = str(tmp_path / "matrix.yaml")
+    monkeypatch.setattr(lockfile, "recipe_sha256", lambda spec, m: lockfile.context_sha256(folder))
     try:
         assert cli.main(["lock", "--matrix", matrix]) == 0
         lock = json.loads((tmp_path / "images.lock").read_text())["images"]["two-bases"]

@@ -115,6 +115,21 @@ def passing_report(client, ref: str, name: str, passed: bool = True) -> dict:
             "counts": {"passed": 3, "failed": 0 if passed else 1}}
 
 
+def write_lock(client, ref: str, name: str, report, tmp_path, *, image_id: str | None = None):
+    """images.lock recording ``ref``'s engine id (or ``image_id``) and ``report``'s sha256 as the
+    image's test report, as `imagebuild lock` writes it after `imagebuild test`."""
+    from imagebuild import lockfile
+    built = image_id or client.images.get(ref).id
+    entry = lockfile.compute_entry(stack={}, dockerfile_sha256="0" * 64, base_image=None,
+                                   image_id=built, smoke=None)
+    entry["provenance"] = {"base_digest": None, "recipe_sha256": "0" * 64, "sbom_sha256": None,
+                           "test_report_sha256": lockfile.report_sha256_for(report, built),
+                           "wheel_lock_sha256": None}
+    path = tmp_path / f"{name}.lock"
+    lockfile.write_lock(path, {name: entry})
+    return path
+
+
 CREDS = publish.Credentials(USER, PASSWORD)
 
 
@@ -316,7 +331,9 @@ def run_cli_publish(engine, registry, ref, name, tmp_path, monkeypatch, password
     monkeypatch.setenv(publish.USER_ENV, USER)
     monkeypatch.setenv(publish.PASSWORD_ENV, password)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
-    return cli.main(["publish", name, "--registry", f"{registry}/ci", "--report", str(report)])
+    lock = write_lock(engine, ref, name, report, tmp_path)
+    return cli.main(["publish", name, "--registry", f"{registry}/ci", "--report", str(report),
+                     "--lock", str(lock)])
 
 
 @pytest.mark.registry
@@ -621,7 +638,9 @@ def test_cli_publish_with_credential_helper_only(engine, registry, tmp_path, mon
     docker_dir.mkdir()
     (docker_dir / "config.json").write_text(json.dumps({"credHelpers": {registry: "imagebuildtest"}}))
     monkeypatch.setenv("DOCKER_CONFIG", str(docker_dir))
-    rc = cli.main(["publish", "pub-helper", "--registry", f"{registry}/ci", "--report", str(report)])
+    lock = write_lock(engine, ref, "pub-helper", report, tmp_path)
+    rc = cli.main(["publish", "pub-helper", "--registry", f"{registry}/ci", "--report", str(report),
+                   "--lock", str(lock)])
     out, err = capfd.readouterr()
     assert rc == 0, err
     assert PASSWORD not in out + err

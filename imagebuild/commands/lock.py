@@ -22,6 +22,9 @@ def configure(parser) -> None:
                         help="the lock file (default: images.lock beside the matrix)")
     parser.add_argument("--reports-dir", default=None, metavar="DIR",
                         help="smoke reports (default: .imagebuild/reports beside the matrix)")
+    parser.add_argument("--sbom-dir", default=None, metavar="DIR",
+                        help="SBOMs written by `imagebuild sbom IMAGE --output DIR/IMAGE.cdx.json` "
+                             "(default: .imagebuild/sbom beside the matrix)")
     parser.add_argument("--no-engine", action="store_true",
                         help="record no base/built image ids (for a machine without an engine)")
     add_matrix_option(parser)
@@ -55,6 +58,16 @@ def run(args) -> int:
                                            reports_dir=args.reports_dir)
         for image_id, spec in specs.items()
     }
+    # provenance: the recipe's, the wheel lock's, the SBOM's and the test report's sha256, and the
+    # base the built image records; SBOM and report only when they describe that exact image id
+    from ..publish import REPORTS_DIR, default_report_path
+    reports_dir = args.reports_dir or os.path.join(root, REPORTS_DIR)
+    sbom_dir = args.sbom_dir or os.path.join(root, ".imagebuild", "sbom")
+    for image_id, spec in specs.items():
+        current[image_id]["provenance"] = lockfile.provenance_for(
+            client, spec, args.matrix, root=root, built_id=current[image_id]["image_id"],
+            report_path=default_report_path(image_id, reports_dir),
+            sbom_path=os.path.join(sbom_dir, f"{image_id}.cdx.json"))
     if args.check:
         locked = lockfile.read_lock(lock_path)
         if args.images:

@@ -28,6 +28,9 @@ def configure(parser) -> None:
                         help="a host other than the registry's whose token service may receive the "
                              "registry credentials (a bearer realm elsewhere is refused otherwise); "
                              "repeatable")
+    parser.add_argument("--lock", metavar="FILE", default=None,
+                        help="images.lock, which must record the engine image id being pushed and the "
+                             "sha256 of its smoke report (default: images.lock beside the matrix)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     from ..audit import SEVERITIES
     parser.add_argument("--fail-on", choices=SEVERITIES, default=None, metavar="SEVERITY",
@@ -53,6 +56,18 @@ def lookup_images(matrix: str, names: list[str]) -> dict:
                                    if len(known) > len(close) else "")
         raise ImagebuildError(f"unknown image {missing[0]!r} (known: {hint or 'none'})", file=matrix)
     return {n: specs[n] for n in names}
+
+
+def check_lock(image_id: str, engine_id: str, report_source: str, args) -> None:
+    """The lock records this image id and this report as its test report (lockfile.check_publishable)."""
+    import os
+    from pathlib import Path
+    from .. import lockfile
+
+    lock_path = args.lock or os.path.join(os.path.dirname(os.path.abspath(args.matrix)), lockfile.DEFAULT_LOCK)
+    entries = lockfile.read_lock(lock_path)
+    lockfile.check_publishable(entries.get(image_id), name=image_id, engine_id=engine_id,
+                               report_raw=Path(report_source).read_bytes(), lock_path=lock_path)
 
 
 def run(args) -> int:
@@ -84,6 +99,7 @@ def run(args) -> int:
             raise ImagebuildError(f"image {spec.local_ref} is not in the engine; build it first") from None
         report, source = reports[image_id]
         publish.check_report(report, engine_id, name=image_id, source=source)
+        check_lock(image_id, engine_id, source, args)
     api = publish.RegistryAPI(target.host, credentials, auth_hosts=args.auth_host)
     results = []
     for image_id, spec in specs.items():
