@@ -92,7 +92,9 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int) 
     with tarfile.open(src, "r:") as tin:
         members = tin.getmembers()
         by_name = {_clean(m.name): m for m in members}
-        kept = [m for m in members if not (VOLATILE.match(_clean(m.name)) and not m.isdir())]
+        # directories and whiteouts (.wh.*) always stay: only files the build left are dropped
+        kept = [m for m in members if m.isdir() or _clean(m.name).rsplit("/", 1)[-1].startswith(".wh.")
+                or not VOLATILE.match(_clean(m.name))]
         # hard links: the group's first name in the new order holds the data, the others link to it
         groups: dict[str, list[str]] = {}
         for m in kept:

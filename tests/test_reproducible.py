@@ -61,6 +61,7 @@ def _layer(order_seed: int, now: int, tmp_path: Path) -> Path:
         ("var/log/apt/history.log", "file", now, f"Start-Date: {now}".encode()),
         ("var/cache/ldconfig/aux-cache", "file", now, secrets.token_bytes(8)),
         ("root/.cache/pip/x", "file", now, secrets.token_bytes(8)),
+        ("var/lib/apt/lists/.wh.auxfiles", "file", now, b""),   # a whiteout: kept
     ]
     head, tail = entries[:4], entries[4:]
     random.Random(order_seed).shuffle(tail)   # an engine's directory order differs between builds
@@ -82,6 +83,7 @@ def test_layers_of_two_builds_normalise_to_the_same_bytes(tmp_path):
         names = [m.name for m in tf.getmembers()]
         # volatile files are gone, directories stay
         assert not [n for n in names if n.startswith(("var/log/apt/", "root/.cache/", "var/cache/ldconfig/"))]
+        assert "var/lib/apt/lists/.wh.auxfiles" in names
         # sorted, parents first; the hard link comes after the file holding the data
         assert names == sorted(names, key=lambda n: n.split("/"))
         assert members["opt/a.txt"].isreg() and members["opt/z.txt"].islnk()
