@@ -59,10 +59,12 @@ def openmpi_version() -> tuple[str | None, str]:
     return None, "neither ompi_info nor mpirun installed"
 
 
-def _lib_origin(path: str | None, wheel: str) -> str:
-    """"system", or "wheel nvidia-<wheel>" for a copy from an nvidia-* wheel's site-packages/nvidia/<wheel>/lib."""
+def _lib_origin(path: str | None, wheel: str, folders: tuple[str, ...] = ()) -> str:
+    """"system", or "wheel nvidia-<wheel>" for a copy from an nvidia-* wheel's
+    site-packages/nvidia/<wheel>/lib (or one of `folders`: the wheel's folder when it is named
+    otherwise, e.g. nvidia/cu13/lib for nvidia-cuda-runtime 13)."""
     parts = (path or "").split(os.sep)
-    if len(parts) > 3 and parts[-2] == "lib" and parts[-3] == wheel and parts[-4] == "nvidia":
+    if len(parts) > 3 and parts[-2] == "lib" and parts[-3] in (wheel, *folders) and parts[-4] == "nvidia":
         return f"wheel nvidia-{wheel}'s"
     return "system"
 
@@ -115,7 +117,8 @@ def check_versions(ctx: Context) -> CheckResult:
     if t.get("wheels"):
         parts.append((PASS, "nvidia wheels: " + ", ".join(f"{k} {v}" for k, v in sorted(t["wheels"].items()))))
     paths = probe["paths"]
-    for comp, key, label in (("cuda", "cudart", "system CUDA runtime (libcudart)"),
+    cudart_origin = _lib_origin(paths.get("cudart"), "cuda-runtime", libs.CUDART_WHEEL_DIRS)
+    for comp, key, label in (("cuda", "cudart", f"{cudart_origin} CUDA runtime (libcudart)"),
                              ("nccl", "nccl", f"{_lib_origin(paths.get('nccl'), 'nccl')} NCCL (libnccl.so.2)"),
                              ("cudnn", "cudnn", f"{_lib_origin(paths.get('cudnn'), 'cudnn')} cuDNN (libcudnn)")):
         have = system.get(key)
@@ -151,8 +154,8 @@ def check_versions(ctx: Context) -> CheckResult:
 # libraries
 # ---------------------------------------------------------------------------------------------
 
-def _ldd_part(label: str, path: str, ctx: Context) -> tuple[str, str]:
-    missing, err = libs.ldd_missing(path, timeout=min(ctx.left(), 30))
+def _ldd_part(label: str, path: str, ctx: Context, search: list[str] | None = None) -> tuple[str, str]:
+    missing, err = libs.ldd_missing(path, timeout=min(ctx.left(), 30), search=search)
     if missing is None:
         return FAIL, f"{label}: {err}"
     fatal = [m for m in missing if m not in DRIVER_LIBS]
@@ -189,6 +192,22 @@ def check_libraries(ctx: Context) -> CheckResult:
             if status == FAIL:
                 bad.append((status, text))
         parts += bad or [(PASS, f"torch/lib: {len(torch_libs)} libraries ok")]
+    # NVIDIA's wheels (torch's CUDA, cuDNN, NCCL, ...): every library resolves its dependencies
+    # within the wheels' own folders, except the driver's. Some carry no RUNPATH to their
+    # siblings (libcusolverMg, libcufile_rdma), so those folders are on the search path here, as
+    # they are once torch has loaded its CUDA libraries by path.
+    wheel_dirs = libs.wheel_lib_dirs()
+    wheel_libs = [p for d in wheel_dirs for p in libs.shared_objects(d)]
+    if wheel_libs:
+        bad = []
+        for path in wheel_libs:
+            status, text = _ldd_part(os.path.basename(path), path, ctx, search=wheel_dirs)
+            checked += 1
+            if status == FAIL:
+                bad.append((status, text))
+        parts += bad or [(PASS, f"nvidia wheels: {len(wheel_libs)} libraries in "
+                          f"{', '.join(os.path.basename(os.path.dirname(d)) for d in wheel_dirs)} resolve "
+                          "within the wheels' folders")]
     # each CUDA, cuDNN, NCCL, UCX and MPI library once: a second copy is gigabytes shipped twice,
     # and which of the two a process binds to depends on what it loaded first
     twice = libs.soname_copies()
@@ -263,10 +282,19 @@ def check_mpi_config(ctx: Context) -> CheckResult:
         full = proc.run([exe, "--parsable", "--all"], timeout=min(ctx.left(), 60))
         cuda = "mpi_built_with_cuda_support:value:true" in full.output
         metrics["mpi_cuda_support"] = int(cuda)
-        if ctx.expects_present("cuda"):
+        # required where image.json promises a CUDA-aware Open MPI (features.mpi_cuda; an older
+        # image.json without it: in every CUDA image); the OS's Open MPI beside torch's wheel CUDA
+        # is not CUDA-aware, and its image says so
+        promised = ctx.promises("mpi_cuda")
+        if promised is None:
+            promised = ctx.expects_present("cuda")
+        if promised:
             parts.append((PASS if cuda else FAIL,
                           "Open MPI built with CUDA support" if cuda
                           else "Open MPI built without CUDA support (mpi_built_with_cuda_support false)"))
+        elif ctx.expects_present("cuda"):
+            parts.append((PASS, f"CUDA support in Open MPI: {'yes' if cuda else 'no'} (not required: "
+                          "the image does not promise a CUDA-aware Open MPI, features.mpi_cuda false)"))
         else:
             parts.append((PASS, f"CUDA support in Open MPI: {'yes' if cuda else 'no'} (not required)"))
     ucx_info = proc.which("ucx_info")

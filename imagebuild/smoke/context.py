@@ -47,6 +47,14 @@ class Context:
     def feature(self, name: str) -> bool:
         return bool((self.expectation or {}).get("features", {}).get(name, False))
 
+    def promises(self, name: str) -> bool | None:
+        """What image.json's features say of `name`: True, False, or None when they do not name it
+        (an image.json written before the feature existed)."""
+        features = (self.expectation or {}).get("features")
+        if not isinstance(features, dict) or name not in features:
+            return None
+        return bool(features[name])
+
     # -- time --------------------------------------------------------------------------------
     def start_clock(self) -> None:
         self.deadline = time.monotonic() + self.timeout
@@ -82,7 +90,8 @@ class Context:
         return {
             "nccl": libs.locate("libnccl.so.2", libs.nccl_dirs()),
             "cudnn": libs.locate("libcudnn.so.9", libs.cudnn_dirs()) or libs.locate("libcudnn.so.8", libs.cudnn_dirs()),
-            "cudart": next((p for p in (libs.locate(f"libcudart.so.{m}") for m in (13, 12, 11)) if p), None),
+            "cudart": next((p for p in (libs.locate(f"libcudart.so.{m}", libs.cudart_dirs())
+                                        for m in (13, 12, 11)) if p), None),
             "ucp": libs.locate("libucp.so.0") or libs.locate_near_binary("libucp.so.0", "ucx_info"),
             "mpi": libs.locate_near_binary("libmpi.so.40", "mpirun") or libs.locate("libmpi.so.40"),
         }

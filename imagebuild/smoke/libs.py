@@ -82,6 +82,39 @@ def cudnn_dirs() -> list[str]:
     return _python_dirs("nvidia/cudnn/lib")
 
 
+# the CUDA runtime's folder in NVIDIA's wheels: nvidia-cuda-runtime-cu12 (nvidia/cuda_runtime/lib),
+# nvidia-cuda-runtime 13.x (nvidia/cu13/lib, shared with cuBLAS, cuFFT, ... of CUDA 13)
+CUDART_WHEEL_DIRS = ("cuda_runtime", "cu13")
+
+
+def cudart_dirs() -> list[str]:
+    return [d for sub in CUDART_WHEEL_DIRS for d in _python_dirs(f"nvidia/{sub}/lib")]
+
+
+def wheel_lib_dirs() -> list[str]:
+    """site-packages/nvidia/*/lib: the CUDA, cuDNN, NCCL, ... libraries of NVIDIA's wheels."""
+    return sorted({d for base in _python_dirs("") for d in glob.glob(os.path.join(base, "nvidia", "*", "lib"))
+                   if os.path.isdir(d)})
+
+
+def shared_objects(folder: str) -> list[str]:
+    """The ELF shared libraries of a folder (lib*.so*, links followed once; static archives and
+    other files left out)."""
+    out: dict[str, str] = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.so*"))):
+        real = os.path.realpath(path)
+        if real in out or not os.path.isfile(real):
+            continue
+        try:
+            with open(real, "rb") as fh:
+                if fh.read(4) != b"\x7fELF":
+                    continue
+        except OSError:
+            continue
+        out[real] = path
+    return sorted(out.values())
+
+
 def torch_libs() -> list[str]:
     """torch/lib/*.so* of the torch that `import torch` would load (without importing it)."""
     import importlib.util
@@ -122,12 +155,18 @@ def ldd_deps(path: str, timeout: float = 30) -> dict[str, str | None]:
     return parse_ldd_deps(out.output) if out.ok else {}
 
 
-def ldd_missing(path: str, timeout: float = 30) -> tuple[list[str] | None, str]:
-    """(missing dependencies, error); None when ldd itself could not run."""
+def ldd_missing(path: str, timeout: float = 30,
+                search: list[str] | None = None) -> tuple[list[str] | None, str]:
+    """(missing dependencies, error); None when ldd itself could not run. `search`: folders put
+    before LD_LIBRARY_PATH for this one question."""
     exe = proc.which("ldd")
     if not exe:
         return None, "ldd not installed"
-    out = proc.run([exe, path], timeout=timeout)
+    env = None
+    if search:
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = ":".join(list(search) + [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d])
+    out = proc.run([exe, path], timeout=timeout, env=env)
     if out.timed_out:
         return None, f"ldd {path} timed out after {timeout:.0f}s"
     missing = parse_ldd(out.output)
