@@ -395,6 +395,7 @@ FIELDS: tuple[tuple[tuple[str, ...], Any, str], ...] = (
     (("images", "*", "python"), "version", "str"),
     (("images", "*", "wheels"), "id", "str"),
     (("images", "*", "rdma"), "id", "str"),
+    (("images", "*", "cuda_from"), "id", "str"),
 )
 
 
@@ -476,7 +477,11 @@ def check_fields(doc: Any, path: str) -> None:
 FLAVORS = ("runtime", "devel", "cpu")
 VARIANT_MODES = ("all", "default", "default-and-newest")
 FAMILY_KEYS = ("family", "description", "flavors", "pytorch", "variants", "os", "cuda", "nccl",
-               "ucx", "openmpi", "python", "wheels", "rdma")
+               "ucx", "openmpi", "python", "wheels", "rdma", "cuda_from")
+# Where a family's CUDA comes from: NVIDIA's package repository for the OS (the default: the
+# recipes install pinned CUDA packages), or the wheels torch's closure brings (nvidia-cuda-runtime,
+# cuDNN, NCCL, cuBLAS, ... as torch pins them; no NVIDIA repository, no CUDA package).
+CUDA_FROM = ("repository", "wheels")
 # tool -> (required keys, optional keys, {key: grammar})
 _TARBALL = (("version", "url", "sha256", "source"), ("note",),
             {"version": "version", "url": _url("version"), "sha256": "sha256"})
@@ -716,13 +721,30 @@ def _images(c: _Checker, doc, os_ids: set[str], rdma_ids: set[str]):
         if rdma is not None and rdma != "rdma-core" and rdma not in rdma_ids:
             c.fail(f"{where}.rdma: unknown rdma {rdma!r} (rdma-core, or an id of the rdma: "
                    f"section: {', '.join(sorted(rdma_ids)) or 'none'})", fam, "rdma")
-        _what_images_need(c, doc, fam, where, flavors, pytorch)
+        cuda_from = c.string(fam, "cuda_from", where, "id")
+        if cuda_from is not None and cuda_from not in CUDA_FROM:
+            c.fail(f"{where}.cuda_from must be one of {', '.join(CUDA_FROM)}", fam, "cuda_from")
+        if cuda_from == "wheels":
+            # torch's wheel closure is what brings CUDA; nothing else of the image is built
+            # against it (UCX and Open MPI are then the OS's packages: see images.expand)
+            if pytorch in (None, "none"):
+                c.fail(f"{where}.cuda_from: wheels takes CUDA from PyTorch's wheels: the family "
+                       "needs pytorch", fam, "cuda_from")
+            if any(f != "runtime" for f in flavors):
+                c.fail(f"{where}.cuda_from: wheels makes runtime images only (a devel or cpu "
+                       "flavor needs CUDA from the repository, or none)", fam, "flavors")
+            if rdma not in (None, "rdma-core"):
+                c.fail(f"{where}.cuda_from: wheels images take RDMA user space from the OS's "
+                       "rdma-core", fam, "rdma")
+        _what_images_need(c, doc, fam, where, flavors, pytorch, cuda_from or "repository")
 
 
-def _what_images_need(c: _Checker, doc, fam, where: str, flavors: list[str], pytorch):
+def _what_images_need(c: _Checker, doc, fam, where: str, flavors: list[str], pytorch,
+                      cuda_from: str = "repository"):
     """What the recipes of a family will read, checked now rather than when they are rendered:
     each OS's base image and glibc (the wheel lock's platform), and for CUDA images (every flavor
-    but cpu) the OS's NVIDIA repository and packager, and the tools the recipes download."""
+    but cpu) whose CUDA comes from NVIDIA's repository, the OS's NVIDIA repository and packager,
+    and the tools the recipes download (CUDA from torch's wheels needs none of them)."""
     from .render import PACKAGERS  # the OS families CUDA recipes are written for
 
     cuda_images = any(f != "cpu" for f in flavors)
@@ -738,14 +760,15 @@ def _what_images_need(c: _Checker, doc, fam, where: str, flavors: list[str], pyt
         entry = oses.get(os_id)
         if entry is None:
             continue
-        needs = ["base", "glibc"] + (["nvidia_repo"] if cuda_images else [])
+        needs = ["base", "glibc"] + (["nvidia_repo"] if cuda_images and cuda_from == "repository"
+                                     else [])
         for key in needs:
             if key not in entry:
                 c.fail(f"os {os_id}: {where} builds images on it, so it needs {key}", entry)
         if not re.fullmatch(r"2\.[0-9]+", str(entry["glibc"])):
             c.fail(f"os {os_id}: glibc {str(entry['glibc'])!r} must be 2.N (the wheel locks' "
                    "manylinux platform)", entry, "glibc")
-        if cuda_images:
+        if cuda_images and cuda_from == "repository":
             family = str(entry.get("family"))
             if family not in PACKAGERS:
                 c.fail(f"os {os_id}: {where} builds CUDA images on it, whose recipes are written "

@@ -104,7 +104,8 @@ def fits(k: Knowledge, specs: list[ImageSpec], host: Host, platform: str | None 
         if platform and built_for and built_for != platform:
             bad.append(Misfit(spec, f"built for {built_for}, the host is {platform}"))
             continue
-        res = check(k, host, dict(spec.stack), allow_unverified, image=True)
+        res = check(k, host, dict(spec.stack), allow_unverified, image=True,
+                    cuda_from=spec.cuda_from)
         if not res.ok:
             bad.append(Misfit(spec, "; ".join(res.explanation[-2:]) or "inconsistent"))
             continue

@@ -19,10 +19,10 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import KnowledgeError, UsageError
-from .grammar import FAMILY_KEYS, FLAVORS, VARIANT_MODES
+from .grammar import CUDA_FROM, FAMILY_KEYS, FLAVORS, VARIANT_MODES
 from .grammar import check as grammar_check
 from .knowledge import Knowledge, load
-from .resolve import Host, resolve
+from .resolve import Host, image_reading, resolve
 from .versions import NONE, major_minor, parse_version
 
 # FLAVORS, VARIANT_MODES (which CUDA builds of each PyTorch release a family takes: every one, the
@@ -56,6 +56,7 @@ class ImageSpec:
     rdma: dict | None = None        # the knowledge's rdma entry (DOCA-OFED); None: rdma-core
     extra: dict = field(default_factory=dict)
     source: str | None = None       # the project's repository (matrix.yaml project.source), if set
+    cuda_from: str = "repository"   # "wheels": CUDA is what torch's wheel closure brings
     licenses: str | None = None     # an SPDX expression (matrix.yaml project.licenses), if set
 
     @property
@@ -82,6 +83,9 @@ class ImageSpec:
         }
         if self.source:   # a fact from the matrix, never a made-up default (see project_source)
             labels[SOURCE_LABEL] = self.source
+        if self.cuda_from != "repository" and self.stack["cuda"] != NONE:
+            # absent: CUDA from NVIDIA's repository, as every recipe installed it before
+            labels[CUDA_PROVIDER_LABEL] = self.cuda_from
         if self.licenses:  # a fact only the matrix states; never guessed from the image's contents
             labels[LICENSES_LABEL] = self.licenses
         for comp in ("os", "platform", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi",
@@ -100,14 +104,20 @@ class ImageSpec:
         built = self.ucx.get("install", "source") == "source"
         cuda = built and self.stack["cuda"] != NONE
         # render's UCX configure line: --with-verbs --with-rdmacm, and in CUDA images
-        # --with-cuda --with-gdrcopy
-        return {"gdrcopy": cuda, "rdmacm": built, "ucx_cuda": cuda, "verbs": built}
+        # --with-cuda --with-gdrcopy; Open MPI's: --with-cuda in CUDA images. The OS's packages
+        # (Debian's UCX and Open MPI) are built without CUDA: nothing is promised of them.
+        mpi_cuda = self.openmpi.get("install", "source") == "source" and self.stack["cuda"] != NONE
+        return {"gdrcopy": cuda, "mpi_cuda": mpi_cuda, "rdmacm": built, "ucx_cuda": cuda,
+                "verbs": built}
 
     @property
     def image_json(self) -> dict:
-        return {"id": self.id, "flavor": self.flavor, "stack": dict(sorted(self.stack.items())),
-                "features": self.features, "rdma": self.rdma_label,
-                "min_driver": self.min_driver or "none", "tag": self.tag}
+        doc = {"id": self.id, "flavor": self.flavor, "stack": dict(sorted(self.stack.items())),
+               "features": self.features, "rdma": self.rdma_label,
+               "min_driver": self.min_driver or "none", "tag": self.tag}
+        if self.stack["cuda"] != NONE:
+            doc["cuda_provider"] = self.cuda_from
+        return doc
 
 
 @dataclass(frozen=True)
@@ -116,13 +126,18 @@ class Skipped:
     combination: str
     wishes: tuple
     why: str | None = None      # set when the stack resolved but something else is missing
+    cuda_from: str = "repository"
 
     def reason(self, k: Knowledge) -> str:
         """Why this combination has no image (the resolver's minimal chain is computed on demand:
         it is costly)."""
         if self.why:
             return self.why
-        return "; ".join(resolve(k, Host(), dict(self.wishes), repo_cuda=True).explanation)
+        return "; ".join(resolve(k, Host(), dict(self.wishes), **image_reading(
+            k, self.cuda_from, dict(self.wishes))).explanation)
+
+
+CUDA_PROVIDER_LABEL = "io.imagebuild.cuda.provider"
 
 
 def _tag(stack: dict, flavor: str, os_id: str, rdma: dict | None = None) -> str:
@@ -234,6 +249,16 @@ def expand(k: Knowledge, *, require_locks: bool = True,
             fail(f"{name}: unknown rdma {rdma_id!r} (rdma-core, or an id of the rdma: section: "
                  f"{', '.join(sorted(k.rdma)) or 'none'})")
         rdma = k.rdma.get(rdma_id)
+        cuda_from = str(fam.get("cuda_from", "repository"))
+        if cuda_from not in CUDA_FROM:
+            fail(f"{name}: cuda_from must be one of {', '.join(CUDA_FROM)}")
+        if cuda_from == "wheels":
+            # nothing is compiled against the wheels' CUDA: UCX and Open MPI are the OS's own
+            for comp in ("ucx", "openmpi"):
+                entry = getattr(k, comp).get(str(fam.get(comp, "")))
+                if entry is None or entry.get("install") != "os":
+                    fail(f"{name}: cuda_from: wheels needs {comp} pinned to an OS package "
+                         f"(install: os in matrix.yaml's {comp} releases)")
         for combo, wishes, vtag in _combinations(k, fam):
             for os_id in oses:
                 w = dict(wishes, os=os_id)
@@ -242,6 +267,8 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                         w[comp] = "==" + str(fam[comp])
                 label = f"{combo} on {os_id}" + (f" with {rdma['name']} {rdma['version']}"
                                                   if rdma else "")
+                if cuda_from != "repository":
+                    label += f", CUDA from the {cuda_from}"
                 if rdma and os_id not in rdma["os"]:
                     skipped.append(Skipped(name, label, tuple(sorted(w.items())), why=(
                         f"{rdma['name']} {rdma['version']} has no repository for {os_id} "
@@ -254,18 +281,21 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                         "confirm it and set verified: true, or pass --allow-unverified")))
                     continue
                 try:
+                    # the recipes install CUDA from the repository, or take torch's wheels' own
                     res = resolve(k, Host(), w, allow_unverified=allow_unverified, explain=False,
-                                  repo_cuda=True)  # the recipes install CUDA from the repository
+                                  **image_reading(k, cuda_from, w))
                 except UsageError as exc:
                     fail(f"{name}: {exc}")
                 if not res.ok:
-                    skipped.append(Skipped(name, label, tuple(sorted(w.items()))))
+                    skipped.append(Skipped(name, label, tuple(sorted(w.items())),
+                                           cuda_from=cuda_from))
                     continue
                 stack = {c: res.stack[c] for c in ("os", "platform", "python", "cuda", "cudnn",
                                                   "nccl", "ucx", "openmpi", "pytorch")}
                 ws = wheel_set(k, stack, k.os[os_id], wheels)
                 if ws is not None and require_locks and read_lock(k, ws) is None:
-                    skipped.append(Skipped(name, label, tuple(sorted(w.items())), why=(
+                    skipped.append(Skipped(name, label, tuple(sorted(w.items())),
+                                           cuda_from=cuda_from, why=(
                         f"no wheel lock {ws.path} for {' '.join(ws.requirements)} "
                         f"(`imagebuild wheels lock` writes it; it needs "
                         f"{'the host pip' if ws.host else ws.index or 'the configured package index'})")))
@@ -273,6 +303,9 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                 for flavor in flavors:
                     iid = _image_id(name, stack, vtag, os_id, flavor, rdma)
                     if iid in seen:
+                        if specs[seen[iid]].cuda_from != cuda_from:
+                            fail(f"{name}: image {iid} is declared with CUDA from the "
+                                 f"{specs[seen[iid]].cuda_from} and from the {cuda_from}")
                         continue  # two wishes resolved to the same stack
                     tag = _tag(stack, flavor, os_id, rdma)
                     if not SAFE_ID.fullmatch(iid) or not SAFE_ID.fullmatch(tag):
@@ -285,7 +318,7 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                         tags=(tag, f"{tag}-{k.as_of.replace('-', '')}"),
                         wheels=wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
                         as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=rdma,
-                        source=project_source(k), licenses=project_licenses(k)))
+                        source=project_source(k), cuda_from=cuda_from, licenses=project_licenses(k)))
     return specs, skipped
 
 

@@ -36,7 +36,7 @@ class Verdict:
 
 def _mode(k: Knowledge, spec: ImageSpec, driver: str, gpu: str | None, date: str | None):
     host = Host(driver=driver, gpu=gpu, date=date)
-    res = check(k, host, dict(spec.stack), image=True)
+    res = check(k, host, dict(spec.stack), image=True, cuda_from=spec.cuda_from)
     if not res.ok:
         return "no", res.explanation[-2] if len(res.explanation) > 1 else "; ".join(res.explanation)
     mode = res.mode.mode if res.mode else "n/a"

@@ -262,8 +262,8 @@ class Renderer:
         base = _safe("ref", spec.os.get("base") or "", f"base image of {spec.os['id']}")
         _safe("id", spec.id, "image id")
         _safe("text", spec.description, f"description of {spec.id}")
-        if spec.flavor == "cpu":
-            return self._cpu_stages(spec, base, k)
+        if spec.flavor == "cpu" or spec.cuda_from == "wheels":
+            return self._os_mpi_stages(spec, base, k)
         if spec.os["family"] not in PACKAGERS:
             raise RenderError(f"image {spec.id}: CUDA recipes are written for "
                               f"{', '.join(sorted(PACKAGERS))}; {spec.os['id']} "
@@ -278,10 +278,26 @@ class Renderer:
             self.fragment("smoke", "smoke suite entry points", python_bin=python_bin),
         ]
 
-    def _cpu_stages(self, spec: ImageSpec, base: str, k) -> list[Stage]:
-        """Debian's MPI and UCX; PyTorch installed from host wheels in a stage of its own, so the
-        wheels never reach a layer of the image (only the installed /opt/venv is copied)."""
+    def _os_mpi_stages(self, spec: ImageSpec, base: str, k) -> list[Stage]:
+        """Debian's MPI and UCX, and PyTorch: for a CPU image from host wheels in a stage of its
+        own, so the wheels never reach a layer of the image (only the installed /opt/venv is
+        copied); for an image whose CUDA comes from torch's wheels (`cuda_from: wheels`) from its
+        wheel lock, downloaded by pip in the build: that closure is the image's CUDA, cuDNN and
+        NCCL, so no CUDA repository, CUDA package or NCCL step is rendered."""
         s = spec.stack
+        if spec.cuda_from == "wheels" and s["cuda"] != NONE:
+            if spec.wheels == "host":
+                raise RenderError(f"image {spec.id}: CUDA from the wheels comes from the package "
+                                  "index through the wheel lock, not from host wheels")
+            return [Stage(None, base, [
+                self.fragment("debian-mpi", "OS packages: Debian's Open MPI and UCX, Python",
+                              openmpi=s["openmpi"], ucx=s["ucx"], python=s["python"]),
+                self.fragment("venv", "Python virtual environment", python_bin="python3"),
+                *self._torch_steps(spec, k),
+                *self._common_tail(spec, "/opt/venv/bin/python"),
+                Step("env", items=sorted(self.env_vars(spec).items())),
+                Step("label", items=image_labels(spec, k)),
+            ])]
         if spec.wheels != "host":
             raise RenderError(f"image {spec.id}: a CPU image installs PyTorch from host wheels "
                               "(wheels: host)")
@@ -375,17 +391,7 @@ class Renderer:
             self.fragment("nccl-tests", f"nccl-tests {ntests['version']}", cuda_home=cuda_home,
                           nccl_home=nccl_home, **ntests),
         ]
-        torch_steps = []
-        if s["pytorch"] != NONE:
-            var = k.variants[(s["pytorch"], cuda_mm)]
-            index_url = None
-            if not var.default:
-                idx = tools.get("pytorch-index", {}).get("url", "")
-                index_url = _format_url(idx, "PyTorch index URL", tag=var.tag)
-            torch_steps.append(_lock_copy("wheels.txt"))
-            torch_steps.append(self.fragment("pytorch", f"PyTorch {s['pytorch']}+{var.tag}",
-                                             pytorch=s["pytorch"], variant_tag=var.tag,
-                                             index_url=index_url))
+        torch_steps = self._torch_steps(spec, k)
         tail = self._common_tail(spec, "/opt/venv/bin/python")
         final = [Step("env", items=sorted(self.env_vars(spec, cuda_home, nccl_home).items())),
                  Step("label", items=image_labels(spec, k))]
@@ -413,6 +419,21 @@ class Renderer:
                           nccl_home=nccl_home, pytorch=s["pytorch"]),
         ]
         return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
+
+    def _torch_steps(self, spec: ImageSpec, k) -> list[Step]:
+        """PyTorch's CUDA build and its whole closure from the image's wheel lock (none without
+        PyTorch): PyPI's default build from the configured index, another from PyTorch's own."""
+        s = spec.stack
+        if s["pytorch"] == NONE:
+            return []
+        var = k.variants[(s["pytorch"], major_minor(s["cuda"]))]
+        index_url = None
+        if not var.default:
+            idx = k.raw.get("tools", {}).get("pytorch-index", {}).get("url", "")
+            index_url = _format_url(idx, "PyTorch index URL", tag=var.tag)
+        return [_lock_copy("wheels.txt"),
+                self.fragment("pytorch", f"PyTorch {s['pytorch']}+{var.tag}", pytorch=s["pytorch"],
+                              variant_tag=var.tag, index_url=index_url)]
 
     def _rdma(self, spec: ImageSpec, pm: dict):
         """(devel steps, runtime copies, package lists, name) of the image's RDMA user space. The
@@ -445,19 +466,20 @@ class Renderer:
         ld = []
         env = {"OMPI_MCA_pml": "ucx", "MELLANOX_VISIBLE_DEVICES": "all",
                "IMAGEBUILD_IMAGE_ID": spec.id}
-        if cuda_home:
-            path += ["/opt/openmpi/bin", "/opt/ucx/bin", "/opt/nccl-tests/bin", f"{cuda_home}/bin"]
-            ld += ["/opt/openmpi/lib", "/opt/ucx/lib", "/opt/gdrcopy/lib", f"{nccl_home}/lib",
-                   f"{cuda_home}/lib64"]
+        if spec.stack["cuda"] != NONE:
+            # what the NVIDIA container runtime reads, wherever the image's CUDA comes from
             major = parse_version(spec.stack["cuda"]).major
             env.update({
-                "CUDA_HOME": cuda_home,
                 "NVIDIA_VISIBLE_DEVICES": "all",
                 "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
                 # minor-version compatibility: any driver of this CUDA major from the floor up
                 "NVIDIA_REQUIRE_CUDA": f"cuda>={major}.0 driver>={spec.min_driver}",
-                "OMPI_MCA_osc": "ucx",
             })
+        if cuda_home:   # CUDA from the repository, UCX and Open MPI built against it
+            path += ["/opt/openmpi/bin", "/opt/ucx/bin", "/opt/nccl-tests/bin", f"{cuda_home}/bin"]
+            ld += ["/opt/openmpi/lib", "/opt/ucx/lib", "/opt/gdrcopy/lib", f"{nccl_home}/lib",
+                   f"{cuda_home}/lib64"]
+            env.update({"CUDA_HOME": cuda_home, "OMPI_MCA_osc": "ucx"})
         if spec.openmpi.get("line") == "4.1":
             # Open MPI 4.1's UCX PML only selects InfiniBand devices unless told otherwise, so a
             # single node or an Ethernet cluster would fail with "PML ucx cannot be selected".

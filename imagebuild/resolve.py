@@ -94,7 +94,7 @@ class Problem:
 
     def __init__(self, k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
                  allow_unverified: bool = False, repo_cuda: bool = False,
-                 skip_tags: frozenset[str] = frozenset()):
+                 skip_tags: frozenset[str] = frozenset(), compat_package: bool = True):
         self.k = k
         self.host = host
         self.date = host.date or k.as_of
@@ -102,6 +102,9 @@ class Problem:
         # repo_cuda: CUDA must come from NVIDIA's package repository for the OS (what the image
         # recipes install); otherwise a PyTorch stack takes CUDA from the wheels torch pins.
         self.repo_cuda = repo_cuda
+        # compat_package: a mode that needs a package (cuda-compat-X-Y) is open; an image whose
+        # CUDA comes from torch's wheels carries none, so forward compatibility is not its to offer
+        self.compat_package = compat_package
         self.facts_host: dict[str, str] = self._host_facts(host)
         self.wishes = {c: self._wish(c, s) for c, s in (wishes or {}).items()}
         self.rules = [r for r in k.rules if (r.verified or allow_unverified)
@@ -220,6 +223,11 @@ class Problem:
                                f"compatibility [{src}]")
                 continue
             blocked = []
+            pkg = (m.package or "").format(major=v.major, minor=v.minor)
+            if pkg and not self.compat_package:
+                reasons.append(f"the image carries no {pkg}: its CUDA comes from torch's wheels, "
+                               "not NVIDIA's repository")
+                continue
             for attr, want in m.gpu:
                 have = self.facts_host.get(f"gpu.{attr}")
                 if have is None:
@@ -227,7 +235,6 @@ class Problem:
                 elif have != ("true" if want else "false"):
                     blocked.append(f"{self.facts_host.get('gpu')} is not a data-center GPU, which "
                                    f"cuda-compat needs [{m.source}]")
-            pkg = (m.package or "").format(major=v.major, minor=v.minor)
             if m.branch_listed:
                 entry = self.k.compat.get(f"{v.major}.{v.minor}")
                 if entry is None:
@@ -469,11 +476,14 @@ def _first(p: Problem, disabled=frozenset(), domains=None) -> dict[str, str] | N
 
 def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
             allow_unverified: bool = False, explain: bool = True,
-            repo_cuda: bool = False, skip_tags: frozenset[str] = frozenset()) -> Resolution:
+            repo_cuda: bool = False, skip_tags: frozenset[str] = frozenset(),
+            compat_package: bool = True) -> Resolution:
     """The best stack, or (explain=True) the minimal chain of facts that rules every stack out.
     `repo_cuda`: CUDA must come from NVIDIA's repository for the OS (as image recipes install it).
-    `skip_tags`: rules with these tags are not applied (see knowledge.RULE_TAGS)."""
-    p = Problem(k, host, wishes, allow_unverified, repo_cuda, skip_tags)
+    `skip_tags`: rules with these tags are not applied (see knowledge.RULE_TAGS).
+    `compat_package`: forward compatibility (a cuda-compat package) is possible; an image whose
+    CUDA comes from torch's wheels has none."""
+    p = Problem(k, host, wishes, allow_unverified, repo_cuda, skip_tags, compat_package)
     passed: list = []
     trace = Trace()
     sol = None
@@ -538,13 +548,15 @@ SYSTEM_COPIES = ("cudnn", "nccl")
 
 def check(k: Knowledge, host: Host, stack: dict[str, str],
           allow_unverified: bool = False,
-          system: dict[str, str] | None = None, image: bool = False) -> Resolution:
+          system: dict[str, str] | None = None, image: bool = False,
+          cuda_from: str = "repository") -> Resolution:
     """Is this stack consistent on this host? Each named component is a wish for that version
     (a less precise version matches its patch releases: cuDNN 9.14.0 is 9.14.0.x); a component
     not named is "any". `system` names copies installed beside the stack's own (NGC-style: a
     system cuDNN or NCCL next to the ones torch's wheels bring); each is checked against the
     facts about that library, the stack's CUDA and the host. `image`: the stack is an imagebuild
-    image's (CUDA from NVIDIA's repository, UCX and Open MPI built with CUDA), not a machine's."""
+    image's, not a machine's: CUDA from NVIDIA's repository, or from torch's wheels with
+    `cuda_from="wheels"`, UCX and Open MPI as the image built them (see image_reading)."""
     wishes = {}
     for comp, val in stack.items():
         if comp not in STACK:
@@ -557,7 +569,7 @@ def check(k: Knowledge, host: Host, stack: dict[str, str],
     # An existing machine's UCX/Open MPI may be built without CUDA: the rules about CUDA-aware
     # builds become warnings (when the stack breaks them) instead of ruling the machine out.
     if image:
-        res = resolve(k, host, wishes, allow_unverified, repo_cuda=True)
+        res = resolve(k, host, wishes, allow_unverified, **image_reading(k, cuda_from, wishes))
     else:
         res = resolve(k, host, wishes, allow_unverified, skip_tags=frozenset({"cuda-aware"}))
     if res.ok and not image:
@@ -579,6 +591,21 @@ def check(k: Knowledge, host: Host, stack: dict[str, str],
                                    f"stack's own {comp} {res.stack.get(comp)})")
             res.stack[f"system_{comp}"] = val
     return res
+
+
+def image_reading(k: Knowledge, cuda_from: str, stack: dict) -> dict:
+    """How the resolver reads an image's stack: CUDA from NVIDIA's repository (the recipes install
+    its packages: the `repo-cuda` rules bind) or from torch's wheels (the `wheel-cuda` rules bind:
+    CUDA is the wheels' own); the `cuda-aware` rules (UCX >= 1.20 for CUDA 13, ...) only where the
+    image's UCX is built with CUDA, not for an OS package built without it (Debian's libucx0);
+    forward compatibility only where the image can carry cuda-compat (from the repository).
+    `stack` names the UCX as a version or a wish (==1.13.1)."""
+    ucx = str(stack.get("ucx") or "").lstrip("=")
+    entry = k.ucx.get(ucx)
+    skip = frozenset({"cuda-aware"}) if entry is not None and not entry.get("cuda_aware", True) \
+        else frozenset()
+    return {"repo_cuda": cuda_from != "wheels", "skip_tags": skip,
+            "compat_package": cuda_from != "wheels"}
 
 
 def check_system_copy(k: Knowledge, host: Host, comp: str, val: str,

@@ -55,12 +55,34 @@ def stack_from_mapping(data: dict, origin: str) -> dict[str, str]:
     return out
 
 
+def _cuda_provider(data) -> str | None:
+    """The io.imagebuild.cuda.provider label of labels, or of docker inspect output holding them
+    (None when absent: CUDA from NVIDIA's repository); a value imagebuild does not write is refused."""
+    from ..grammar import CUDA_FROM
+    from ..images import CUDA_PROVIDER_LABEL
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        data = data[0]
+    if not isinstance(data, dict):
+        return None
+    labels = data.get("Config", {}).get("Labels") if isinstance(data.get("Config"), dict) else None
+    if labels is None:
+        labels = data.get("Labels") or data.get("labels") or data
+    value = labels.get(CUDA_PROVIDER_LABEL) if isinstance(labels, dict) else None
+    if value is None:
+        return None
+    if value not in CUDA_FROM:
+        raise UsageError(f"label {CUDA_PROVIDER_LABEL}={value!r} is not one of "
+                         f"{', '.join(CUDA_FROM)}", argument="--image")
+    return str(value)
+
+
 def run(args) -> int:
     from .. import knowledge
     from .. import resolve as R
 
     stack: dict[str, str] = {}
     image = False   # the stack is an imagebuild image's (its labels), not a machine's
+    cuda_from = "repository"   # where that image's CUDA came from (its cuda.provider label)
     if args.from_json:
         try:
             with open(args.from_json, encoding="utf-8") as fh:
@@ -72,6 +94,7 @@ def run(args) -> int:
                              argument=args.from_json) from None
         stack.update(stack_from_mapping(data, args.from_json))
         image = LABEL_PREFIX in json.dumps(data)
+        cuda_from = _cuda_provider(data) or cuda_from
     if args.image:
         from ..engines import connect
         from docker.errors import ImageNotFound
@@ -81,13 +104,15 @@ def run(args) -> int:
             raise UsageError(f"no image {args.image!r} in the engine", argument="--image") from None
         stack.update(stack_from_mapping(labels, args.image))
         image = True
+        cuda_from = _cuda_provider(labels) or cuda_from
     stack.update({c: v.lstrip("=") for c, v in wishes_from(args).items()})
     if stack.get("driver") and not args.driver:
         args.driver = stack["driver"]
     k = knowledge.load(args.matrix)
     system = {comp: getattr(args, f"system_{comp}") for comp in ("cudnn", "nccl")
               if getattr(args, f"system_{comp}", None)}
-    res = R.check(k, host_from(args), stack, args.allow_unverified, system=system, image=image)
+    res = R.check(k, host_from(args), stack, args.allow_unverified, system=system, image=image,
+                  cuda_from=cuda_from)
     if args.json:
         print(json.dumps(res.to_json(), indent=2, sort_keys=True))
     elif res.ok:
