@@ -143,6 +143,18 @@ def test_test_command_reads_the_matrix_once(project, monkeypatch):
     assert _refs_for(["example/x:1"], str(project / "missing.yaml")) == ["example/x:1"]
 
 
+def test_lock_reads_the_matrix_once(project, monkeypatch):
+    """`imagebuild lock id1 id2` lists and looks up its images from one load of the named matrix."""
+    from imagebuild.commands.lock import _all_images
+    from imagebuild.errors import ImagebuildError
+    reads = _reads(monkeypatch)
+    specs = _all_images(str(project / "other.yaml"), [IMAGE, "smoke-cpu"])
+    assert reads == [str(project / "other.yaml")]
+    assert list(specs) == [IMAGE, "smoke-cpu"] and specs[IMAGE].id == IMAGE
+    with pytest.raises(ImagebuildError, match="unknown image 'nope'"):
+        _all_images(str(project / "other.yaml"), ["nope"])
+
+
 def test_a_missing_matrix_is_one_line(tmp_path, capsys):
     rc = cli.main(["generate", "--matrix", str(tmp_path / "nope.yaml"), "--output", str(tmp_path / "o")])
     err = capsys.readouterr().err

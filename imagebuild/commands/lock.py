@@ -39,7 +39,7 @@ def _all_images(matrix: str, names: list[str]) -> dict:
     if not names:
         return dict(sorted(specs.items()))
     from .publish import lookup_images
-    return lookup_images(matrix, names)
+    return lookup_images(matrix, names, specs)   # the same load: one matrix, read once
 
 
 def run(args) -> int:

@@ -41,13 +41,15 @@ def configure(parser) -> None:
     add_matrix_option(parser)
 
 
-def lookup_images(matrix: str, names: list[str]) -> dict:
-    """ImageSpecs by id for ``names`` (in order), through imagebuild.images.load_images."""
-    try:
-        from ..images import load_images
-    except ImportError as exc:
-        raise ImagebuildError(f"image lookup is not available yet (imagebuild.images: {exc})") from None
-    specs = load_images(matrix)
+def lookup_images(matrix: str, names: list[str], specs: dict | None = None) -> dict:
+    """ImageSpecs by id for ``names`` (in order), through imagebuild.images.load_images, or from
+    ``specs`` when the caller already loaded ``matrix`` (one load per run)."""
+    if specs is None:
+        try:
+            from ..images import load_images
+        except ImportError as exc:
+            raise ImagebuildError(f"image lookup is not available yet (imagebuild.images: {exc})") from None
+        specs = load_images(matrix)
     missing = [n for n in names if n not in specs]
     if missing:
         known = sorted(specs)
