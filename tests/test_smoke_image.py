@@ -85,7 +85,7 @@ def test_junit_beside_the_report(full_run):
     _, report, _ = full_run
     root = ET.parse(str(report.with_suffix(".xml"))).getroot()
     assert root.get("tests") == "9" and root.get("failures") == "0"
-    assert sorted(c.get("name") for c in root.iter("testcase"))[0] == "ddp.equivalence"
+    assert sorted(c.get("name") for c in root.iter("testcase"))[0] == "ddp.elastic"
 
 
 def test_nothing_left_behind(full_run):
