@@ -40,6 +40,9 @@ def main() -> None:
     proc_fail = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "470.82.01",
                                      "--gpu", "A100", "--why-not", "torch==2.9.1"]))
     proc_all = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--all"]), max(3, N // 3))
+    # the longest explanation known: every torch release rules itself out on an aarch64 host
+    proc_arm = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "550.54.15",
+                                    "--gpu", "GH200", "--torch", ">=2.0"]), 3)
 
     sys.path.insert(0, str(ROOT))
     from imagebuild import knowledge
@@ -64,6 +67,7 @@ def main() -> None:
     print(f"process imagebuild resolve (a stack found)                {proc*1000:8.1f} ms  ratio {proc/anchor_load:5.2f}  (target <= 2)")
     print(f"process imagebuild resolve --why-not (no stack, chain)    {proc_fail*1000:8.1f} ms  ratio {proc_fail/anchor_load:5.2f}")
     print(f"process imagebuild resolve --all (whole table)            {proc_all*1000:8.1f} ms  ratio {proc_all/anchor_load:5.2f}")
+    print(f"process imagebuild resolve, no stack on GH200/R550 (40-line chain) {proc_arm*1000:8.1f} ms  ratio {proc_arm/anchor_load:5.2f}")
     print(f"in-process load + validate + compile of matrix.yaml       {load_in*1000:8.1f} ms")
     for label, t in per_query.items():
         print(f"query   {label:<48} {t*1000:8.2f} ms  (target < 20 ms)")

@@ -426,6 +426,12 @@ def _search(p: Problem, disabled: frozenset[str] = frozenset(), trace: Trace | N
     n = len(order) if stop is None else stop
     assign: dict[str, str] = dict(prefix or {})
     tried: list[list[tuple[str, str | None]]] = [[] for _ in order]
+    # Whether the components from depth d on can be completed depends only on the values of the
+    # earlier components that the rules checked from depth d on mention: a subtree that failed once
+    # for those values fails again (without this, a search with no answer, as the explanation's
+    # rule-deletion runs many, could take minutes).
+    keys = _subtree_keys(p, disabled, n)
+    dead: set[tuple] = set()
 
     def rec(d: int):
         if d == n:
@@ -451,10 +457,14 @@ def _search(p: Problem, disabled: frozenset[str] = frozenset(), trace: Trace | N
                     trace.fired[bad.id] = bad
                 tried[d].append((val, bad.id))
                 continue
+            key = (d + 1, tuple(assign[c] for c in keys[d + 1]))
             found = False
-            for sol in rec(d + 1):
-                found = True
-                yield sol
+            if key not in dead:
+                for sol in rec(d + 1):
+                    found = True
+                    yield sol
+                if not found:
+                    dead.add(key)
             if not found:
                 tried[d].append((val, None))
         assign.pop(comp, None)
@@ -462,6 +472,23 @@ def _search(p: Problem, disabled: frozenset[str] = frozenset(), trace: Trace | N
     if p.host_violations and not (set(r.id for r in p.host_violations) <= disabled):
         return
     yield from rec(start)
+
+
+def _subtree_keys(p: Problem, disabled: frozenset[str], n: int) -> list[tuple[str, ...]]:
+    """keys[d]: the components before depth d that a rule checked at depth d..n-1 mentions."""
+    keys: list[tuple[str, ...]] = [()] * (n + 1)
+    mentioned: set[str] = set()
+    for d in range(n - 1, -1, -1):
+        for rule, compiled in p.by_depth[d]:
+            if rule.id in disabled:
+                continue
+            for part, comp, allowed in compiled:
+                if part == "any":
+                    mentioned.update(c for alt in allowed for c, _ in alt)
+                else:
+                    mentioned.add(comp)
+        keys[d] = tuple(c for c in p.order[:d] if c in mentioned)
+    return keys
 
 
 def _first(p: Problem, disabled=frozenset(), domains=None) -> dict[str, str] | None:
@@ -853,6 +880,11 @@ def explain_failure(p: Problem, trace: Trace) -> list[str]:
         # Fails even with no rule: the wishes alone conflict with the domains.
         return ["the wishes leave nothing: " + "; ".join(
             r for c in STACK for r in _group_pruned(p, c) if p.pruned[c])]
+    # A rule that never pruned a branch of the failed search can go at once: with only the rules
+    # that did, the search walks the same tree and fails the same way.
+    fired_only = [i for i in core if i in trace.fired or i.startswith("mode:")]
+    if len(fired_only) < len(core) and not solvable(fired_only):
+        core = fired_only
     i = 0
     while i < len(core):
         trial = core[:i] + core[i + 1:]
