@@ -1,7 +1,8 @@
 """Container engines behind one small interface.
 
 `connect()` returns a docker SDK client for the engine in DOCKER_HOST: Docker itself, or podman's
-Docker-compatible socket (`podman system service`). Everything that talks to an engine goes
+Docker-compatible socket (`podman system service`); without DOCKER_HOST, the Docker CLI's context
+(DOCKER_CONTEXT, `docker context use`) or Docker's or podman's default socket (endpoint.py). Everything that talks to an engine goes
 through it, so "no engine" is one clear error everywhere.
 
 `Engine` is the interface the rest of imagebuild uses (build, run, run_many, network, inspect,
@@ -31,7 +32,11 @@ Progress = Callable[[str], None]
 
 
 def docker_host() -> str:
-    return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    """DOCKER_HOST, else the Docker context's endpoint, else Docker's or podman's default socket
+    (engines/endpoint.py)."""
+    from .endpoint import resolve
+
+    return resolve().host
 
 
 def connect(timeout: int = 900):
@@ -41,16 +46,23 @@ def connect(timeout: int = 900):
         from docker.errors import DockerException
     except ImportError as exc:  # pragma: no cover - a dependency of the package
         raise EngineError(f"the docker SDK is not installed ({exc})") from None
-    host = docker_host()
+    from .endpoint import client as endpoint_client
+    from .endpoint import resolve
+
+    found = resolve()
+    host = found.describe()
     try:
-        client = docker.from_env(timeout=timeout)
+        if found.origin == "DOCKER_HOST":
+            client = docker.from_env(timeout=timeout)
+        else:   # a Docker context, or Docker's or podman's default socket
+            client = endpoint_client(found, timeout)
         client.ping()
     except DockerException as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EngineUnavailable(f"no container engine answers at DOCKER_HOST={host} ({first}); "
+        raise EngineUnavailable(f"no container engine answers at {host} ({first}); "
                           "start dockerd (see .ci/start-docker.sh) or podman's API service") from None
     except Exception as exc:  # noqa: BLE001 - requests/urllib3 errors from a dead socket
-        raise EngineUnavailable(f"no container engine answers at DOCKER_HOST={host} "
+        raise EngineUnavailable(f"no container engine answers at {host} "
                                 f"({type(exc).__name__})") from None
     return client
 
