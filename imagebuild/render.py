@@ -123,7 +123,7 @@ CA_PRELUDE = ('if [ -s /run/secrets/ca-bundle ]; then export CURL_CA_BUNDLE=/run
 
 @dataclass
 class Step:
-    kind: str                       # run | copy | env | label
+    kind: str                       # run | copy | env | label | entrypoint (ENTRYPOINT and CMD)
     comment: str | None = None
     commands: list[str] = field(default_factory=list)
     workdir: str | None = None
@@ -136,6 +136,8 @@ class Step:
 
 
 REQUIREMENTS = "/opt/imagebuild/requirements"
+# the Docker ENTRYPOINT of every image (written by the smoke fragment): imagebuild-check, then exec
+ENTRYPOINT = "/usr/local/bin/imagebuild-entrypoint"
 
 # OS family -> how its packages, repositories and keys are handled. Each packager has its own
 # fragments (`<name>` for apt, `<name>-dnf` for dnf), its own NVIDIA key (tools.cuda-repo-key[-dnf])
@@ -276,6 +278,8 @@ class Renderer:
                  src="lib/", dest="/opt/imagebuild/lib/"),
             Step("copy", src="image.json", dest="/opt/imagebuild/image.json"),
             self.fragment("smoke", "smoke suite entry points", python_bin=python_bin),
+            Step("entrypoint", comment="imagebuild-check's line on stderr, then the command (IMAGEBUILD_CHECK=0: silent)",
+                 items=[("ENTRYPOINT", f'["{ENTRYPOINT}"]'), ("CMD", '["/bin/bash"]')]),
         ]
 
     def _os_mpi_stages(self, spec: ImageSpec, base: str, k) -> list[Stage]:
@@ -566,7 +570,8 @@ class Renderer:
 # -------------------------------------------------------------------------------------------------
 # The rendered text has the structure its steps make, and nothing else
 
-DOCKER_INSTRUCTIONS = frozenset({"FROM", "SHELL", "RUN", "WORKDIR", "COPY", "ENV", "LABEL", "ARG"})
+DOCKER_INSTRUCTIONS = frozenset({"FROM", "SHELL", "RUN", "WORKDIR", "COPY", "ENV", "LABEL", "ARG",
+                                 "ENTRYPOINT", "CMD"})
 
 
 def _docker_shape(stages: list[Stage], spec: ImageSpec) -> tuple[int, int]:
@@ -575,7 +580,8 @@ def _docker_shape(stages: list[Stage], spec: ImageSpec) -> tuple[int, int]:
     for stage in stages:
         instructions += 2  # FROM, SHELL
         for step in stage.steps:
-            instructions += 1 + (2 if step.kind == "run" and step.workdir else 0)
+            instructions += (len(step.items) if step.kind == "entrypoint" else 1) + \
+                (2 if step.kind == "run" and step.workdir else 0)
             comments += 1 if step.comment else 0
     comments += 3 + (1 if spec.min_driver else 0)  # generated-by, image, stack, minimum driver
     return instructions, comments
@@ -763,6 +769,7 @@ def write_context(spec: ImageSpec, dest: Path, *, k, renderer: Renderer | None =
     the context folder."""
     import json
 
+    from .imageneeds import image_needs
     from .wheellock import wheel_set
     r = renderer or Renderer()
     dest = Path(dest)
@@ -774,7 +781,8 @@ def write_context(spec: ImageSpec, dest: Path, *, k, renderer: Renderer | None =
     shutil.copy2(pkg / "__init__.py", dest / "lib" / "imagebuild" / "__init__.py")
     shutil.copytree(pkg / "smoke", dest / "lib" / "imagebuild" / "smoke",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (dest / "image.json").write_text(json.dumps(spec.image_json, indent=2, sort_keys=True) + "\n")
+    facts = {**spec.image_json, **image_needs(spec, k)}   # + what the node must offer (imagebuild-check)
+    (dest / "image.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
     (dest / ".dockerignore").write_text("**/__pycache__\n")
     lock = image_lock(spec, k)
     if lock is not None:
