@@ -34,9 +34,12 @@ def tree_hash(folder: Path) -> str | None:
     return h.hexdigest()
 
 
+SNAPSHOT: dict[str, Path] = {}  # matrix.yaml and what it reads, copied once: a fixed input
+
+
 def generate(output: Path, recipes: Path, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "imagebuild", "generate", "--matrix",
-                             str(ROOT / "matrix.yaml"), "--recipes", str(recipes), "--output", str(output)],
+                             str(SNAPSHOT["matrix"]), "--recipes", str(recipes), "--output", str(output)],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
 
 
@@ -44,14 +47,20 @@ def generate(output: Path, recipes: Path, **kw) -> subprocess.Popen:
 def states(tmp_path_factory):
     """The old tree (today's recipes) and the new one (a fragment changed), generated once."""
     base = tmp_path_factory.mktemp("gen")
+    snap = base / "snapshot"
+    snap.mkdir()
+    shutil.copy2(ROOT / "matrix.yaml", snap / "matrix.yaml")
+    for folder in ("locks", "recipes"):
+        shutil.copytree(ROOT / folder, snap / folder)
+    SNAPSHOT["matrix"] = snap / "matrix.yaml"
     recipes_new = base / "recipes-new"
-    shutil.copytree(ROOT / "recipes", recipes_new)
+    shutil.copytree(snap / "recipes", recipes_new)
     frag = recipes_new / "fragments" / "cuda-repo.sh.j2"
     text = frag.read_text()
     assert "rm -f /tmp/cuda-repo.pub" in text
     frag.write_text(text.replace("rm -f /tmp/cuda-repo.pub", "rm -f /tmp/cuda-repo.pub /tmp/cuda-repo.sig"))
     out = {}
-    for name, recipes in (("old", ROOT / "recipes"), ("new", recipes_new)):
+    for name, recipes in (("old", snap / "recipes"), ("new", recipes_new)):
         folder = base / name
         proc = generate(folder, recipes)
         assert proc.wait(timeout=300) == 0, proc.stderr.read()
