@@ -136,6 +136,7 @@ class Step:
 
 
 REQUIREMENTS = "/opt/imagebuild/requirements"
+PIP_CONSTRAINT = "/etc/pip/constraint.txt"
 # the Docker ENTRYPOINT of every image (written by the smoke fragment): imagebuild-check, then exec
 ENTRYPOINT = "/usr/local/bin/imagebuild-entrypoint"
 
@@ -278,9 +279,18 @@ class Renderer:
                  src="lib/", dest="/opt/imagebuild/lib/"),
             Step("copy", src="image.json", dest="/opt/imagebuild/image.json"),
             self.fragment("smoke", "smoke suite entry points", python_bin=python_bin),
+            *self._pip_constraint(spec),
             Step("entrypoint", comment="imagebuild-check's line on stderr, then the command (IMAGEBUILD_CHECK=0: silent)",
                  items=[("ENTRYPOINT", f'["{ENTRYPOINT}"]'), ("CMD", '["/bin/bash"]')]),
         ]
+
+    def _pip_constraint(self, spec: ImageSpec) -> list[Step]:
+        """/etc/pip/constraint.txt from the image's lock copies, for an image that installs wheels
+        (ENV PIP_CONSTRAINT names it: env_vars)."""
+        if spec.wheel_lock is None:
+            return []
+        return [self.fragment("pip-constraint", "pip constraints: the locked wheels stay as installed",
+                              requirements=REQUIREMENTS)]
 
     def _os_mpi_stages(self, spec: ImageSpec, base: str, k) -> list[Stage]:
         """Debian's MPI and UCX, and PyTorch: for a CPU image from host wheels in a stage of its
@@ -470,6 +480,8 @@ class Renderer:
         ld = []
         env = {"OMPI_MCA_pml": "ucx", "MELLANOX_VISIBLE_DEVICES": "all",
                "IMAGEBUILD_IMAGE_ID": spec.id}
+        if spec.wheel_lock is not None:   # written by the pip-constraint fragment
+            env["PIP_CONSTRAINT"] = PIP_CONSTRAINT
         if spec.stack["cuda"] != NONE:
             # what the NVIDIA container runtime reads, wherever the image's CUDA comes from
             major = parse_version(spec.stack["cuda"]).major

@@ -1,14 +1,15 @@
-"""Images that explain themselves: imagebuild-check (imagebuild/smoke/imagecheck.py) and the Docker
-entrypoint that prints its line.
+"""Images that explain themselves: imagebuild-check (imagebuild/smoke/imagecheck.py), the Docker
+entrypoint that prints its line, and /etc/pip/constraint.txt with PIP_CONSTRAINT.
 
 The judgement is tested on the image.json facts real images get (render.write_context: the spec's
-image.json plus imageneeds.image_needs); the entrypoint and the command inside the image are
-tested in the real smoke-cpu image on the real engine, with a stand-in nvidia-smi
+image.json plus imageneeds.image_needs); the entrypoint, the command inside the image, and pip's
+refusal are tested in the real smoke-cpu image on the real engine, with a stand-in nvidia-smi
 where a driver is needed (this machine has none)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -137,13 +138,14 @@ def test_missing_or_bad_image_json_is_exit_2_in_one_line(tmp_path):
 # in every generated recipe
 
 
-def test_every_generated_image_has_the_check_and_the_entrypoint():
+def test_every_generated_image_has_the_check_the_entrypoint_and_the_constraints():
     dockerfiles = sorted((ROOT / "Dockerfiles").glob("*/Dockerfile"))
     assert len(dockerfiles) == len(SPECS) or dockerfiles
     for path in dockerfiles:
         text = path.read_text()
         assert "> /usr/local/bin/imagebuild-check" in text, path
         assert '\nENTRYPOINT ["/usr/local/bin/imagebuild-entrypoint"]\nCMD ["/bin/bash"]\n' in text, path
+        assert 'PIP_CONSTRAINT="/etc/pip/constraint.txt"' in text and "> /etc/pip/constraint.txt" in text, path
     for path in sorted((ROOT / "singularity").glob("*.def")):
         if not path.name.endswith(".from-image.def"):
             assert "> /usr/local/bin/imagebuild-check" in path.read_text(), path
@@ -218,3 +220,43 @@ def test_check_inside_the_image_with_a_driver(docker_client, smoke_cpu_image):
     assert code == 1 and "LD_LIBRARY_PATH=/usr/local/cuda-13.0/compat:$LD_LIBRARY_PATH" in line
     code, line = _check_in_image(docker_client, smoke_cpu_image, facts("smoke-cpu"))
     assert code == 0 and line.startswith("imagebuild-check: OK: smoke-cpu is a CPU image; driver 535.104.05")
+
+
+# ------------------------------------------------------------------------------------------------
+# /etc/pip/constraint.txt
+
+FAKE_WHEEL = r'''
+import sys, zipfile
+name, version = sys.argv[1], sys.argv[2]
+dist = f"{name}-{version}.dist-info"
+with zipfile.ZipFile(f"/tmp/links/{name}-{version}-py3-none-any.whl", "w") as z:
+    z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    z.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    z.writestr(f"{dist}/RECORD", "")
+'''
+
+
+def test_constraints_are_the_lock(docker_client, smoke_cpu_image):
+    from packaging.utils import canonicalize_name
+
+    from imagebuild.render import image_lock
+    lock = image_lock(SPECS["smoke-cpu"], K)
+    code, out, _ = _run(docker_client, smoke_cpu_image, ["cat", "/etc/pip/constraint.txt"], {"IMAGEBUILD_CHECK": "0"})
+    assert code == 0
+    pins = {canonicalize_name(n): v for n, v in (ln.split("==") for ln in out.splitlines())}
+    assert pins == {name: e.version for name, e in lock.entries.items()} and pins["torch"] == "2.13.0+cpu"
+
+
+def test_pip_cannot_replace_a_locked_wheel(docker_client, smoke_cpu_image):
+    """Offline and fast: a stand-in torch 2.12.0 wheel in a local find-links folder, pip --dry-run.
+    Without the constraint pip would install it; with PIP_CONSTRAINT (the image's ENV) it refuses."""
+    script = ("mkdir -p /tmp/links && python -c \"$MAKE\" torch 2.12.0 && "
+              "echo '== free' && PIP_CONSTRAINT= pip install --dry-run --no-index --find-links /tmp/links "
+              "torch==2.12.0 2>&1; echo \"rc=$?\"; echo '== constrained' && pip install --dry-run --no-index "
+              "--find-links /tmp/links torch==2.12.0 2>&1; echo \"rc=$?\"")
+    code, out, err = _run(docker_client, smoke_cpu_image, ["bash", "-c", script],
+                          {"IMAGEBUILD_CHECK": "0", "MAKE": FAKE_WHEEL})
+    free, constrained = out.split("== constrained")
+    assert "Would install torch-2.12.0" in free and "rc=0" in free, out
+    assert "The user requested (constraint) torch==2.13.0+cpu" in constrained, out
+    assert re.search(r"rc=1\s*$", constrained) and "Would install" not in constrained, out
