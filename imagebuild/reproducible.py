@@ -15,7 +15,9 @@ hostname. :func:`normalize_image` rewrites the built image through the engine's 
   that nothing in the image reads;
 - a ``.pyc`` whose header records a source mtime later than the source date gets the source date
   (its ``.py`` was clamped to the same second, so Python still takes the cache as valid);
-- the config's ``created`` and every history entry's ``created`` become the source date; the
+- the config's ``created`` and every history entry's ``created`` become the source date; a
+  COPY/ADD step's source hash in the history (the classic builder's, which covers mtimes) becomes
+  the diff id of the layer the step made; the
   classic builder's ``container``/``container_config`` (a random hostname), ``docker_version`` and
   ``config.Image`` (the id of the previous, unnormalised step) are dropped; ``rootfs.diff_ids`` are those of the rewritten layers.
 
@@ -150,6 +152,9 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int) 
     return "sha256:" + digest.hexdigest()
 
 
+_COPY_SOURCE = re.compile(r"\b(dir|file|multi):[0-9a-f]{64}\b")
+
+
 def normalize_config(config: dict, diff_ids: list[str], epoch: int) -> dict:
     """The image config with fixed times, the rewritten layers' diff ids, and no build-host noise."""
     created = rfc3339(epoch)
@@ -157,7 +162,18 @@ def normalize_config(config: dict, diff_ids: list[str], epoch: int) -> dict:
     if isinstance(out.get("config"), dict) and out["config"].get("Image"):
         out["config"] = dict(out["config"], Image="")   # the classic builder's parent image id
     out["created"] = created
-    out["history"] = [dict(h, created=created) for h in config.get("history") or []]
+    history, layer = [], 0
+    for h in config.get("history") or []:
+        entry = dict(h, created=created)
+        if not h.get("empty_layer"):
+            # the classic builder names a COPY/ADD source by a hash of its files, mtimes included:
+            # name it by the content of the layer it made instead
+            if layer < len(diff_ids) and isinstance(entry.get("created_by"), str):
+                entry["created_by"] = _COPY_SOURCE.sub(
+                    lambda m: f"{m.group(1)}:{diff_ids[layer].split(':', 1)[-1]}", entry["created_by"])
+            layer += 1
+        history.append(entry)
+    out["history"] = history
     out["rootfs"] = {"type": "layers", "diff_ids": list(diff_ids)}
     return out
 

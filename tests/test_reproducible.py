@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
 import secrets
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -111,13 +113,19 @@ def test_config_loses_build_host_noise():
     config = {"architecture": "amd64", "os": "linux", "container": "0123abcd", "docker_version": "20.10",
               "container_config": {"Hostname": "0123abcd"}, "created": "2026-11-23T11:00:01.123Z",
               "config": {"Image": "sha256:" + "1" * 64, "Labels": {"a": "b"}},
-              "history": [{"created": "2026-11-23T11:00:00Z", "created_by": "RUN x"}],
-              "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "2" * 64]}}
-    out = rp.normalize_config(config, ["sha256:" + "3" * 64], EPOCH)
+              "history": [{"created": "2026-11-23T11:00:00Z", "created_by": "RUN x"},
+                          {"created": "2026-11-23T11:00:01Z", "created_by": "ENV a=b", "empty_layer": True},
+                          {"created": "2026-11-23T11:00:02Z",
+                           "created_by": f"/bin/sh -c #(nop) COPY dir:{'9' * 64} in /opt/venv "}],
+              "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "2" * 64, "sha256:" + "4" * 64]}}
+    out = rp.normalize_config(config, ["sha256:" + "3" * 64, "sha256:" + "5" * 64], EPOCH)
     assert out == {"architecture": "amd64", "os": "linux", "created": "2026-11-21T00:00:00Z",
                    "config": {"Image": "", "Labels": {"a": "b"}},
-                   "history": [{"created": "2026-11-21T00:00:00Z", "created_by": "RUN x"}],
-                   "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "3" * 64]}}
+                   "history": [{"created": "2026-11-21T00:00:00Z", "created_by": "RUN x"},
+                               {"created": "2026-11-21T00:00:00Z", "created_by": "ENV a=b", "empty_layer": True},
+                               {"created": "2026-11-21T00:00:00Z",
+                                "created_by": f"/bin/sh -c #(nop) COPY dir:{'5' * 64} in /opt/venv "}],
+                   "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "3" * 64, "sha256:" + "5" * 64]}}
 
 
 def test_final_base_follows_stage_names():
@@ -142,7 +150,12 @@ def test_git_revision_only_for_a_clean_checkout(tmp_path):
 
 # ------------------------------------------------------------------------------ real engine
 
-RECIPE = f"""FROM {BASE}
+RECIPE = f"""FROM {BASE} AS stage
+RUN mkdir -p /out/opt /out/root/.cache && echo made-in-a-stage > /out/opt/f \\
+ && date +%s%N > /out/root/.cache/stage-stamp
+FROM {BASE}
+# the builder names this source by a hash of its files, the volatile stamp included
+COPY --from=stage /out/ /
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 RUN apt-get update \\
  && apt-get install -y --no-install-recommends python3-minimal \\
@@ -179,7 +192,11 @@ def _build_twice(docker_client, tmp_path, *, normalize: bool) -> list:
                                 {r: EPOCH for r in refs} if normalize else {}, no_cache=True,
                                 client=docker_client)
     outcomes = []
-    for ref in refs:
+    for i, ref in enumerate(refs):
+        # a fresh checkout or rendering writes the context's files anew: another mtime each time
+        (ctx / "hello.txt").write_text("hello\n")
+        stamp = time.time() + 100 * i
+        os.utime(ctx / "hello.txt", (stamp, stamp))
         # one job per call: two cold builds one after the other, as two CI runs would do them
         (out,) = build_all([BuildJob(image_id=ref.split("/")[1].split(":")[0], context=ctx, ref=ref)],
                            engine=engine, log_dir=tmp_path / "logs")
