@@ -66,6 +66,11 @@ def test_cuda_image_without_driver_or_gpu_is_cpu_only():
     # /proc/driver/nvidia is the host's, visible in any container; the GPUs need --gpus
     code, line = judge(facts(CU128), "535.104.05", None)
     assert code == CPU_ONLY and "driver 535.104.05 on the host but no GPU in this container" in line
+    # a driver too old for the image is said so even when nvidia-smi cannot list the GPUs (drivers
+    # before R510 do not know the compute_cap field)
+    code, line = judge(facts(CU128), "470.82.01", None, smi_error="nvidia-smi failed: Field ...")
+    assert code == NO and line.startswith("driver 470.82.01 is older than this image's CUDA 12.8.1 needs "
+                                          "(>= 525.60.13)")
 
 
 def test_native_and_minor_version():

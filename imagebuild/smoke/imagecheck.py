@@ -174,6 +174,11 @@ def judge(image: dict, driver: str | None, gpus: list[tuple[str, str, str]] | No
                           "or the NVIDIA container runtime)")
     if not _DRIVER.match(driver):
         raise Unjudgeable(f"driver version {driver!r} does not parse")
+    floor = image.get("min_driver")
+    if not gpus and floor and _DRIVER.match(floor) and _v(driver) < _v(floor):
+        # no GPU to look at (e.g. an old nvidia-smi without compute_cap): the driver decides
+        return NO, (f"driver {driver} is older than this image's CUDA {cuda} needs (>= {floor}); use a "
+                    f"tag built for an older CUDA (imagebuild find --driver {driver}) or upgrade the driver")
     if gpus is None:
         why = f" ({smi_error})" if smi_error else " (nvidia-smi is not in the container)"
         return CPU_ONLY, (f"driver {driver} on the host but no GPU in this container{why}: CPU only; "
@@ -181,7 +186,6 @@ def judge(image: dict, driver: str | None, gpus: list[tuple[str, str, str]] | No
     if not gpus:
         return CPU_ONLY, f"driver {driver} but nvidia-smi lists no GPU: CPU only"
     needs = image.get("needs") if isinstance(image.get("needs"), dict) else {}
-    floor = image.get("min_driver")
     native = needs.get("native_driver")
     fwd = needs.get("forward_compat") if isinstance(needs.get("forward_compat"), dict) else None
     branch = _v(driver)[0]
