@@ -128,9 +128,11 @@ class SbatchSpec:
 
 
 # The task run inside the container on every node. $1 is the report folder as the container sees
-# it; the remaining arguments go to imagebuild-smoke.
+# it; the remaining arguments go to imagebuild-smoke. pyxis skips the image's entrypoint, so the
+# task prints imagebuild-check's line itself (on stderr; images older than the command skip it).
 _TASK = """set -eu
 dir=$1; shift
+if command -v imagebuild-check >/dev/null; then imagebuild-check >&2 || :; fi
 gdr_env=$(imagebuild-gdr-check --env) || { echo "imagebuild-gdr-check --env failed on $(uname -n)" >&2; exit 3; }
 eval "$gdr_env"
 exec imagebuild-smoke --report "$dir/$(uname -n)-${SLURM_PROCID:-0}.json" "$@"

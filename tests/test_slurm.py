@@ -44,6 +44,7 @@ def test_script_shape_and_determinism():
                               '--container-mounts="$REPORTS:/imagebuild-reports" ')
     assert srun[0].endswith("--tier gpu --only versions mpi.allreduce || status=$?")
     assert 'gdr_env=$(imagebuild-gdr-check --env)' in text and 'eval "$gdr_env"' in text
+    assert "imagebuild-check >&2 || :" in text   # pyxis skips the entrypoint that would print it
     cpu = slurm.render_sbatch(spec(gpus_per_node=0, runtime="oci"))
     assert "--gpus-per-node" not in cpu and "#SBATCH --ntasks-per-node=1" in cpu
     assert 'srun --mpi=pmix --ntasks-per-node=1 --container="$IMAGE" ' in cpu and "--tier cpu" in cpu
