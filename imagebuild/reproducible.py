@@ -182,11 +182,71 @@ def config_bytes(config: dict) -> bytes:
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 
 
+class _Chunks(io.RawIOBase):
+    """A readable file over an iterator of byte chunks (the SDK's save stream)."""
+
+    def __init__(self, chunks):
+        self._chunks = iter(chunks)
+        self._buf = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while not self._buf:
+            try:
+                self._buf = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(b), len(self._buf))
+        b[:n], self._buf = self._buf[:n], self._buf[n:]
+        return n
+
+
+def _load(client, folder: Path, ref: str) -> None:
+    """`docker load` of the image layout in ``folder``, streamed as a tar through a pipe (no
+    second copy of the image on disk)."""
+    import threading
+
+    from docker.errors import APIError
+
+    read_fd, write_fd = os.pipe()
+    failed: list[BaseException] = []
+
+    def feed() -> None:
+        try:
+            with os.fdopen(write_fd, "wb") as fh, \
+                    tarfile.open(fileobj=fh, mode="w|", format=tarfile.PAX_FORMAT) as tf:
+                for path in sorted(folder.rglob("*")):
+                    tf.add(path, arcname=str(path.relative_to(folder)), recursive=False)
+        except BaseException as exc:  # noqa: BLE001 - reported after the load
+            failed.append(exc)
+
+    thread = threading.Thread(target=feed, name="imagebuild-normalize-load", daemon=True)
+    thread.start()
+    try:
+        with os.fdopen(read_fd, "rb") as fh:
+            def chunks():
+                while True:
+                    chunk = fh.read(1 << 20)
+                    if not chunk:
+                        return
+                    yield chunk
+            client.images.load(chunks())
+    except APIError as exc:
+        raise ImagebuildError(f"image {ref}: the engine refused the normalised image "
+                              f"({exc.explanation or exc})") from None
+    finally:
+        thread.join()
+    if failed:
+        raise ImagebuildError(f"image {ref}: writing the normalised image failed ({failed[0]})")
+
+
 def normalize_image(client, ref: str, epoch: int, *, workdir: str | os.PathLike | None = None,
                     progress: Callable[[str], None] | None = None) -> str:
     """Rewrite the engine's image ``ref`` into its normalised form and move ``ref`` to it; returns
     the new image ID (``sha256:<hex>`` of its config). ``client`` is a docker SDK client."""
-    from docker.errors import APIError, ImageNotFound
+    from docker.errors import ImageNotFound
 
     try:
         image = client.images.get(ref)
@@ -194,16 +254,12 @@ def normalize_image(client, ref: str, epoch: int, *, workdir: str | os.PathLike 
         raise ImagebuildError(f"image {ref} is not in the engine") from None
     tmp = Path(tempfile.mkdtemp(prefix="imagebuild-normalize-", dir=workdir))
     try:
-        saved = tmp / "saved.tar"
-        with open(saved, "wb") as fh:
-            for chunk in image.save(named=False):
-                fh.write(chunk)
+        # the engine's save stream is unpacked as it comes (no copy of the whole image on disk)
         src = tmp / "src"
         src.mkdir()
-        with tarfile.open(saved, "r:") as tf:
+        with tarfile.open(fileobj=_Chunks(image.save(named=False)), mode="r|") as tf:
             tf.extractall(src, filter="fully_trusted") if hasattr(tarfile, "data_filter") \
                 else tf.extractall(src)
-        saved.unlink()
         manifest = json.loads((src / "manifest.json").read_text())
         if len(manifest) != 1:
             raise ImagebuildError(f"image {ref}: the engine saved {len(manifest)} images, expected 1")
@@ -226,18 +282,9 @@ def normalize_image(client, ref: str, epoch: int, *, workdir: str | os.PathLike 
         (out / f"{new_id.split(':', 1)[1]}.json").write_bytes(cfg)
         (out / "manifest.json").write_text(json.dumps(
             [{"Config": f"{new_id.split(':', 1)[1]}.json", "RepoTags": [ref], "Layers": layer_paths}]))
-        archive = tmp / "normalized.tar"
-        with tarfile.open(archive, "w:", format=tarfile.PAX_FORMAT) as tf:
-            for path in sorted(out.rglob("*")):
-                tf.add(path, arcname=str(path.relative_to(out)), recursive=False)
         if progress:
             progress(f"{ref}: normalised to {new_id[:19]} ({len(layer_paths)} layer(s))")
-        try:
-            with open(archive, "rb") as fh:
-                client.images.load(fh)
-        except APIError as exc:
-            raise ImagebuildError(f"image {ref}: the engine refused the normalised image "
-                                  f"({exc.explanation or exc})") from None
+        _load(client, out, ref)
         loaded = client.images.get(ref).id
         if loaded != new_id:
             raise ImagebuildError(f"image {ref}: the engine loaded {loaded[:19]}, expected {new_id[:19]}")
