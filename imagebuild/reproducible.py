@@ -6,7 +6,9 @@ mtimes, in the order files sit in each layer, in logs and caches the package man
 `created` times of the config and its history, and in the classic builder's random container
 hostname. :func:`normalize_image` rewrites the built image through the engine's own save/load:
 
-- every layer tar is rewritten in a fixed order (path components sorted, a hard link after the file
+- the base image's layers (the last stage's FROM), when they are the image's lowest, stay as
+  they are: the base is an input with its own digest;
+- every other layer tar is rewritten in a fixed order (path components sorted, a hard link after the file
   it names), mtimes clamped to the source date (``min(mtime, source date)``: files a package
   brought keep their older times), atime/ctime and every PAX record but extended attributes
   dropped, owners and modes kept;
@@ -182,6 +184,26 @@ def config_bytes(config: dict) -> bytes:
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 
 
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return "sha256:" + digest.hexdigest()
+
+
+def _base_layers(client, base: str | None, diff_ids: list[str]) -> list[str]:
+    """The diff ids of ``base`` when they are the lowest of ``diff_ids``; [] otherwise."""
+    if not base:
+        return []
+    from docker.errors import ImageNotFound
+    try:
+        layers = list((client.images.get(base).attrs.get("RootFS") or {}).get("Layers") or [])
+    except ImageNotFound:
+        return []
+    return layers if layers and diff_ids[:len(layers)] == layers else []
+
+
 class _Chunks(io.RawIOBase):
     """A readable file over an iterator of byte chunks (the SDK's save stream)."""
 
@@ -242,10 +264,15 @@ def _load(client, folder: Path, ref: str) -> None:
         raise ImagebuildError(f"image {ref}: writing the normalised image failed ({failed[0]})")
 
 
-def normalize_image(client, ref: str, epoch: int, *, workdir: str | os.PathLike | None = None,
+def normalize_image(client, ref: str, epoch: int, *, base: str | None = None,
+                    workdir: str | os.PathLike | None = None,
                     progress: Callable[[str], None] | None = None) -> str:
     """Rewrite the engine's image ``ref`` into its normalised form and move ``ref`` to it; returns
-    the new image ID (``sha256:<hex>`` of its config). ``client`` is a docker SDK client."""
+    the new image ID (``sha256:<hex>`` of its config). ``client`` is a docker SDK client.
+
+    The layers of ``base`` (the image the last stage starts from), when they are the image's
+    lowest, are kept byte for byte: the base is an input, named by its own digest, and an SBOM or
+    a registry can still see the image is built on it."""
     from docker.errors import ImageNotFound
 
     try:
@@ -267,11 +294,16 @@ def normalize_image(client, ref: str, epoch: int, *, workdir: str | os.PathLike 
         config = json.loads((src / entry["Config"]).read_text())
         out = tmp / "out"
         out.mkdir()
+        keep = _base_layers(client, base, (config.get("rootfs") or {}).get("diff_ids") or [])
         diff_ids, layer_paths = [], []
         for i, layer in enumerate(entry["Layers"]):
             dst = out / f"{i}.tar"
-            diff_ids.append(normalize_layer(src / layer, dst, epoch))
-            (src / layer).unlink()
+            if i < len(keep) and _sha256_file(src / layer) == keep[i]:
+                os.replace(src / layer, dst)          # the base's own layer, as the base has it
+                diff_ids.append(keep[i])
+            else:
+                diff_ids.append(normalize_layer(src / layer, dst, epoch))
+            (src / layer).unlink(missing_ok=True)
             name = f"{diff_ids[-1].split(':', 1)[1]}/layer.tar"
             (out / name).parent.mkdir(exist_ok=True)
             os.replace(dst, out / name)
@@ -398,7 +430,8 @@ class BuildTimeEngine:
         if epoch is None:
             return result
         start = time.monotonic()
-        new_id = normalize_image(self._docker(), ref, epoch, progress=kwargs.get("progress"))
+        new_id = normalize_image(self._docker(), ref, epoch, base=final_base(text),
+                                 progress=kwargs.get("progress"))
         size = int(self._docker().images.get(ref).attrs.get("Size") or result.size_bytes)
         return dataclasses.replace(result, image_id=new_id, size_bytes=size,
                                    seconds=result.seconds + (time.monotonic() - start))

@@ -230,6 +230,9 @@ def test_two_cold_builds_give_one_image_id(docker_client, base_image, tmp_path, 
     labels = config["Config"]["Labels"]
     assert labels["org.opencontainers.image.base.name"] == BASE
     assert labels["org.opencontainers.image.base.digest"] == base_image.id
+    # the base's layers are kept as they are: the image is still seen to be built on it
+    base_layers = base_image.attrs["RootFS"]["Layers"]
+    assert img1.attrs["RootFS"]["Layers"][:len(base_layers)] == base_layers
     # the image still works: its files, and Python takes the .pyc made at build time as valid
     # (its header now records the clamped mtime its .py has); the volatile cache is gone
     out = docker_client.containers.run(
