@@ -7,8 +7,10 @@ import io
 import json
 import os
 import random
+import re
 import secrets
 import subprocess
+import sys
 import tarfile
 import time
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 
 from imagebuild import reproducible as rp
 
+ROOT = Path(__file__).resolve().parent.parent
 EPOCH = rp.source_epoch("2026-11-21")
 BASE = "imagebuild/base:debian-bookworm"
 
@@ -242,3 +245,53 @@ def test_two_cold_builds_give_one_image_id(docker_client, base_image, tmp_path, 
     assert out.startswith("hello\n/\n"), out
     assert "code object from '/opt/__pycache__/m.cpython-311.pyc'" in out and "stale" not in out, out
     assert "No such file" in out, out
+
+
+def _cli(*args: str, timeout: int = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "imagebuild", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _drop_build_chain(client, log: Path, keep: set[str]) -> None:
+    """Remove the classic builder's images of one --no-cache build (the steps' ids its log names),
+    now untagged beside the normalised image: each is 3 GB of disk for smoke-cpu."""
+    ids = re.findall(r"^ ---> ([0-9a-f]{12})$", log.read_text(errors="replace"), re.MULTILINE)
+    for short in reversed(ids):
+        try:
+            image = client.images.get(short)
+            if image.id in keep or image.tags:
+                continue
+            client.images.remove(image.id)
+        except Exception:  # noqa: BLE001 - gone with a child already, or still in use: leave it
+            pass
+
+
+def test_smoke_cpu_two_cold_builds_give_one_id_and_lock_check_sees_another(docker_client, base_image,
+                                                                           tmp_path):
+    """The issue's check on the real image: `build smoke-cpu --no-cache --json` twice gives one ID,
+    which `lock --check` accepts; another image under the same tag is drift (exit 1)."""
+    def build() -> tuple[str, str]:
+        logs = tmp_path / "logs"
+        proc = _cli("build", "smoke-cpu", "--no-cache", "--json", "--quiet", "--output", str(tmp_path / "build"),
+                    "--log-dir", str(logs))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        (row,) = [r for r in json.loads(proc.stdout) if r["image"] == "smoke-cpu"]
+        assert row["image_id"] == docker_client.images.get(row["ref"]).id
+        _drop_build_chain(docker_client, logs / "smoke-cpu.log", keep={base_image.id, row["image_id"]})
+        return row["image_id"], row["ref"]
+
+    lock = ["--lock", str(tmp_path / "images.lock"), "--reports-dir", str(tmp_path), "--sbom-dir", str(tmp_path)]
+    first, ref = build()
+    assert _cli("lock", "smoke-cpu", *lock).returncode == 0
+    second, _ = build()
+    assert second == first
+    check = _cli("lock", "smoke-cpu", "--check", *lock)
+    assert check.returncode == 0, check.stdout + check.stderr
+    repo, tag = ref.rsplit(":", 1)
+    try:
+        base_image.tag(repo, tag)                  # another image under the tag: a rebuild that differs
+        check = _cli("lock", "smoke-cpu", "--check", *lock)
+        assert check.returncode == 1
+        assert f"smoke-cpu: image {first[:19]} -> {base_image.id[:19]}" in check.stdout.splitlines()
+    finally:
+        docker_client.images.get(first).tag(repo, tag)
