@@ -430,16 +430,23 @@ def _knowledge(path: str, mtime_ns: int, size: int):
     return load(path)
 
 
-def sbom_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | None:
-    """sha256 of the SBOM at ``path`` when it is the SBOM of the image ``built_id`` (its
-    metadata.component bom-ref is ``image:<id>``, as `imagebuild sbom` writes it); None when there
-    is none, or it describes another image (a stale SBOM vouches for nothing)."""
+def _read_if_there(path: str | os.PathLike) -> bytes | None:
+    """The file's bytes, or None when there is no such file (any other failure is one line)."""
     try:
-        raw = Path(path).read_bytes()
+        return Path(path).read_bytes()
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ImagebuildError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
+
+
+def sbom_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | None:
+    """sha256 of the SBOM at ``path`` when it is the SBOM of the image ``built_id`` (its
+    metadata.component bom-ref is ``image:<id>``, as `imagebuild sbom` writes it); None when there
+    is none, or it describes another image (a stale SBOM vouches for nothing)."""
+    raw = _read_if_there(path)
+    if raw is None:
+        return None
     try:
         doc = json.loads(raw)
         subject = doc["metadata"]["component"]["bom-ref"]
@@ -450,12 +457,9 @@ def sbom_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | None
 
 def report_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | None:
     """sha256 of the smoke report at ``path`` when it reports on the image ``built_id``."""
-    try:
-        raw = Path(path).read_bytes()
-    except FileNotFoundError:
+    raw = _read_if_there(path)
+    if raw is None:
         return None
-    except OSError as exc:
-        raise ImagebuildError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
     try:
         report = json.loads(raw)
     except ValueError:

@@ -15,7 +15,7 @@ import copy
 import os
 import time
 
-from . import write_result
+from . import exit_now, write_result
 from ._dist import init, sync
 
 TOLERANCE = {"cpu": 1e-5, "cuda": 1e-4}  # relative, float32 (TF32 off on CUDA)
@@ -131,4 +131,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())

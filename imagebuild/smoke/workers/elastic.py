@@ -20,7 +20,7 @@ import argparse
 import os
 import signal
 
-from . import write_result
+from . import exit_now, write_result
 
 TOLERANCE = 1e-6  # relative, float32 on CPU: the same operations in the same order
 MARKER_ENV = "IMAGEBUILD_ELASTIC_MARKER"
@@ -149,4 +149,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())

@@ -11,7 +11,7 @@ import argparse
 import os
 import time
 
-from . import write_result
+from . import exit_now, write_result
 from ._dist import init, sync
 
 CHECK_ELEMENTS = (1, 7, 1000, 65539)
@@ -114,4 +114,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())
