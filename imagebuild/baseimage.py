@@ -38,6 +38,7 @@ from typing import Callable
 
 from .engines import check_ref
 from .errors import ImagebuildError, UsageError
+from .lockfile import sha256_file
 
 
 @dataclass(frozen=True)
@@ -234,15 +235,7 @@ def pack_rootfs(rootfs: Path, dest: Path, epoch: int) -> str:
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise ImagebuildError(f"packing {rootfs} failed (tar exit {proc.returncode}): {last}")
-    return "sha256:" + _sha256_file(dest)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return "sha256:" + sha256_file(dest)
 
 
 def image_config(diff_id: str, spec: BaseSpec) -> bytes:

@@ -63,11 +63,9 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
     try:
         with open(path, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(chunk)
+            digest = hashlib.file_digest(fh, "sha256")
     except FileNotFoundError:
         raise ImagebuildError("file not found (run `imagebuild generate` first?)", file=str(path)) from None
     except OSError as exc:

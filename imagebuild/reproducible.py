@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import ImagebuildError
+from .lockfile import sha256_file
 
 #: regular files (and symlinks) under these paths are left out of every normalised layer
 VOLATILE = re.compile(
@@ -184,14 +185,6 @@ def config_bytes(config: dict) -> bytes:
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return "sha256:" + digest.hexdigest()
-
-
 def _base_layers(client, base: str | None, diff_ids: list[str]) -> list[str]:
     """The diff ids of ``base`` when they are the lowest of ``diff_ids``; [] otherwise."""
     if not base:
@@ -298,7 +291,7 @@ def normalize_image(client, ref: str, epoch: int, *, base: str | None = None,
         diff_ids, layer_paths = [], []
         for i, layer in enumerate(entry["Layers"]):
             dst = out / f"{i}.tar"
-            if i < len(keep) and _sha256_file(src / layer) == keep[i]:
+            if i < len(keep) and "sha256:" + sha256_file(src / layer) == keep[i]:
                 os.replace(src / layer, dst)          # the base's own layer, as the base has it
                 diff_ids.append(keep[i])
             else:

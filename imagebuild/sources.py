@@ -29,6 +29,7 @@ from typing import Callable, Iterable
 from urllib.parse import urljoin, urlsplit
 
 from .errors import ImagebuildError, Unavailable, UsageError
+from .lockfile import sha256_file
 from .redact import redact
 from .versions import NONE
 
@@ -110,17 +111,6 @@ def catalog(k, specs: Iterable, form: str = "release") -> list[Tarball]:
     return [seen[f] for f in sorted(seen)]
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            block = fh.read(CHUNK)
-            if not block:
-                break
-            h.update(block)
-    return h.hexdigest()
-
-
 def is_url(origin: str) -> bool:
     return origin.startswith(("https://", "http://"))
 
@@ -149,7 +139,7 @@ def fetch(tarballs: list[Tarball], cache: Path, origin: str | None = None,
     out = []
     for tb in tarballs:
         dest = cache / tb.file
-        if dest.is_file() and sha256_of(dest) == tb.sha256:
+        if dest.is_file() and sha256_file(dest) == tb.sha256:
             out.append(Fetched(tb, "cached", str(dest), dest.stat().st_size))
             continue
         if origin is None:
@@ -230,7 +220,7 @@ def copy_into(tarballs: list[Tarball], cache: Path, dest: Path) -> list[Path]:
         if not src.is_file():
             raise SourceError(f"{tb.file}: not in the source cache {cache} "
                               "(imagebuild sources fetch fills it)")
-        if sha256_of(src) != tb.sha256:
+        if sha256_file(src) != tb.sha256:
             raise SourceError(f"{tb.file}: the cached file does not match its sha256 "
                               f"[{tb.source}]; fetch it again")
         shutil.copy2(src, dest / tb.file)

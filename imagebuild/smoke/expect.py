@@ -40,14 +40,19 @@ class ExpectationError(Exception):
     """The expectation file is missing or malformed."""
 
 
-def load(path: str) -> dict:
+def read_json(path: str, what: str, error: type[Exception]):
+    """The JSON document in `path`; `error` with one line when it cannot be read or parsed."""
     try:
         with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+            return json.load(fh)
     except OSError as exc:
-        raise ExpectationError(f"{path}: cannot read the expectation ({exc.strerror})") from None
+        raise error(f"{path}: cannot read {what} ({exc.strerror})") from None
     except ValueError as exc:
-        raise ExpectationError(f"{path}: not valid JSON ({exc})") from None
+        raise error(f"{path}: not valid JSON ({exc})") from None
+
+
+def load(path: str) -> dict:
+    data = read_json(path, "the expectation", ExpectationError)
     if not isinstance(data, dict) or not isinstance(data.get("stack", {}), dict):
         raise ExpectationError(f"{path}: expected an object with a 'stack' object")
     for key, value in data.get("stack", {}).items():

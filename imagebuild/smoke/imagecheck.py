@@ -38,6 +38,8 @@ import shutil
 import subprocess
 import sys
 
+from .expect import read_json
+
 IMAGE_JSON = "/opt/imagebuild/image.json"
 PROC_VERSION = "/proc/driver/nvidia/version"
 SMI_QUERY = ("--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader")
@@ -126,13 +128,7 @@ def read_node() -> tuple[str | None, list[tuple[str, str, str]] | None, str]:
 
 
 def load_image(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except OSError as exc:
-        raise Unjudgeable(f"{path}: cannot read the image's facts ({exc.strerror})") from None
-    except ValueError as exc:
-        raise Unjudgeable(f"{path}: not valid JSON ({exc})") from None
+    data = read_json(path, "the image's facts", Unjudgeable)
     if not isinstance(data, dict) or not isinstance(data.get("stack"), dict):
         raise Unjudgeable(f"{path}: expected an object with a 'stack' object")
     for key in ("min_driver",):

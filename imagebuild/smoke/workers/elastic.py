@@ -20,7 +20,7 @@ import argparse
 import os
 import signal
 
-from . import exit_now, write_result
+from . import ddp as ddp_worker, exit_now, write_result
 
 TOLERANCE = 1e-6  # relative, float32 on CPU: the same operations in the same order
 MARKER_ENV = "IMAGEBUILD_ELASTIC_MARKER"
@@ -28,17 +28,13 @@ MARKER_ENV = "IMAGEBUILD_ELASTIC_MARKER"
 
 def make_model(torch):
     torch.manual_seed(4321)
-    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    return ddp_worker.make_model(torch, 32, 1)  # Linear(16, 32), Tanh, Linear(32, 4)
 
 
 def batch(torch, step: int, rank: int, size: int):
     """The batch of one rank at one step: the same on the first run and after a restart."""
     gen = torch.Generator().manual_seed(1000 * step + rank)
     return torch.randn(size, 16, generator=gen), torch.randn(size, 4, generator=gen)
-
-
-def flat(torch, model):
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
 
 
 def save(torch, path: str, step: int, model, opt) -> None:
@@ -63,7 +59,7 @@ def reference(torch, steps: int, world: int, size: int):
         for p, g in zip(model.parameters(), grads):
             p.grad = g / world
         opt.step()
-    return flat(torch, model)
+    return ddp_worker.flat(model)
 
 
 def init_group(torch, timeout_s: float, restarts: int):
@@ -126,7 +122,7 @@ def main() -> int:
             save(torch, args.ckpt, step, model, opt)
         dist.barrier()  # the checkpoint of this step exists before any rank goes on
 
-    final = flat(torch, model)
+    final = ddp_worker.flat(model)
     gathered = [torch.empty_like(final) for _ in range(world)]
     dist.all_gather(gathered, final)
     result = {"rank": rank, "world": world, "steps": args.steps, "restart_count": restarts,
