@@ -396,6 +396,8 @@ FIELDS: tuple[tuple[tuple[str, ...], Any, str], ...] = (
     (("images", "*", "wheels"), "id", "str"),
     (("images", "*", "rdma"), "id", "str"),
     (("images", "*", "cuda_from"), "id", "str"),
+    (("images", "*", "sources"), "id", "str"),
+    (("images", "*", "build", "cuda_arch"), "version", "list"),
 )
 
 
@@ -477,7 +479,16 @@ def check_fields(doc: Any, path: str) -> None:
 FLAVORS = ("runtime", "devel", "cpu")
 VARIANT_MODES = ("all", "default", "default-and-newest")
 FAMILY_KEYS = ("family", "description", "flavors", "pytorch", "variants", "os", "cuda", "nccl",
-               "ucx", "openmpi", "python", "wheels", "rdma", "cuda_from")
+               "ucx", "openmpi", "python", "wheels", "rdma", "cuda_from", "sources", "build")
+# Which tarball of UCX and Open MPI a family's recipes compile: the release asset, or the git tag
+# archive with its submodules (`git_archive:` in the ucx/openmpi release; autogen first).
+SOURCE_FORMS = ("release", "git")
+# Build choices a family makes for what it compiles (recorded in the image's labels), with their
+# defaults: UCX's GDA-KI module (GPU-initiated networking, needs the gpunetio submodule), Open MPI's
+# Fortran bindings, ROMIO (MPI-IO) and OpenSHMEM; `cuda_arch` the GPU architectures nvcc compiles
+# nccl-tests for (default: nccl-tests' own list for the CUDA release).
+BUILD_SWITCHES = {"gda": True, "fortran": True, "romio": True, "oshmem": True}
+BUILD_KEYS = tuple(BUILD_SWITCHES) + ("cuda_arch",)
 # Where a family's CUDA comes from: NVIDIA's package repository for the OS (the default: the
 # recipes install pinned CUDA packages), or the wheels torch's closure brings (nvidia-cuda-runtime,
 # cuDNN, NCCL, cuBLAS, ... as torch pins them; no NVIDIA repository, no CUDA package).
@@ -724,12 +735,22 @@ def _images(c: _Checker, doc, os_ids: set[str], rdma_ids: set[str]):
         cuda_from = c.string(fam, "cuda_from", where, "id")
         if cuda_from is not None and cuda_from not in CUDA_FROM:
             c.fail(f"{where}.cuda_from must be one of {', '.join(CUDA_FROM)}", fam, "cuda_from")
+        form = c.string(fam, "sources", where, "id")
+        if form is not None and form not in SOURCE_FORMS:
+            c.fail(f"{where}.sources must be one of {', '.join(SOURCE_FORMS)}", fam, "sources")
+        if "build" in fam:
+            b = c.mapping(fam["build"], f"{where}.build", (), BUILD_KEYS, fam, "build")
+            for key in BUILD_SWITCHES:
+                if key in b and not isinstance(b[key], bool):
+                    c.fail(f"{where}.build.{key} must be true or false, not {_kind(b[key])}", b, key)
+            if "cuda_arch" in b:
+                for j, arch in enumerate(c.strings(b, "cuda_arch", f"{where}.build", "version")):
+                    if not re.fullmatch(r"[1-9][0-9]?\.[0-9]", arch):
+                        _fail_in(c, b, "cuda_arch", j, f"{where}.build.cuda_arch: {arch!r} is not "
+                                 "a compute capability (8.0, 9.0, 10.0, ...)")
         if cuda_from == "wheels":
-            # torch's wheel closure is what brings CUDA; nothing else of the image is built
-            # against it (UCX and Open MPI are then the OS's packages: see images.expand)
-            if pytorch in (None, "none"):
-                c.fail(f"{where}.cuda_from: wheels takes CUDA from PyTorch's wheels: the family "
-                       "needs pytorch", fam, "cuda_from")
+            # CUDA is NVIDIA's wheels: torch's closure, or the cuda-toolkit wheels UCX, Open MPI
+            # and nccl-tests are compiled against (see images.expand)
             if any(f != "runtime" for f in flavors):
                 c.fail(f"{where}.cuda_from: wheels makes runtime images only (a devel or cpu "
                        "flavor needs CUDA from the repository, or none)", fam, "flavors")

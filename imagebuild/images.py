@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from .errors import KnowledgeError, UsageError
-from .grammar import CUDA_FROM, FAMILY_KEYS, FLAVORS, VARIANT_MODES
+from .grammar import BUILD_SWITCHES, CUDA_FROM, FAMILY_KEYS, FLAVORS, VARIANT_MODES
 from .grammar import check as grammar_check
 from .knowledge import Knowledge, load
 from .resolve import Host, image_reading, resolve
@@ -56,8 +56,10 @@ class ImageSpec:
     rdma: dict | None = None        # the knowledge's rdma entry (DOCA-OFED); None: rdma-core
     extra: dict = field(default_factory=dict)
     source: str | None = None       # the project's repository (matrix.yaml project.source), if set
-    cuda_from: str = "repository"   # "wheels": CUDA is what torch's wheel closure brings
+    cuda_from: str = "repository"   # "wheels": CUDA is NVIDIA's wheels (torch's closure, cuda-toolkit)
     licenses: str | None = None     # an SPDX expression (matrix.yaml project.licenses), if set
+    sources: str = "release"        # the UCX/Open MPI tarballs compiled: release assets or git tag archives
+    build: dict = field(default_factory=dict)   # build choices (grammar.BUILD_KEYS), defaults filled in
 
     @property
     def local_ref(self) -> str:
@@ -88,10 +90,38 @@ class ImageSpec:
             labels[CUDA_PROVIDER_LABEL] = self.cuda_from
         if self.licenses:  # a fact only the matrix states; never guessed from the image's contents
             labels[LICENSES_LABEL] = self.licenses
+        if self.compiles:
+            # what was compiled, and how: the tarball form and the family's build choices
+            labels["io.imagebuild.sources"] = self.sources
+            labels["io.imagebuild.build"] = self.build_label
         for comp in ("os", "platform", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi",
                      "pytorch"):
             labels[f"io.imagebuild.stack.{comp}"] = self.stack[comp]
         return dict(sorted(labels.items()))
+
+    @property
+    def compiles(self) -> bool:
+        """Whether the recipe compiles UCX and Open MPI from source (CUDA images)."""
+        return self.stack["cuda"] != NONE and self.ucx.get("install", "source") == "source"
+
+    @property
+    def toolkit_wheels(self) -> bool:
+        """CUDA from NVIDIA's wheels and something compiled against it: the devel stage installs
+        the cuda-toolkit wheels (nvcc, headers) besides the run-time ones."""
+        return self.cuda_from == "wheels" and self.compiles
+
+    @property
+    def build_choices(self) -> dict:
+        return {**BUILD_SWITCHES, **self.build}
+
+    @property
+    def build_label(self) -> str:
+        """The build choices in one stable line: `gda=off,fortran=on,...,cuda_arch=8.0+9.0`."""
+        b = self.build_choices
+        parts = [f"{k}={'on' if b[k] else 'off'}" for k in sorted(BUILD_SWITCHES)]
+        arch = b.get("cuda_arch")
+        parts.append("cuda_arch=" + ("+".join(arch) if arch else "default"))
+        return ",".join(parts)
 
     @property
     def rdma_label(self) -> str:
@@ -117,6 +147,10 @@ class ImageSpec:
                "min_driver": self.min_driver or "none", "tag": self.tag}
         if self.stack["cuda"] != NONE:
             doc["cuda_provider"] = self.cuda_from
+        if self.compiles:
+            doc["sources"] = self.sources
+            doc["build"] = {k: (list(v) if isinstance(v, tuple) else v)
+                            for k, v in sorted(self.build_choices.items())}
         return doc
 
 
@@ -253,12 +287,35 @@ def expand(k: Knowledge, *, require_locks: bool = True,
         if cuda_from not in CUDA_FROM:
             fail(f"{name}: cuda_from must be one of {', '.join(CUDA_FROM)}")
         if cuda_from == "wheels":
-            # nothing is compiled against the wheels' CUDA: UCX and Open MPI are the OS's own
+            # either nothing is compiled against the wheels' CUDA (UCX and Open MPI are the OS's
+            # own, beside torch's closure) or both are built from source against the cuda-toolkit
+            # wheels' nvcc and headers
+            installs = set()
             for comp in ("ucx", "openmpi"):
                 entry = getattr(k, comp).get(str(fam.get(comp, "")))
-                if entry is None or entry.get("install") != "os":
-                    fail(f"{name}: cuda_from: wheels needs {comp} pinned to an OS package "
-                         f"(install: os in matrix.yaml's {comp} releases)")
+                if entry is None:
+                    fail(f"{name}: cuda_from: wheels needs {comp} pinned (a release of matrix.yaml's "
+                         f"{comp} section)")
+                installs.add(entry.get("install", "source"))
+            if len(installs) != 1:
+                fail(f"{name}: cuda_from: wheels builds UCX and Open MPI both from source or takes "
+                     "both from the OS")
+            if installs == {"os"} and str(fam.get("pytorch", "none")) == NONE:
+                fail(f"{name}: cuda_from: wheels without PyTorch compiles UCX and Open MPI against "
+                     "the CUDA toolkit's wheels: pin source releases, not the OS's packages")
+        form = str(fam.get("sources", "release"))
+        build = dict(BUILD_SWITCHES)
+        build.update({key: v for key, v in (fam.get("build") or {}).items() if key in BUILD_SWITCHES})
+        arch = (fam.get("build") or {}).get("cuda_arch")
+        if arch:
+            build["cuda_arch"] = tuple(_as_list(arch))
+        if form == "git":
+            for comp in ("ucx", "openmpi"):
+                entry = getattr(k, comp).get(str(fam.get(comp, "")))
+                if entry is not None and entry.get("install", "source") == "source" \
+                        and not entry.get("git_archive"):
+                    fail(f"{name}: sources: git compiles {comp} {entry.get('version')} from its git "
+                         f"tag archive, which matrix.yaml's {comp} release does not record (git_archive:)")
         for combo, wishes, vtag in _combinations(k, fam):
             for os_id in oses:
                 w = dict(wishes, os=os_id)
@@ -292,7 +349,9 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                     continue
                 stack = {c: res.stack[c] for c in ("os", "platform", "python", "cuda", "cudnn",
                                                   "nccl", "ucx", "openmpi", "pytorch")}
-                ws = wheel_set(k, stack, k.os[os_id], wheels)
+                ws = wheel_set(k, stack, k.os[os_id], wheels, toolkit=(
+                    cuda_from == "wheels" and stack["cuda"] != NONE
+                    and k.ucx[stack["ucx"]].get("install", "source") == "source"))
                 if ws is not None and require_locks and read_lock(k, ws) is None:
                     skipped.append(Skipped(name, label, tuple(sorted(w.items())),
                                            cuda_from=cuda_from, why=(
@@ -318,7 +377,8 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                         tags=(tag, f"{tag}-{k.as_of.replace('-', '')}"),
                         wheels=wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
                         as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=rdma,
-                        source=project_source(k), cuda_from=cuda_from, licenses=project_licenses(k)))
+                        source=project_source(k), cuda_from=cuda_from, licenses=project_licenses(k),
+                        sources=form, build=build))
     return specs, skipped
 
 

@@ -30,8 +30,10 @@ CATEGORY = {"os", "gpu", "platform"}
 # Rules that hold only in some readings of a stack: "repo-cuda" when CUDA comes from NVIDIA's package
 # repository (image recipes), "wheel-cuda" when it comes from the PyTorch wheels (resolve, check),
 # "cuda-aware" when UCX/Open MPI are built with CUDA (what imagebuild builds; `check` of an existing
-# machine, whose UCX may be built without CUDA, reports them as warnings).
-RULE_TAGS = frozenset({"repo-cuda", "wheel-cuda", "cuda-aware"})
+# machine, whose UCX may be built without CUDA, reports them as warnings), "toolkit-repo" for "a stack
+# without PyTorch takes CUDA from a repository" (an image whose CUDA toolkit comes from NVIDIA's
+# wheels, `cuda_from: wheels` without PyTorch, skips them).
+RULE_TAGS = frozenset({"repo-cuda", "wheel-cuda", "cuda-aware", "toolkit-repo"})
 # The platform a stack is for when the matrix lists none (every fact below was read for x86_64).
 DEFAULT_PLATFORM = "x86_64"
 BOOLEAN = {"gpu.datacenter", "ofed", "open_kernel_modules"}
@@ -664,7 +666,7 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
         src = releases[wheel_cuda[0]].source
         add_rule("cuda-wheels-only", [("pytorch", Matcher("none", lambda x: x == NONE))],
                  [("cuda", not_wheel)], text + " (without PyTorch, CUDA comes from a repository)",
-                 src, cuda.line)
+                 src, cuda.line, tag="toolkit-repo")
         add_rule("cuda-wheels-only-repo", [], [("cuda", not_wheel)], text, src, cuda.line,
                  tag="repo-cuda")
     compat: dict[str, Compat] = {}
@@ -986,7 +988,7 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
                      + (cuda_range or "none (no repository is confirmed)"))
         add_rule(f"os-{oid}-cuda-repo", [("os", is_os), ("pytorch", Matcher("none", lambda x: x == NONE))],
                  [("cuda", any_of(cuda_alts))], repo_text + "; without PyTorch, CUDA comes from there",
-                 src, o.line)
+                 src, o.line, tag="toolkit-repo")
         add_rule(f"os-{oid}-cuda-repo-torch", [("os", is_os)], [("cuda", any_of(cuda_alts))],
                  repo_text, src, o.line, tag="repo-cuda")
 

@@ -625,12 +625,16 @@ def image_reading(k: Knowledge, cuda_from: str, stack: dict) -> dict:
     its packages: the `repo-cuda` rules bind) or from torch's wheels (the `wheel-cuda` rules bind:
     CUDA is the wheels' own); the `cuda-aware` rules (UCX >= 1.20 for CUDA 13, ...) only where the
     image's UCX is built with CUDA, not for an OS package built without it (Debian's libucx0);
-    forward compatibility only where the image can carry cuda-compat (from the repository).
+    forward compatibility only where the image can carry cuda-compat (from the repository); and
+    without PyTorch, CUDA from a repository unless the image takes the toolkit's wheels.
     `stack` names the UCX as a version or a wish (==1.13.1)."""
     ucx = str(stack.get("ucx") or "").lstrip("=")
     entry = k.ucx.get(ucx)
     skip = frozenset({"cuda-aware"}) if entry is not None and not entry.get("cuda_aware", True) \
         else frozenset()
+    if cuda_from == "wheels":
+        # the CUDA toolkit comes from NVIDIA's wheels (cuda-toolkit==X.Y.Z), with or without torch
+        skip |= {"toolkit-repo"}
     return {"repo_cuda": cuda_from != "wheels", "skip_tags": skip,
             "compat_package": cuda_from != "wheels"}
 

@@ -59,6 +59,9 @@ class WheelSet:
     host: bool                         # wheels come from the host's pip (its find-links too)
     exclude_newer: str                 # matrix as_of: files uploaded later are not considered
     nccl_package: str | None = None    # installed on its own, early, for nccl-tests
+    # CUDA toolkit from the wheels (the devel stage compiles against them): the packages the
+    # run-time stage installs of the lock (the CUDA run time and NCCL; nvcc and headers stay behind)
+    runtime_packages: tuple[str, ...] = ()
 
     @property
     def platform(self) -> str:
@@ -83,8 +86,17 @@ class WheelSet:
         ]) + "\n"
 
 
-def wheel_set(k, stack: dict, os_entry: dict, wheels: str | None) -> WheelSet | None:
-    """The wheel set an image of this stack installs (None when it installs no wheel)."""
+# What the devel stage of an image that compiles against the CUDA toolkit's wheels installs: nvcc
+# (with crt, nvvm and the run time), the CUDA C++ core libraries' headers, and NVML's header, as
+# extras of NVIDIA's `cuda-toolkit` meta-package pinned to the stack's CUDA release.
+TOOLKIT_EXTRAS = ("cccl", "cudart", "nvcc", "nvml")
+TOOLKIT_RUNTIME = ("nvidia-cuda-runtime",)
+
+
+def wheel_set(k, stack: dict, os_entry: dict, wheels: str | None,
+              toolkit: bool = False) -> WheelSet | None:
+    """The wheel set an image of this stack installs (None when it installs no wheel). `toolkit`:
+    the image compiles against CUDA from NVIDIA's wheels (cuda-toolkit==<the stack's CUDA>)."""
     s = stack
     glibc = str(os_entry.get("glibc") or "")
     if not re.match(r"^2\.[0-9]+\Z", glibc):
@@ -115,9 +127,15 @@ def wheel_set(k, stack: dict, os_entry: dict, wheels: str | None) -> WheelSet | 
         key = f"{nccl_pkg}-{s['nccl']}"
     else:
         return None
+    runtime: tuple[str, ...] = ()
+    if toolkit and s["cuda"] != NONE:
+        reqs.append(f"cuda-toolkit[{','.join(TOOLKIT_EXTRAS)}]=={s['cuda']}")
+        key = f"cuda-toolkit-{s['cuda']}-{key}"
+        runtime = tuple(sorted(TOOLKIT_RUNTIME + ((nccl_pkg,) if nccl_pkg else ())))
     return WheelSet(key=f"{key}-py{py}-manylinux_{glibc.replace('.', '_')}",
                     requirements=tuple(sorted(reqs)), python=py, glibc=glibc, index=index,
-                    host=wheels == "host", exclude_newer=k.as_of, nccl_package=nccl_pkg)
+                    host=wheels == "host", exclude_newer=k.as_of, nccl_package=nccl_pkg,
+                    runtime_packages=runtime)
 
 
 # -------------------------------------------------------------------------------------------------

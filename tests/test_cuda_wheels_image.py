@@ -147,14 +147,22 @@ def _matrix_with(tmp_path: Path, old: str, new: str) -> Path:
 
 
 @pytest.mark.parametrize("old,new,why", [
-    ("    cuda_from: wheels\n", "    cuda_from: pip\n", "cuda_from must be one of repository, wheels"),
+    ("    openmpi: \"4.1.4\"\n    cuda_from: wheels\n", "    openmpi: \"4.1.4\"\n    cuda_from: pip\n",
+     "cuda_from must be one of repository, wheels"),
     ("    flavors: [runtime]\n    pytorch: \"2.13.0\"\n    variants: default\n    os: [debian12]\n",
      "    flavors: [runtime, devel]\n    pytorch: \"2.13.0\"\n    variants: default\n    os: [debian12]\n",
      "wheels makes runtime images only"),
     ("    ucx: \"1.13.1\"\n    openmpi: \"4.1.4\"\n    cuda_from: wheels\n",
      "    ucx: \"1.22.0\"\n    openmpi: \"4.1.4\"\n    cuda_from: wheels\n",
-     "cuda_from: wheels needs ucx pinned to an OS package"),
-], ids=["unknown-provider", "devel-flavor", "source-built-ucx"])
+     "cuda_from: wheels builds UCX and Open MPI both from source or takes both from the OS"),
+    ("    ucx: \"1.22.0\"\n    openmpi: \"5.0.10\"\n    cuda_from: wheels\n    sources: git\n",
+     "    ucx: \"1.21.0\"\n    openmpi: \"5.0.10\"\n    cuda_from: wheels\n    sources: git\n",
+     "sources: git compiles ucx 1.21.0 from its git tag archive, which matrix.yaml's ucx release "
+     "does not record"),
+    ("    build: {gda: false,", "    build: {gda: 0,", "build.gda must be true or false"),
+    ("cuda_arch: [\"8.0\", \"9.0\", \"10.0\"]}", "cuda_arch: [\"8.0\", \"sm_90\"]}", "cuda_arch"),
+], ids=["unknown-provider", "devel-flavor", "half-source-built", "git-without-archive",
+        "build-switch-not-bool", "bad-arch"])
 def test_bad_cuda_from_is_one_line_with_its_place(tmp_path, capsys, old, new, why):
     matrix = _matrix_with(tmp_path, old, new)
     assert cli.main(["images", "--matrix", str(matrix)]) == 2

@@ -36,7 +36,7 @@ def _wheel_sets(args):
     chosen = I.select({s.id: s for s in specs}, list(dict.fromkeys(args.images)))
     sets: dict[str, tuple] = {}
     for spec in chosen:
-        ws = wheel_set(k, spec.stack, spec.os, spec.wheels)
+        ws = wheel_set(k, spec.stack, spec.os, spec.wheels, spec.toolkit_wheels)
         if ws is not None:
             sets.setdefault(ws.key, (ws, []))[1].append(spec.id)
     return k, sets
