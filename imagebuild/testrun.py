@@ -373,7 +373,12 @@ def test_image(client, ref: str, opts: TestOptions, progress: Callable[[CheckRes
                 if progress:
                     progress(r)
             checks.append(r)
-        if opts.wants("ddp.two-node"):
+        if opts.wants("ddp.two-node") and info.labels.get(f"{LABEL_PREFIX}stack.pytorch") == "none":
+            result = CheckResult("ddp.two-node", SKIP, "torch absent by design (pytorch none)")
+            checks.append(result)
+            if progress:
+                progress(result)
+        elif opts.wants("ddp.two-node"):
             try:
                 result = two_node(cs, info, opts)
             except (SmokeError, EngineError) as exc:

@@ -208,6 +208,24 @@ def check_libraries(ctx: Context) -> CheckResult:
         parts += bad or [(PASS, f"nvidia wheels: {len(wheel_libs)} libraries in "
                           f"{', '.join(os.path.basename(os.path.dirname(d)) for d in wheel_dirs)} resolve "
                           "within the wheels' folders")]
+    # what the image compiled: every ELF of the install prefixes (UCX's and Open MPI's plugins, the
+    # nccl-tests binaries) resolves its libraries, the driver's own (libcuda, libnvidia-ml) aside
+    for tree in libs.BUILT_TREES:
+        elves = libs.elf_files(tree) if os.path.isdir(tree) else []
+        if not elves:
+            continue
+        bad = []
+        driver_only = 0
+        for path in elves:
+            status, text = _ldd_part(os.path.relpath(path, tree), path, ctx)
+            checked += 1
+            if status == FAIL:
+                bad.append((status, text))
+            elif "driver library" in text:
+                driver_only += 1
+        parts += bad or [(PASS, f"{tree}: {len(elves)} ELF files resolve"
+                          + (f" ({driver_only} need only the driver's libraries from the host)"
+                             if driver_only else ""))]
     # each CUDA, cuDNN, NCCL, UCX and MPI library once: a second copy is gigabytes shipped twice,
     # and which of the two a process binds to depends on what it loaded first
     twice = libs.soname_copies()
@@ -389,25 +407,37 @@ def check_mpi_allreduce(ctx: Context) -> CheckResult:
     lib = ctx.system_libs().get("mpi")
     if not lib:
         return CheckResult("mpi.allreduce", FAIL, "mpirun found but libmpi.so.40 not found")
-    out_dir = ctx.scratch("mpi-allreduce")
-    tls = ucx_tls_for_one_host()
     use_ucx = not ctx.expects_absent("ucx")
-    argv = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ctx.ranks)]
-    if use_ucx:
-        # Open MPI 4.1 only picks UCX on InfiniBand devices unless told otherwise
-        argv += ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any",
-                 "-x", f"UCX_TLS={tls}"]
-    argv += ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
-             ctx.python, "-m", "imagebuild.smoke.workers.mpi_allreduce", "--lib", lib, "--out", out_dir]
+    # over UCX: shared memory between the ranks (when /dev/shm is usable), then TCP, each run on
+    # its own, so a transport that does not work fails the check by name
+    transports = [ucx_tls_for_one_host()] if use_ucx else [None]
+    if use_ucx and not os.environ.get("UCX_TLS") and transports[0] != "self,tcp":
+        transports.append("self,tcp")
     env = _mpirun_env(ctx)
-    outcome = proc.run(argv, timeout=ctx.left(), env=env)
-    results = read_results(out_dir, ctx.ranks)
-    errs = _rank_errors(results, [outcome], ctx.ranks, ctx.timeout)
-    metrics: dict[str, float] = {"ranks": ctx.ranks, "seconds_mpirun": round(outcome.seconds, 3)}
-    if results:
-        metrics["elements_checked"] = results[min(results)].get("checked", 0)
-        metrics.update(bandwidth_metrics(results[min(results)].get("timings", {}), ctx.ranks))
-    via = f"pml ucx, UCX_TLS={tls}" if use_ucx else "default pml"
+    errs: list[str] = []
+    metrics: dict[str, float] = {"ranks": ctx.ranks}
+    for tls in transports:
+        out_dir = ctx.scratch("mpi-allreduce" + (f"-{tls.replace(',', '-')}" if tls else ""))
+        argv = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ctx.ranks)]
+        if tls:
+            # Open MPI 4.1 only picks UCX on InfiniBand devices unless told otherwise
+            argv += ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices",
+                     "any", "-x", f"UCX_TLS={tls}"]
+        argv += ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
+                 ctx.python, "-m", "imagebuild.smoke.workers.mpi_allreduce", "--lib", lib, "--out", out_dir]
+        outcome = proc.run(argv, timeout=ctx.left(), env=env)
+        results = read_results(out_dir, ctx.ranks)
+        errs += [f"UCX_TLS={tls}: {e}" if tls and len(transports) > 1 else e
+                 for e in _rank_errors(results, [outcome], ctx.ranks, ctx.timeout)]
+        if tls == transports[0]:
+            metrics["seconds_mpirun"] = round(outcome.seconds, 3)
+            if results:
+                metrics["elements_checked"] = results[min(results)].get("checked", 0)
+                metrics.update(bandwidth_metrics(results[min(results)].get("timings", {}), ctx.ranks))
+        elif results:
+            bw = bandwidth_metrics(results[min(results)].get("timings", {}), ctx.ranks)
+            metrics.update({f"tcp.{key}": v for key, v in bw.items()})
+    via = ("pml ucx, UCX_TLS=" + " and ".join(transports)) if use_ucx else "default pml"
     if errs:
         return CheckResult("mpi.allreduce", FAIL, "; ".join(errs) + f" ({ctx.ranks} ranks, {via})", metrics)
     return CheckResult("mpi.allreduce", PASS,

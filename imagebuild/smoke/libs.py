@@ -97,6 +97,29 @@ def wheel_lib_dirs() -> list[str]:
                    if os.path.isdir(d)})
 
 
+# The install prefixes an image's devel stage compiled (gdrcopy, UCX, Open MPI, nccl-tests): every
+# ELF in them (libraries, UCX's and Open MPI's plugins, the tools) must resolve its libraries.
+BUILT_TREES = ("/opt/gdrcopy", "/opt/ucx", "/opt/openmpi", "/opt/nccl-tests")
+
+
+def elf_files(root: str) -> list[str]:
+    """Every regular ELF file under `root` (links are not followed: their targets are listed)."""
+    out = []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    if fh.read(4) == b"\x7fELF":
+                        out.append(path)
+            except OSError:
+                continue
+    return out
+
+
 def shared_objects(folder: str) -> list[str]:
     """The ELF shared libraries of a folder (lib*.so*, links followed once; static archives and
     other files left out)."""
