@@ -43,6 +43,9 @@ class BuildJob:
     secrets: Mapping[str, Path] = field(default_factory=dict)
     depends_on: tuple[str, ...] = ()
     buildargs: Mapping[str, str] = field(default_factory=dict)
+    # run just before the build (in its turn, its failure is the build's): e.g. put the source
+    # tarballs in the context, fetched into the cache and checked
+    prepare: Callable[[], None] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ def build_all(jobs: Sequence[BuildJob], *, engine: Engine, jobs_n: int = 1, keep
     def one(job: BuildJob) -> BuildOutcome:
         say(f"{job.image_id}: building {job.ref}")
         try:
+            if job.prepare is not None:
+                job.prepare()
             res = engine.build(job.context, job.ref, dockerfile=job.dockerfile,
                                buildargs=dict(job.buildargs) or None, labels=dict(job.labels) or None,
                                secrets=dict(job.secrets) or None, log=log_of(job),

@@ -389,10 +389,12 @@ def repo_digest(ref: str, repo_digests: list[str]) -> str | None:
 
 # --------------------------------------------------------------------------- provenance
 
-def context_sha256(folder: str | os.PathLike, *, exclude: tuple[str, ...] = ("wheels",)) -> str:
+def context_sha256(folder: str | os.PathLike, *,
+                   exclude: tuple[str, ...] = ("wheels", "sources")) -> str:
     """sha256 of a build context: of the sorted lines ``<sha256 of the file>  <relative path>``
     (a symlink: ``-> <target>`` instead of the file's hash), top-level ``exclude`` folders left
-    out (host wheels: each is pinned by its sha256 in requirements/wheels.txt, which is hashed)."""
+    out (host wheels: each is pinned by its sha256 in requirements/wheels.txt; source tarballs:
+    each is pinned by its sha256 in the Dockerfile, which is hashed)."""
     root = Path(folder)
     lines = []
     for path in sorted(root.rglob("*")):

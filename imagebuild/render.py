@@ -133,6 +133,8 @@ class Step:
     items: list[tuple[str, str]] = field(default_factory=list)
     downloads: bool = False         # fetches over TLS: gets the site CA bundle when one is given
     fragment: str | None = None     # the recipes/fragments/<name>.sh.j2 a run step came from
+    # tarballs the step reads from the build context's sources/ (bound at /tmp/sources/<file>)
+    sources: list[str] = field(default_factory=list)
 
 
 REQUIREMENTS = "/opt/imagebuild/requirements"
@@ -155,6 +157,19 @@ PACKAGERS = {
              "doca_files": ("/etc/pki/rpm-gpg/RPM-GPG-KEY-DOCA", "/etc/yum.repos.d/doca.repo"),
              "python": "python{python}"},
 }
+# Debian: apt like Ubuntu; no NVIDIA repository is confirmed for it, so its CUDA images take CUDA
+# from NVIDIA's wheels (cuda_from: wheels), and the repository keys and files are never used.
+PACKAGERS["debian"] = dict(PACKAGERS["ubuntu"])
+# What compiling a git tag archive needs besides the release tarball's tools (autogen: flex, m4;
+# PRRTE's autogen.pl runs `git submodule status`), and the external hwloc Open MPI then uses
+# (the archive has no bundled hwloc): development package, run-time library. The RDMA headers a
+# devel stage needs when no CUDA package step brings them (CUDA from the wheels).
+GIT_FORM_TOOLS = {"apt": ["flex", "git", "m4"], "dnf": ["flex", "git", "m4"]}
+HWLOC = {"apt": ("libhwloc-dev", "libhwloc15"), "dnf": ("hwloc-devel", "hwloc-libs")}
+RDMA_DEVEL = {"apt": ["libibverbs-dev", "librdmacm-dev"], "dnf": ["rdma-core-devel"]}
+# GCC's OpenMP run time: UCX's ucx_perftest and its CUDA plugin link it (the devel stage has it with
+# the compiler; the run-time stage must install it, or they do not load).
+OPENMP_RUNTIME = {"apt": "libgomp1", "dnf": "libgomp"}
 
 
 def _key_check(key: dict, what: str) -> dict:
@@ -174,7 +189,7 @@ def image_lock(spec: ImageSpec, k):
         return None
     from .wheellock import LockError, read_lock, wheel_set
     try:
-        lock = read_lock(k, wheel_set(k, spec.stack, spec.os, spec.wheels))
+        lock = read_lock(k, wheel_set(k, spec.stack, spec.os, spec.wheels, spec.toolkit_wheels))
     except LockError as exc:
         raise RenderError(str(exc)) from None
     if lock is None:
@@ -248,10 +263,13 @@ class Renderer:
         workdir = None
         if lines and lines[0].startswith("#workdir "):
             workdir = _safe("path", lines.pop(0).split(None, 1)[1], "workdir")
+        sources = [_safe("word", ln.split(None, 1)[1], "source file") for ln in lines
+                   if ln.startswith("#source ")]
+        lines = [ln for ln in lines if not ln.startswith("#source ")]
         downloads = any(ln.startswith(("curl ", "/opt/venv/bin/python -m pip install"))
                         and "--no-index" not in ln for ln in lines)
         return Step("run", comment=comment, commands=lines, workdir=workdir, downloads=downloads,
-                    fragment=fragment)
+                    fragment=fragment, sources=sources)
 
     # ---------------------------------------------------------------------------------------------
 
@@ -265,7 +283,7 @@ class Renderer:
         base = _safe("ref", spec.os.get("base") or "", f"base image of {spec.os['id']}")
         _safe("id", spec.id, "image id")
         _safe("text", spec.description, f"description of {spec.id}")
-        if spec.flavor == "cpu" or spec.cuda_from == "wheels":
+        if spec.flavor == "cpu" or (spec.cuda_from == "wheels" and not spec.compiles):
             return self._os_mpi_stages(spec, base, k)
         if spec.os["family"] not in PACKAGERS:
             raise RenderError(f"image {spec.id}: CUDA recipes are written for "
@@ -338,8 +356,13 @@ class Renderer:
         return stages
 
     def _cuda_stages(self, spec: ImageSpec, k, base: str) -> list[Stage]:
+        """A devel stage that compiles gdrcopy, UCX, Open MPI and nccl-tests against CUDA, and (for
+        a runtime image) a run-time stage that copies their prefixes. CUDA comes from NVIDIA's
+        repository for the OS (pinned packages) or from NVIDIA's wheels (`cuda_from: wheels`: the
+        cuda-toolkit wheels in the devel stage, the run-time subset of the same lock in the
+        run-time stage); everything else is the same fragments either way."""
+        from . import sources as S
         s = spec.stack
-        tools = k.raw.get("tools", {})
         cuda = s["cuda"]
         cuda_mm = major_minor(cuda)
         cuda_dash = cuda_mm.replace(".", "-")
@@ -349,61 +372,119 @@ class Renderer:
         pm = PACKAGERS[spec.os["family"]]
         sfx = pm["suffix"]
         python_bin = pm["python"].format(python=py)
-        nccl_home = f"/opt/venv/lib/python{py}/site-packages/nvidia/nccl"
-        repo = _safe("word", spec.os.get("nvidia_repo") or "", f"NVIDIA repository of {spec.os['id']}")
-        key = tools.get(pm["key"], {})
-        key_url = _format_url(key.get("url", ""), "CUDA repository key URL", repo=repo)
-        repo_url = _safe("url", f"https://developer.download.nvidia.com/compute/cuda/repos/{repo}/x86_64/",
-                         "CUDA repository URL")
+        site = f"/opt/venv/lib/python{py}/site-packages/nvidia"
+        nccl_home = f"{site}/nccl"
+        wheels_cuda = spec.cuda_from == "wheels"
+        if wheels_cuda and cuda_major < 13:
+            raise RenderError(f"image {spec.id}: CUDA {cuda} from the wheels: only the CUDA 13 wheels "
+                              "install one tree (nvidia/cu13) that can serve as CUDA_HOME; the CUDA 12 "
+                              "wheels put each component in a folder of its own")
+        cuda_tree = f"{site}/cu{cuda_major}"
+        form = spec.sources
+        if form not in S.FORMS:
+            raise RenderError(f"image {spec.id}: unknown sources form {form!r}")
+        b = spec.build_choices
+        try:
+            tarballs = {t.name: t for t in S.for_image(k, spec, form)}
+        except S.SourceError as exc:
+            raise RenderError(str(exc)) from None
 
-        def tarball(name: str, entry: dict) -> dict:
-            ver = _safe("version", entry["version"], f"{name} version")
-            if not entry.get("url") or not entry.get("sha256"):
-                raise RenderError(f"{name} {ver} has no url and sha256 in matrix.yaml: "
-                                  "nothing is downloaded unverified")
-            return {"name": name, "version": ver,
-                    "url": _format_url(entry["url"], f"{name} URL", version=ver),
-                    "sha256": _safe("sha256", entry["sha256"], f"{name} sha256")}
+        def tarball(name: str) -> dict:
+            t = tarballs[name]
+            return {"name": name, "version": _safe("version", t.version, f"{name} version"),
+                    "form": t.form, "file": _safe("word", t.file, f"{name} tarball file"),
+                    "sha256": _safe("sha256", t.sha256, f"{name} sha256")}
 
-        ucx = tarball("ucx", spec.ucx)
-        ompi = tarball("openmpi", spec.openmpi)
-        gdr = tarball("gdrcopy", tools.get("gdrcopy", {}))
-        ntests = tarball("nccl-tests", tools.get("nccl-tests", {}))
-        ucx_flags = sorted({"--disable-doxygen-doc", "--enable-mt", "--prefix=/opt/ucx",
-                            f"--with-cuda={cuda_home}", "--with-gdrcopy=/opt/gdrcopy",
-                            "--with-rdmacm", "--with-verbs"})
+        ucx = tarball("ucx")
+        ompi = tarball("openmpi")
+        gdr = tarball("gdrcopy")
+        ntests = tarball("nccl-tests")
+        git_built = "git" in (ucx["form"], ompi["form"])
+        ucx_flags = {"--disable-doxygen-doc", "--enable-mt", "--prefix=/opt/ucx",
+                     f"--with-cuda={cuda_home}", "--with-gdrcopy=/opt/gdrcopy",
+                     "--with-rdmacm", "--with-verbs"}
+        if not b["gda"]:
+            ucx_flags.add("--without-gda")
+        ucx_flags = sorted(ucx_flags)
         ompi_flags = {"--prefix=/opt/openmpi", f"--with-cuda={cuda_home}", "--with-slurm",
-                      "--with-ucx=/opt/ucx", "--with-pmix=internal", "--with-hwloc=internal",
+                      "--with-ucx=/opt/ucx", "--with-pmix=internal",
+                      "--with-hwloc=" + ("external" if ompi["form"] == "git" else "internal"),
                       "--with-libevent=internal", "--enable-mca-no-build=btl-uct"}
         if spec.openmpi.get("line") == "4.1":
             ompi_flags |= {"--without-verbs", "--enable-orterun-prefix-by-default"}
         else:
             ompi_flags |= {"--with-prrte=internal", f"--with-cuda-libdir={cuda_home}/lib64/stubs"}
+            if ompi["form"] == "git":
+                ompi_flags.add("--disable-sphinx")   # a git checkout has no prebuilt manual pages
+        ompi_flags |= {flag for key, flag in (("fortran", "--disable-mpi-fortran"),
+                                               ("romio", "--disable-io-romio"),
+                                               ("oshmem", "--disable-oshmem")) if not b[key]}
         ompi_flags = sorted(ompi_flags)
+        archs = b.get("cuda_arch") or ()
+        gencode = None
+        if archs:
+            codes = [_safe("version", a, "build.cuda_arch").replace(".", "") for a in archs]
+            gencode = " ".join([f"-gencode=arch=compute_{c},code=sm_{c}" for c in codes]
+                               + [f"-gencode=arch=compute_{codes[-1]},code=compute_{codes[-1]}"])
         nccl = s["nccl"]
         if nccl == NONE:
             raise RenderError(f"image {spec.id}: a CUDA image needs an NCCL version")
         doca_repo, doca_copies, rdma_pk, rdma_name = self._rdma(spec, pm)
+        devel_extra = []
+        runtime_extra = [OPENMP_RUNTIME[pm["name"]]]
+        if git_built:
+            devel_extra += GIT_FORM_TOOLS[pm["name"]]
+        if ompi["form"] == "git":
+            devel_extra.append(HWLOC[pm["name"]][0])
+            runtime_extra.append(HWLOC[pm["name"]][1])
+        if wheels_cuda:
+            devel_extra += rdma_pk.get("devel") or RDMA_DEVEL[pm["name"]]
+        devel_extra = sorted(set(devel_extra))
+        runtime_extra = sorted(set(runtime_extra))
 
+        if wheels_cuda:
+            cuda_devel = [
+                self.fragment("venv", "Python virtual environment", python_bin=python_bin),
+                _lock_copy("wheels.txt"),
+                self.fragment("cuda-wheels-devel", f"CUDA {cuda} and NCCL {nccl} from NVIDIA's "
+                              "wheels, link-time stubs of the driver's libraries",
+                              cuda=cuda, cuda_major=cuda_major, cuda_home=cuda_home,
+                              cuda_tree=cuda_tree, nccl_home=nccl_home),
+            ]
+            nccl_devel = []
+        else:
+            repo = _safe("word", spec.os.get("nvidia_repo") or "",
+                         f"NVIDIA repository of {spec.os['id']}")
+            key = k.raw.get("tools", {}).get(pm["key"], {})
+            key_url = _format_url(key.get("url", ""), "CUDA repository key URL", repo=repo)
+            repo_url = _safe("url", "https://developer.download.nvidia.com/compute/cuda/repos/"
+                             f"{repo}/x86_64/", "CUDA repository URL")
+            cuda_devel = [
+                self.fragment("cuda-repo" + sfx, "NVIDIA's CUDA repository, key fingerprint checked",
+                              key_url=key_url, key_fingerprint=_safe(
+                                  "fingerprint", key.get("fingerprint", ""), "CUDA key fingerprint"),
+                              repo_url=repo_url),
+                *doca_repo,
+                self.fragment("cuda-devel" + sfx, f"CUDA {cuda} development packages and RDMA headers",
+                              cuda=cuda, cuda_dash=cuda_dash, rdma_dev=rdma_pk.get("devel")),
+            ]
+            nccl_devel = [
+                self.fragment("venv", "Python virtual environment", python_bin=python_bin),
+                _lock_copy("nccl.txt"),
+                self.fragment("nccl", f"NCCL {nccl}", nccl=nccl, cuda_major=cuda_major,
+                              nccl_home=nccl_home, pytorch=s["pytorch"]),
+            ]
         devel = [
-            self.fragment("os-devel" + sfx, "OS build tools (devel stage only)", python=py),
-            self.fragment("cuda-repo" + sfx, "NVIDIA's CUDA repository, key fingerprint checked",
-                          key_url=key_url, key_fingerprint=_safe("fingerprint", key.get("fingerprint", ""),
-                                                                 "CUDA key fingerprint"),
-                          repo_url=repo_url),
-            *doca_repo,
-            self.fragment("cuda-devel" + sfx, f"CUDA {cuda} development packages and RDMA headers",
-                          cuda=cuda, cuda_dash=cuda_dash, rdma_dev=rdma_pk.get("devel")),
+            self.fragment("os-devel" + sfx, "OS build tools (devel stage only)", python=py,
+                          extra=devel_extra),
+            *cuda_devel,
             self.fragment("gdrcopy", f"gdrcopy {gdr['version']} (user space)", cuda_home=cuda_home,
                           **gdr),
             self.fragment("ucx", f"UCX {ucx['version']}", flags=ucx_flags, **ucx),
             self.fragment("openmpi", f"Open MPI {ompi['version']}", flags=ompi_flags, **ompi),
-            self.fragment("venv", "Python virtual environment", python_bin=python_bin),
-            _lock_copy("nccl.txt"),
-            self.fragment("nccl", f"NCCL {nccl}", nccl=nccl, cuda_major=cuda_major,
-                          nccl_home=nccl_home, pytorch=s["pytorch"]),
+            *nccl_devel,
             self.fragment("nccl-tests", f"nccl-tests {ntests['version']}", cuda_home=cuda_home,
-                          nccl_home=nccl_home, **ntests),
+                          nccl_home=nccl_home, gencode=gencode, **ntests),
         ]
         torch_steps = self._torch_steps(spec, k)
         tail = self._common_tail(spec, "/opt/venv/bin/python")
@@ -411,14 +492,33 @@ class Renderer:
                  Step("label", items=image_labels(spec, k))]
         if spec.flavor == "devel":
             return [Stage("devel", base, devel + torch_steps + tail + final)]
-        key_file, repo_file = pm["repo_files"]
+        if wheels_cuda:
+            cuda_runtime = []
+            cuda_libs = [
+                self.fragment("venv", "Python virtual environment", python_bin=python_bin),
+                _lock_copy("runtime.txt"),
+                self.fragment("cuda-wheels-runtime", f"CUDA {cuda} run time and NCCL {nccl} from "
+                              "NVIDIA's wheels", cuda=cuda, cuda_home=cuda_home, cuda_tree=cuda_tree),
+            ]
+        else:
+            key_file, repo_file = pm["repo_files"]
+            cuda_runtime = [
+                Step("copy", comment="the CUDA repository as the devel stage verified it",
+                     from_stage="devel", src=key_file, dest=key_file),
+                Step("copy", from_stage="devel", src=repo_file, dest=repo_file),
+                self.fragment("cuda-runtime" + sfx, f"CUDA {cuda} run-time libraries", cuda=cuda,
+                              cuda_dash=cuda_dash),
+            ]
+            cuda_libs = [
+                self.fragment("venv", "Python virtual environment", python_bin=python_bin),
+                _lock_copy("nccl.txt"),
+                self.fragment("nccl", f"NCCL {nccl}", nccl=nccl, cuda_major=cuda_major,
+                              nccl_home=nccl_home, pytorch=s["pytorch"]),
+            ]
         runtime = [
-            self.fragment("os-runtime" + sfx, "OS run-time packages (no compiler)", python=py),
-            Step("copy", comment="the CUDA repository as the devel stage verified it",
-                 from_stage="devel", src=key_file, dest=key_file),
-            Step("copy", from_stage="devel", src=repo_file, dest=repo_file),
-            self.fragment("cuda-runtime" + sfx, f"CUDA {cuda} run-time libraries", cuda=cuda,
-                          cuda_dash=cuda_dash),
+            self.fragment("os-runtime" + sfx, "OS run-time packages (no compiler)", python=py,
+                          extra=runtime_extra),
+            *cuda_runtime,
             *doca_copies,
             self.fragment("rdma-runtime" + sfx, f"RDMA user space: {rdma_name}",
                           packages=rdma_pk.get("runtime"), rdma_name=rdma_name),
@@ -427,10 +527,7 @@ class Renderer:
             Step("copy", from_stage="devel", src="/opt/ucx", dest="/opt/ucx"),
             Step("copy", from_stage="devel", src="/opt/openmpi", dest="/opt/openmpi"),
             Step("copy", from_stage="devel", src="/opt/nccl-tests", dest="/opt/nccl-tests"),
-            self.fragment("venv", "Python virtual environment", python_bin=python_bin),
-            _lock_copy("nccl.txt"),
-            self.fragment("nccl", f"NCCL {nccl}", nccl=nccl, cuda_major=cuda_major,
-                          nccl_home=nccl_home, pytorch=s["pytorch"]),
+            *cuda_libs,
         ]
         return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
 
@@ -637,7 +734,8 @@ def _check_singularity(text: str, stages: list[Stage] | None, spec: ImageSpec, n
         for stage in stages:
             copies = [s for s in stage.steps if s.kind == "copy"]
             want_sections += 1  # %post
-            want_sections += 1 if any(not c.from_stage for c in copies) else 0
+            tarballs = any(s.sources for s in stage.steps if s.kind == "run")
+            want_sections += 1 if tarballs or any(not c.from_stage for c in copies) else 0
             want_sections += len({c.from_stage for c in copies if c.from_stage})
     sections = sum(1 for ln in text.splitlines() if ln.lstrip().startswith("%"))
     headers = sum(1 for ln in text.splitlines() if ln.lstrip().startswith("Bootstrap:"))
@@ -774,11 +872,39 @@ def host_wheels(lock, cache: Path) -> Path:
     return dest
 
 
+def tarballs_of(dockerfile: str) -> list[str]:
+    """The source tarballs a rendered Dockerfile binds from the context's sources/."""
+    return sorted(set(re.findall(r"--mount=type=bind,source=sources/([A-Za-z0-9][A-Za-z0-9._-]*),",
+                                 dockerfile)))
+
+
+def add_sources(dest: Path, files: list[str], cache: Path, checksums: dict[str, str]) -> None:
+    """Put the tarballs a context's Dockerfile binds into dest/sources/, from the source cache:
+    hard links where the file system allows, copies otherwise; each file's sha256 is checked
+    against the matrix first (the Dockerfile checks it again inside the build)."""
+    from .lockfile import sha256_file
+    if not files:
+        return
+    (dest / "sources").mkdir(exist_ok=True)
+    for f in files:
+        src = Path(cache) / f
+        if not src.is_file():
+            raise RenderError(f"{f} is not in the source cache {cache}: fill it with `imagebuild "
+                              "sources fetch`, or build with --sources DIR|URL")
+        if sha256_file(src) != checksums.get(f):
+            raise RenderError(f"{src}: sha256 differs from matrix.yaml's; remove it and fetch again")
+        try:
+            os.link(src, dest / "sources" / f)
+        except OSError:
+            shutil.copy2(src, dest / "sources" / f)
+
+
 def write_context(spec: ImageSpec, dest: Path, *, k, renderer: Renderer | None = None) -> Path:
     """A complete build context for one image: the Dockerfile, the smoke suite, image.json and, for
     images with host wheels, the wheels. `k` is the run's one loaded matrix (its wheel locks are
     read beside it); the templates and the smoke suite come from the installed package. Returns
-    the context folder."""
+    the context folder. The source tarballs the Dockerfile binds are not put in: `imagebuild build`
+    adds them (add_sources) just before the image's build."""
     import json
 
     from .imageneeds import image_needs
@@ -788,7 +914,8 @@ def write_context(spec: ImageSpec, dest: Path, *, k, renderer: Renderer | None =
     if dest.exists():
         shutil.rmtree(dest)
     (dest / "lib" / "imagebuild").mkdir(parents=True)
-    (dest / "Dockerfile").write_text(r.dockerfile(spec, k), encoding="utf-8")
+    dockerfile = r.dockerfile(spec, k)
+    (dest / "Dockerfile").write_text(dockerfile, encoding="utf-8")
     pkg = package_files()
     shutil.copy2(pkg / "__init__.py", dest / "lib" / "imagebuild" / "__init__.py")
     shutil.copytree(pkg / "smoke", dest / "lib" / "imagebuild" / "smoke",
@@ -800,10 +927,13 @@ def write_context(spec: ImageSpec, dest: Path, *, k, renderer: Renderer | None =
     if lock is not None:
         (dest / "requirements").mkdir()
         (dest / "requirements" / "wheels.txt").write_text(lock.text, encoding="utf-8")
-        ws = wheel_set(k, spec.stack, spec.os, spec.wheels)
+        ws = wheel_set(k, spec.stack, spec.os, spec.wheels, spec.toolkit_wheels)
         if ws.nccl_package:
             (dest / "requirements" / "nccl.txt").write_text(lock.subset([ws.nccl_package]),
                                                             encoding="utf-8")
+        if ws.runtime_packages:
+            (dest / "requirements" / "runtime.txt").write_text(
+                lock.subset(list(ws.runtime_packages)), encoding="utf-8")
         if spec.wheels == "host":
             src = host_wheels(lock, wheel_cache(k))
             shutil.copytree(src, dest / "wheels", ignore=shutil.ignore_patterns(".complete"))

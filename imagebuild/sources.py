@@ -102,11 +102,12 @@ def for_image(k, spec, form: str = "release") -> list[Tarball]:
     return out
 
 
-def catalog(k, specs: Iterable, form: str = "release") -> list[Tarball]:
-    """Every tarball the images need, once each, in a stable order."""
+def catalog(k, specs: Iterable, form: str | None = None) -> list[Tarball]:
+    """Every tarball the images need, once each, in a stable order: in the form each image's
+    recipe compiles (its family's `sources:`), or in `form` for all."""
     seen: dict[str, Tarball] = {}
     for spec in specs:
-        for tb in for_image(k, spec, form):
+        for tb in for_image(k, spec, form or spec.sources):
             seen.setdefault(tb.file, tb)
     return [seen[f] for f in sorted(seen)]
 
@@ -124,7 +125,8 @@ class Fetched:
 
 
 def fetch(tarballs: list[Tarball], cache: Path, origin: str | None = None,
-          session=None, progress: Callable[[str], None] | None = None) -> list[Fetched]:
+          session=None, progress: Callable[[str], None] | None = None,
+          argument: str = "--from") -> list[Fetched]:
     """Fill `cache` with `tarballs`. `origin`: None for the upstream URLs, a folder, or a mirror's
     base URL. A file already in the cache with the right sha256 is kept; every new file is
     checked before it replaces anything. The first failure stops with one SourceError."""
@@ -135,7 +137,7 @@ def fetch(tarballs: list[Tarball], cache: Path, origin: str | None = None,
         raise SourceError(f"cannot create the source cache: {exc.strerror}", file=str(cache)) from None
     if origin is not None and not is_url(origin) and not Path(origin).is_dir():
         raise UsageError(f"no folder {origin!r} (a mirror is a folder or an http(s) URL)",
-                         argument="--from")
+                         argument=argument)
     out = []
     for tb in tarballs:
         dest = cache / tb.file
@@ -145,7 +147,7 @@ def fetch(tarballs: list[Tarball], cache: Path, origin: str | None = None,
         if origin is None:
             if tb.url is None:
                 raise SourceError(f"{tb.file}: a git archive has no upstream twin; fill the cache "
-                                  "from a mirror (--from DIR|URL)")
+                                  f"from a mirror ({argument} DIR|URL)")
             where, how = tb.url, "downloaded"
         elif is_url(origin):
             where, how = urljoin(origin.rstrip("/") + "/", tb.file), "downloaded"

@@ -1,6 +1,7 @@
-"""Golden tests: every component fragment, in each format, for five reference images (CUDA
+"""Golden tests: every component fragment, in each format, for six reference images (CUDA
 runtime images on Ubuntu (apt) and Rocky Linux (dnf), communication images with DOCA-OFED on each,
-and smoke-cpu). A change to one fragment changes exactly its golden files.
+the Debian communication image compiled from git tag archives against CUDA from the wheels, and
+smoke-cpu). A change to one fragment changes exactly its golden files.
 Regenerate deliberately with IMAGEBUILD_UPDATE_GOLDEN=1 and review the diff."""
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ GOLDEN = ROOT / "tests" / "golden"
 REFERENCE = ("pytorch-2.6.0-cu124-ubuntu22.04-runtime", "smoke-cpu",
              "pytorch-2.13.0-cu130-rockylinux9-runtime",
              "comms-cu130-nccl2.30.7-ubuntu24.04-doca3.2.0-runtime",
-             "comms-cu130-nccl2.30.7-rockylinux9-doca3.2.0-runtime")
+             "comms-cu130-nccl2.30.7-rockylinux9-doca3.2.0-runtime",
+             "comms-cu130-nccl2.30.7-debian12-runtime")
 
 
 def _cases():

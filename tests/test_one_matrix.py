@@ -60,8 +60,7 @@ def test_generate_uses_only_the_named_matrix(project, tmp_path, monkeypatch, cap
     assert reads == [str(project / "other.yaml")]          # loaded once, nothing else read
     docker = (out / "Dockerfiles" / IMAGE / "Dockerfile").read_text(encoding="utf-8")
     assert f"# gdrcopy {B_VERSION} (user space)" in docker
-    assert f"https://github.com/NVIDIA/gdrcopy/archive/refs/tags/v{B_VERSION}.tar.gz" in docker
-    assert f'echo "{B_SHA}  /tmp/gdrcopy.tar"' in docker
+    assert f'echo "{B_SHA}  /tmp/sources/gdrcopy-{B_VERSION}.tar.gz"' in docker
     text = _text_under(out)
     assert A_SHA not in text and f"gdrcopy/archive/v{A_VERSION}" not in text
     assert (out / "singularity" / f"{IMAGE}.def").is_file()
@@ -90,7 +89,8 @@ def test_build_context_uses_only_the_named_matrix(project, tmp_path, monkeypatch
     assert [j.image_id for j in jobs] == [IMAGE]
     ctx = jobs[0].context
     docker = (ctx / "Dockerfile").read_text(encoding="utf-8")
-    assert f'echo "{B_SHA}  /tmp/gdrcopy.tar"' in docker and A_SHA not in docker
+    assert f'echo "{B_SHA}  /tmp/sources/gdrcopy-{B_VERSION}.tar.gz"' in docker
+    assert A_SHA not in docker
     assert A_SHA not in _text_under(ctx)
     # the smoke suite comes from the installed package, whatever folder the matrix is in
     pkg = render.package_files()
@@ -127,7 +127,8 @@ def test_build_reads_the_named_matrix_once(project, tmp_path, monkeypatch, capsy
     assert reads == [str(project / "other.yaml")]
     assert [j.image_id for j in handed] == [IMAGE]
     docker = (handed[0].context / "Dockerfile").read_text(encoding="utf-8")
-    assert f'echo "{B_SHA}  /tmp/gdrcopy.tar"' in docker and A_SHA not in docker
+    assert f'echo "{B_SHA}  /tmp/sources/gdrcopy-{B_VERSION}.tar.gz"' in docker
+    assert A_SHA not in docker
     assert A_SHA not in _text_under(handed[0].context)
 
 

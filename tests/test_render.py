@@ -98,10 +98,16 @@ def test_hostile_base_and_url_are_refused(k, specs):
     with pytest.raises(RenderError):
         render.Renderer().dockerfile(replace(s, os=dict(s.os, base="debian; id")), k)
     c = next(x for x in specs if x.family == "comms")
-    with pytest.raises(RenderError):
-        render.Renderer().dockerfile(replace(c, ucx=dict(c.ucx, url="https://x/../$(id)")), k)
+    # the recipe reads tarballs from the build context: an upstream URL never reaches it (the
+    # source cache fetches from it, see test_sources), the file name and sha256 do, and are checked
+    text = render.Renderer().dockerfile(replace(c, ucx=dict(c.ucx, url="https://x/../$(id)")), k)
+    assert "$(id)" not in text and "https://x/" not in text
     with pytest.raises(RenderError):
         render.Renderer().dockerfile(replace(c, ucx=dict(c.ucx, sha256="abc")), k)
+    g = next(x for x in specs if x.sources == "git")
+    with pytest.raises(RenderError):
+        render.Renderer().dockerfile(replace(g, ucx=dict(g.ucx, git_archive=dict(
+            g.ucx["git_archive"], file="ucx.tar.gz;id"))), k)
 
 
 def test_missing_template_is_one_clear_error(tmp_path, capsys):
@@ -162,7 +168,13 @@ def test_download_steps_get_the_site_ca_bundle_as_a_secret_only(k, specs):
     runs = [blk for blk in text.split("\nRUN ")[1:]]
     fetching = [r for r in runs if "curl -fsSL" in r or "pip install" in r]
     assert fetching and all(r.startswith("--mount=type=secret,id=ca-bundle ") for r in fetching)
-    assert all("--mount" not in r for r in runs if r not in fetching)
+    # the other steps get no secret; the compiling ones bind their tarball from sources/ only
+    others = [r for r in runs if r not in fetching]
+    assert all("type=secret" not in r for r in others)
+    binds = [r for r in others if "--mount" in r]
+    assert len(binds) == 4 and all(re.match(
+        r"--mount=type=bind,source=sources/([a-z0-9.-]+),target=/tmp/sources/\1 echo ", r)
+        for r in binds)
     assert "COPY" not in "".join(ln for ln in text.splitlines() if "ca-bundle" in ln)
     # the CPU image installs offline: classic builder, no secret needed
     cpu = render.Renderer().dockerfile(next(x for x in specs if x.id == "smoke-cpu"), k)

@@ -150,7 +150,7 @@ def test_every_pip_install_of_every_recipe_is_hash_checked():
             if "pip install" in line:
                 n += 1
                 assert "--require-hashes" in line and "--no-deps" in line, (path, line)
-                assert re.search(r" -r /opt/imagebuild/requirements/(wheels|nccl)\.txt", line), line
+                assert re.search(r" -r /opt/imagebuild/requirements/(wheels|nccl|runtime)\.txt", line), line
     assert n >= 100
 
 

@@ -8,6 +8,7 @@ JSON report to <output>/build-report.json. Exit 0 when every image was built, 1 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -43,6 +44,10 @@ def configure(parser) -> None:
                              "drifted from images.lock, and say what drifted")
     parser.add_argument("--lock", type=Path, metavar="FILE",
                         help="the lock file for --locked (default: images.lock beside the matrix)")
+    parser.add_argument("--sources", metavar="DIR|URL",
+                        help="fill the source cache (.imagebuild/sources) from this mirror folder or "
+                             "URL (default: the tarballs' upstream URLs); every file is checked "
+                             "against matrix.yaml's sha256")
     parser.add_argument("--no-cache", action="store_true", help="build every step anew (a cold build)")
     parser.add_argument("--no-normalize", action="store_true",
                         help="keep the engine's image as built: no clamped times, no fixed file "
@@ -110,13 +115,17 @@ def build_labels(spec, root: Path) -> dict[str, str]:
 
 
 def jobs_for(image_ids: list[str], k, workdir: Path, *,
-             secrets: dict[str, Path] | None = None) -> list:
+             secrets: dict[str, Path] | None = None, sources: str | None = None,
+             progress=None) -> list:
     """BuildJobs for matrix images: each rendered into workdir/<id> by imagebuild.render.
 
     `k` is the run's one loaded matrix (imagebuild.knowledge.load): the images are expanded from
     it and `write_context(spec, dest, k=k)` renders each context from it, so a build never reads
-    another matrix. Images a requested one depends on are added.
+    another matrix. Images a requested one depends on are added. The tarballs an image compiles
+    are put in the source cache first (.imagebuild/sources beside the matrix), from `sources` (a
+    mirror folder or URL) or their upstream URLs, each checked against the matrix's sha256.
     """
+    from .. import sources as S
     from ..build import BuildJob
     try:
         from ..images import expand
@@ -145,10 +154,25 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
     for i in wanted:
         spec = specs[i]
         ctx = write_context(spec, Path(workdir) / spec.id, k=k)
+        tarballs = S.for_image(k, spec, spec.sources)
+        prepare = None
+        if tarballs:
+            prepare = functools.partial(_put_sources, tarballs, Path(ctx),
+                                        root / ".imagebuild" / "sources", sources, progress)
         jobs.append(BuildJob(image_id=spec.id, context=Path(ctx), ref=spec.local_ref,
                              labels=build_labels(spec, root), secrets=dict(secrets or {}),
-                             depends_on=tuple(spec.depends_on)))
+                             depends_on=tuple(spec.depends_on), prepare=prepare))
     return jobs
+
+
+def _put_sources(tarballs, ctx: Path, cache: Path, origin: str | None, progress) -> None:
+    """Before an image's build: its tarballs into the source cache (from `origin` or upstream,
+    each checked), then into the context's sources/, which the Dockerfile binds."""
+    from .. import sources as S
+    from ..render import add_sources, tarballs_of
+    S.fetch(tarballs, cache, origin, progress=progress, argument="--sources")
+    add_sources(ctx, tarballs_of((ctx / "Dockerfile").read_text(encoding="utf-8")), cache,
+                {t.file: t.sha256 for t in tarballs})
 
 
 def jobs_for_contexts(contexts: list[Path], *, secrets: dict[str, Path] | None = None) -> list:
@@ -197,7 +221,9 @@ def run(args) -> int:
         k = load(args.matrix)   # the run's one matrix: everything below is rendered from it
         if args.locked:
             check_locked(list(dict.fromkeys(args.images)), k, args.lock or root / "images.lock")
-        jobs = jobs_for(list(dict.fromkeys(args.images)), k, Path(output), secrets=secrets)
+        jobs = jobs_for(list(dict.fromkeys(args.images)), k, Path(output), secrets=secrets,
+                        sources=args.sources,
+                        progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
     if not jobs:
         raise UsageError("no images to build")
     engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI

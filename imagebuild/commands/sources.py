@@ -19,8 +19,9 @@ def configure(parser) -> None:
         p = sub.add_parser(name, help=helptext)
         p.add_argument("images", nargs="*", metavar="IMAGE",
                        help="image ids or family names (default: every image)")
-        p.add_argument("--form", choices=("release", "git"), default="release",
-                       help="release assets, or git tag archives where the matrix records one")
+        p.add_argument("--form", choices=("release", "git"),
+                       help="release assets, or git tag archives where the matrix records one "
+                            "(default: what each image's recipe compiles, its family's sources:)")
         p.add_argument("--json", action="store_true", help="print a JSON document")
         if name == "fetch":
             p.add_argument("--cache", metavar="DIR",
