@@ -35,6 +35,12 @@ SAFE_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 SAFE_VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,4}")
 
 
+def compiles(stack: dict, ucx: dict) -> bool:
+    """Whether an image of this stack compiles UCX and Open MPI from source (a CUDA stack whose
+    UCX release is not the OS's package)."""
+    return stack["cuda"] != NONE and ucx.get("install", "source") == "source"
+
+
 @dataclass(frozen=True)
 class ImageSpec:
     id: str
@@ -102,7 +108,7 @@ class ImageSpec:
     @property
     def compiles(self) -> bool:
         """Whether the recipe compiles UCX and Open MPI from source (CUDA images)."""
-        return self.stack["cuda"] != NONE and self.ucx.get("install", "source") == "source"
+        return compiles(self.stack, self.ucx)
 
     @property
     def toolkit_wheels(self) -> bool:
@@ -350,8 +356,7 @@ def expand(k: Knowledge, *, require_locks: bool = True,
                 stack = {c: res.stack[c] for c in ("os", "platform", "python", "cuda", "cudnn",
                                                   "nccl", "ucx", "openmpi", "pytorch")}
                 ws = wheel_set(k, stack, k.os[os_id], wheels, toolkit=(
-                    cuda_from == "wheels" and stack["cuda"] != NONE
-                    and k.ucx[stack["ucx"]].get("install", "source") == "source"))
+                    cuda_from == "wheels" and compiles(stack, k.ucx[stack["ucx"]])))
                 if ws is not None and require_locks and read_lock(k, ws) is None:
                     skipped.append(Skipped(name, label, tuple(sorted(w.items())),
                                            cuda_from=cuda_from, why=(

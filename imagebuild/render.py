@@ -163,7 +163,8 @@ PACKAGERS["debian"] = dict(PACKAGERS["ubuntu"])
 # What compiling a git tag archive needs besides the release tarball's tools (autogen: flex, m4;
 # PRRTE's autogen.pl runs `git submodule status`), and the external hwloc Open MPI then uses
 # (the archive has no bundled hwloc): development package, run-time library. The RDMA headers a
-# devel stage needs when no CUDA package step brings them (CUDA from the wheels).
+# devel stage installs (rdma-core's, unless the image's rdma: names others): with the CUDA
+# packages (cuda-devel) or, CUDA coming from the wheels, with the OS's build tools.
 GIT_FORM_TOOLS = {"apt": ["flex", "git", "m4"], "dnf": ["flex", "git", "m4"]}
 HWLOC = {"apt": ("libhwloc-dev", "libhwloc15"), "dnf": ("hwloc-devel", "hwloc-libs")}
 RDMA_DEVEL = {"apt": ["libibverbs-dev", "librdmacm-dev"], "dnf": ["rdma-core-devel"]}
@@ -380,12 +381,9 @@ class Renderer:
                               "install one tree (nvidia/cu13) that can serve as CUDA_HOME; the CUDA 12 "
                               "wheels put each component in a folder of its own")
         cuda_tree = f"{site}/cu{cuda_major}"
-        form = spec.sources
-        if form not in S.FORMS:
-            raise RenderError(f"image {spec.id}: unknown sources form {form!r}")
         b = spec.build_choices
         try:
-            tarballs = {t.name: t for t in S.for_image(k, spec, form)}
+            tarballs = {t.name: t for t in S.for_image(k, spec, spec.sources)}
         except S.SourceError as exc:
             raise RenderError(str(exc)) from None
 
@@ -437,8 +435,9 @@ class Renderer:
         if ompi["form"] == "git":
             devel_extra.append(HWLOC[pm["name"]][0])
             runtime_extra.append(HWLOC[pm["name"]][1])
+        rdma_dev = rdma_pk.get("devel") or RDMA_DEVEL[pm["name"]]
         if wheels_cuda:
-            devel_extra += rdma_pk.get("devel") or RDMA_DEVEL[pm["name"]]
+            devel_extra += rdma_dev
         devel_extra = sorted(set(devel_extra))
         runtime_extra = sorted(set(runtime_extra))
 
@@ -466,7 +465,7 @@ class Renderer:
                               repo_url=repo_url),
                 *doca_repo,
                 self.fragment("cuda-devel" + sfx, f"CUDA {cuda} development packages and RDMA headers",
-                              cuda=cuda, cuda_dash=cuda_dash, rdma_dev=rdma_pk.get("devel")),
+                              cuda=cuda, cuda_dash=cuda_dash, rdma_dev=rdma_dev),
             ]
             nccl_devel = [
                 self.fragment("venv", "Python virtual environment", python_bin=python_bin),
@@ -495,7 +494,6 @@ class Renderer:
         if wheels_cuda:
             cuda_runtime = []
             cuda_libs = [
-                self.fragment("venv", "Python virtual environment", python_bin=python_bin),
                 _lock_copy("runtime.txt"),
                 self.fragment("cuda-wheels-runtime", f"CUDA {cuda} run time and NCCL {nccl} from "
                               "NVIDIA's wheels", cuda=cuda, cuda_home=cuda_home, cuda_tree=cuda_tree),
@@ -510,7 +508,6 @@ class Renderer:
                               cuda_dash=cuda_dash),
             ]
             cuda_libs = [
-                self.fragment("venv", "Python virtual environment", python_bin=python_bin),
                 _lock_copy("nccl.txt"),
                 self.fragment("nccl", f"NCCL {nccl}", nccl=nccl, cuda_major=cuda_major,
                               nccl_home=nccl_home, pytorch=s["pytorch"]),
@@ -527,6 +524,7 @@ class Renderer:
             Step("copy", from_stage="devel", src="/opt/ucx", dest="/opt/ucx"),
             Step("copy", from_stage="devel", src="/opt/openmpi", dest="/opt/openmpi"),
             Step("copy", from_stage="devel", src="/opt/nccl-tests", dest="/opt/nccl-tests"),
+            self.fragment("venv", "Python virtual environment", python_bin=python_bin),
             *cuda_libs,
         ]
         return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
@@ -872,39 +870,12 @@ def host_wheels(lock, cache: Path) -> Path:
     return dest
 
 
-def tarballs_of(dockerfile: str) -> list[str]:
-    """The source tarballs a rendered Dockerfile binds from the context's sources/."""
-    return sorted(set(re.findall(r"--mount=type=bind,source=sources/([A-Za-z0-9][A-Za-z0-9._-]*),",
-                                 dockerfile)))
-
-
-def add_sources(dest: Path, files: list[str], cache: Path, checksums: dict[str, str]) -> None:
-    """Put the tarballs a context's Dockerfile binds into dest/sources/, from the source cache:
-    hard links where the file system allows, copies otherwise; each file's sha256 is checked
-    against the matrix first (the Dockerfile checks it again inside the build)."""
-    from .lockfile import sha256_file
-    if not files:
-        return
-    (dest / "sources").mkdir(exist_ok=True)
-    for f in files:
-        src = Path(cache) / f
-        if not src.is_file():
-            raise RenderError(f"{f} is not in the source cache {cache}: fill it with `imagebuild "
-                              "sources fetch`, or build with --sources DIR|URL")
-        if sha256_file(src) != checksums.get(f):
-            raise RenderError(f"{src}: sha256 differs from matrix.yaml's; remove it and fetch again")
-        try:
-            os.link(src, dest / "sources" / f)
-        except OSError:
-            shutil.copy2(src, dest / "sources" / f)
-
-
 def write_context(spec: ImageSpec, dest: Path, *, k, renderer: Renderer | None = None) -> Path:
     """A complete build context for one image: the Dockerfile, the smoke suite, image.json and, for
     images with host wheels, the wheels. `k` is the run's one loaded matrix (its wheel locks are
     read beside it); the templates and the smoke suite come from the installed package. Returns
     the context folder. The source tarballs the Dockerfile binds are not put in: `imagebuild build`
-    adds them (add_sources) just before the image's build."""
+    adds them just before the image's build (commands.build._put_sources)."""
     import json
 
     from .imageneeds import image_needs

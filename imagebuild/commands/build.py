@@ -121,9 +121,10 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
 
     `k` is the run's one loaded matrix (imagebuild.knowledge.load): the images are expanded from
     it and `write_context(spec, dest, k=k)` renders each context from it, so a build never reads
-    another matrix. Images a requested one depends on are added. The tarballs an image compiles
-    are put in the source cache first (.imagebuild/sources beside the matrix), from `sources` (a
-    mirror folder or URL) or their upstream URLs, each checked against the matrix's sha256.
+    another matrix. Images a requested one depends on are added. Just before each build, the
+    tarballs the image compiles are put in the source cache (.imagebuild/sources beside the
+    matrix), from `sources` (a mirror folder or URL) or their upstream URLs, each checked against
+    the matrix's sha256, and from there into its context.
     """
     from .. import sources as S
     from ..build import BuildJob
@@ -167,12 +168,19 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
 
 def _put_sources(tarballs, ctx: Path, cache: Path, origin: str | None, progress) -> None:
     """Before an image's build: its tarballs into the source cache (from `origin` or upstream,
-    each checked), then into the context's sources/, which the Dockerfile binds."""
+    each checked against the matrix by sources.fetch), then into the context's sources/, which
+    the Dockerfile binds (and checks again): hard links where the file system allows, copies
+    otherwise."""
+    import shutil
+
     from .. import sources as S
-    from ..render import add_sources, tarballs_of
     S.fetch(tarballs, cache, origin, progress=progress, argument="--sources")
-    add_sources(ctx, tarballs_of((ctx / "Dockerfile").read_text(encoding="utf-8")), cache,
-                {t.file: t.sha256 for t in tarballs})
+    (ctx / "sources").mkdir(exist_ok=True)
+    for t in tarballs:
+        try:
+            os.link(cache / t.file, ctx / "sources" / t.file)
+        except OSError:
+            shutil.copy2(cache / t.file, ctx / "sources" / t.file)
 
 
 def jobs_for_contexts(contexts: list[Path], *, secrets: dict[str, Path] | None = None) -> list:

@@ -102,6 +102,14 @@ def wheel_lib_dirs() -> list[str]:
 BUILT_TREES = ("/opt/gdrcopy", "/opt/ucx", "/opt/openmpi", "/opt/nccl-tests")
 
 
+def _is_elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"\x7fELF"
+    except OSError:
+        return False
+
+
 def elf_files(root: str) -> list[str]:
     """Every regular ELF file under `root` (links are not followed: their targets are listed)."""
     out = []
@@ -109,14 +117,8 @@ def elf_files(root: str) -> list[str]:
         dirs.sort()
         for name in sorted(files):
             path = os.path.join(folder, name)
-            if os.path.islink(path) or not os.path.isfile(path):
-                continue
-            try:
-                with open(path, "rb") as fh:
-                    if fh.read(4) == b"\x7fELF":
-                        out.append(path)
-            except OSError:
-                continue
+            if not os.path.islink(path) and os.path.isfile(path) and _is_elf(path):
+                out.append(path)
     return out
 
 
@@ -126,13 +128,7 @@ def shared_objects(folder: str) -> list[str]:
     out: dict[str, str] = {}
     for path in sorted(glob.glob(os.path.join(folder, "*.so*"))):
         real = os.path.realpath(path)
-        if real in out or not os.path.isfile(real):
-            continue
-        try:
-            with open(real, "rb") as fh:
-                if fh.read(4) != b"\x7fELF":
-                    continue
-        except OSError:
+        if real in out or not os.path.isfile(real) or not _is_elf(real):
             continue
         out[real] = path
     return sorted(out.values())
