@@ -634,6 +634,8 @@ class Renderer:
                 _guard([step.kind, step.comment or "", step.commands, step.workdir or "",
                         step.src or "", step.dest or "", step.from_stage or "", step.items],
                        f"step of {spec.id}:")
+        if name.startswith("singularity/"):
+            ctx.setdefault("entrypoint", ENTRYPOINT)   # %runscript runs the check as Docker's does
         try:
             text = self._template(name).render(**ctx)
         except self._jinja.TemplateError as exc:

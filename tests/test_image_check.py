@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -154,6 +155,23 @@ def test_every_generated_image_has_the_check_the_entrypoint_and_the_constraints(
     for path in sorted((ROOT / "singularity").glob("*.def")):
         if not path.name.endswith(".from-image.def"):
             assert "> /usr/local/bin/imagebuild-check" in path.read_text(), path
+        # `apptainer run` runs %runscript, not the OCI ENTRYPOINT: it must call the same wrapper
+        assert runscript(path) == RUNSCRIPT, path
+
+
+RUNSCRIPT = '[ "$#" -gt 0 ] || set -- /bin/bash\nexec /usr/local/bin/imagebuild-entrypoint "$@"'
+
+
+def runscript(path) -> str:
+    """The body of the last %runscript section of a definition (up to the next section)."""
+    body = Path(path).read_text().rsplit("\n%runscript\n", 1)[1]
+    lines = []
+    for line in body.splitlines():
+        if line.startswith("%"):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -162,9 +180,10 @@ def test_every_generated_image_has_the_check_the_entrypoint_and_the_constraints(
 LINE = "imagebuild-check: no NVIDIA driver: CPU only (smoke-cpu is a CPU image)\n"
 
 
-def _run(client, image, command, env=None):
+def _run(client, image, command, env=None, entrypoint=None):
     """(exit code, stdout, stderr) of a container (removed afterwards)."""
-    c = client.containers.create(image, command, environment=env or {}, network_disabled=True)
+    c = client.containers.create(image, command, environment=env or {}, network_disabled=True,
+                                 entrypoint=entrypoint)
     try:
         c.start()
         code = c.wait(timeout=120)["StatusCode"]
@@ -180,6 +199,20 @@ def test_entrypoint_prints_the_line_then_runs_the_command(docker_client, smoke_c
     assert _run(docker_client, smoke_cpu_image, ["true"], {"IMAGEBUILD_CHECK": "0"}) == (0, "", "")
     info = docker_client.images.get(smoke_cpu_image).attrs["Config"]
     assert info["Entrypoint"] == ["/usr/local/bin/imagebuild-entrypoint"] and info["Cmd"] == ["/bin/bash"]
+
+
+def test_apptainer_runscript_prints_the_line_then_runs_the_command(docker_client, smoke_cpu_image):
+    """`apptainer run IMAGE.sif ARGS` runs %runscript with /bin/sh and ARGS. Apptainer cannot be
+    installed here, so the generated runscript is run that way in the real image: the check's
+    line, the arguments intact, the exit code the command's; no arguments: an interactive shell."""
+    script = runscript(ROOT / "singularity" / "smoke-cpu.from-image.def")
+    code, out, err = _run(docker_client, smoke_cpu_image,
+                          ["-c", script, "runscript", "sh", "-c", 'printf "%s|" "$@"; exit 5', "sh",
+                           "a b", "", "c"], entrypoint=["/bin/sh"])
+    assert (code, out, err) == (5, "a b||c|", LINE)
+    code, out, err = _run(docker_client, smoke_cpu_image, ["-c", script, "runscript"],
+                          {"IMAGEBUILD_CHECK": "0"}, entrypoint=["/bin/sh"])
+    assert code == 0 and out == "" and err == ""      # bash, stdin closed: it exits at once
 
 
 def test_signals_reach_the_command(docker_client, smoke_cpu_image):
