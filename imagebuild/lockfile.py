@@ -15,7 +15,10 @@ bytes), written through a temporary file and a rename (never half-written)::
           "image_id": "sha256:..." | null,     # the engine's id of the built image
           "smoke": {"counts": {"fail": 0, "pass": 9, "skip": 1}, "passed": true,
                     "report_sha256": "<hex>"} | null,
-          "stack": {"cuda": "12.4.1", "pytorch": "2.4.1", ...}
+          "stack": {"cuda": "12.4.1", "pytorch": "2.4.1", ...},
+          "published": {                       # what `imagebuild publish` pushed (absent: never)
+            "HOST[:PORT]/NS/<image-id>": {"digest": "sha256:...", "tags": ["<dated>", "<floating>"]}
+          }
         }
       },
       "version": 1
@@ -27,6 +30,15 @@ digest an image that never went through a registry has (the local base that `ima
 makes is one, and its id is a pure function of its root file system). ``digest`` is the registry
 manifest digest (``NAME@sha256:...``) the engine recorded when the image was pulled or pushed,
 null when it never was. `build --locked` refuses to build when either differs from the lock.
+
+``published`` is written by `imagebuild publish` after it pushed the image whose engine id the
+entry records and read every tag's manifest digest back from the registry: per repository
+(``HOST[:PORT]/NAMESPACE/<image-id>``, the docker reference without a tag), the manifest digest and
+the tags (sorted) that served it then. It is the registry-side identity of the tested image:
+`imagebuild find --registry` prints ``REPOSITORY@DIGEST`` and asks the registry whether the dated
+tag still serves that digest. `imagebuild lock` keeps the record while the entry's image id is
+unchanged and drops it when the image changed (a new build is not what was pushed) or when no
+image id is recorded (``--no-engine``). It is no build input: `lock --check` does not compare it.
 """
 
 from __future__ import annotations
@@ -43,7 +55,7 @@ from .errors import ImagebuildError
 LOCK_VERSION = 1
 DEFAULT_LOCK = "images.lock"
 ENTRY_KEYS = ("base_image", "dockerfile_sha256", "image_id", "smoke", "stack")
-OPTIONAL_KEYS = ("bases", "provenance")   # written by this version; a lock without them is still read
+OPTIONAL_KEYS = ("bases", "provenance", "published")   # a lock without them is still read
 #: what an image was made from and what vouches for it (see provenance_for)
 PROVENANCE_KEYS = ("base_digest", "recipe_sha256", "sbom_sha256", "test_report_sha256", "wheel_lock_sha256")
 _REPO_DIGEST = re.compile(r"[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}\Z")
@@ -177,6 +189,10 @@ def _check_entry(image_id: str, entry, where: str) -> None:
             if not ok or (key == "recipe_sha256" and value is None):
                 raise bad(f"provenance.{key} is not a sha256 {'digest' if key == 'base_digest' else 'hex digest'}"
                           f"{'' if key == 'recipe_sha256' else ' or null'}")
+    if "published" in entry:
+        why = _published_problem(image_id, entry["published"])
+        if why:
+            raise bad(why)
     if not isinstance(entry["stack"], dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in entry["stack"].items()):
         raise bad("stack must map component names to version strings")
@@ -193,6 +209,71 @@ def _check_entry(image_id: str, entry, where: str) -> None:
                 or not all(isinstance(v, int) for v in smoke["counts"].values()) \
                 or not isinstance(smoke["report_sha256"], str):
             raise bad("smoke has values of the wrong type")
+
+
+def _published_problem(image_id: str, published) -> str | None:
+    """Why ``published`` is not a valid record for ``image_id`` (None when it is): a non-empty map
+    of ``HOST[:PORT]/NAMESPACE/<image_id>`` to {digest: sha256:<64 hex>, tags: sorted, unique,
+    non-empty list of tags}."""
+    from .publish import DIGEST_RE, HOST_RE, NAMESPACE_RE, TAG_RE
+
+    if not isinstance(published, dict) or not published:
+        return "published must map HOST[:PORT]/NAMESPACE/IMAGE to {digest, tags}"
+    for repo, record in published.items():
+        host, _, path = repo.partition("/") if isinstance(repo, str) else ("", "", "")
+        namespace, _, last = path.rpartition("/")
+        if not (HOST_RE.match(host) and NAMESPACE_RE.match(namespace) and last == image_id):
+            return f"published key {repo!r} is not HOST[:PORT]/NAMESPACE/{image_id}"
+        if not isinstance(record, dict) or set(record) != {"digest", "tags"}:
+            return f"published[{repo!r}] must be {{digest, tags}}"
+        if not isinstance(record["digest"], str) or not DIGEST_RE.match(record["digest"]):
+            return f"published[{repo!r}].digest is not sha256:<64 hex digits>"
+        tags = record["tags"]
+        if not isinstance(tags, list) or not tags or not all(isinstance(t, str) and TAG_RE.match(t)
+                                                             for t in tags):
+            return f"published[{repo!r}].tags must be a non-empty list of tags"
+        if tags != sorted(set(tags)):
+            return f"published[{repo!r}].tags must be sorted and unique"
+    return None
+
+
+def record_published(path: str | os.PathLike, image_id: str, *, engine_image_id: str, repository: str,
+                     digest: str, tags: list[str]) -> None:
+    """Record in the lock at ``path`` that ``repository`` (HOST/NS/<image_id>) holds ``digest``
+    under ``tags``, pushed from the engine image ``engine_image_id``; written atomically.
+
+    Refused (one line) when the lock no longer records that engine image for ``image_id`` (it was
+    rewritten since publish checked it): the record would vouch for another image. The tags are
+    merged with those already recorded for the same digest; another digest replaces the record."""
+    entries = read_lock(path)
+    entry = entries.get(image_id)
+    if entry is None or entry.get("image_id") != engine_image_id:
+        raise LockError(f"{image_id}: pushed as {repository}@{digest}, but the lock no longer records "
+                        f"image {_short(engine_image_id)} for it; not recorded (run `imagebuild lock`, "
+                        "then publish again)", file=str(path))
+    published = dict(entry.get("published") or {})
+    before = published.get(repository)
+    if before is not None and before["digest"] == digest:
+        tags = [*before["tags"], *tags]
+    published[repository] = {"digest": digest, "tags": sorted(set(tags))}
+    entry["published"] = dict(sorted(published.items()))
+    write_lock(path, entries)
+
+
+def carry_published(old: dict[str, dict], new: dict[str, dict]) -> list[str]:
+    """Copy each ``published`` record of the ``old`` lock entries into the ``new`` ones whose
+    image id is the same (and not null); the ids of the images whose record was dropped."""
+    dropped = []
+    for image_id, entry in sorted(new.items()):
+        record = (old.get(image_id) or {}).get("published")
+        if not record:
+            continue
+        if entry.get("image_id") is not None and entry.get("image_id") == old[image_id].get("image_id"):
+            entry["published"] = record
+        else:
+            entry.pop("published", None)
+            dropped.append(image_id)
+    return dropped
 
 
 def read_lock(path: str | os.PathLike) -> dict[str, dict]:

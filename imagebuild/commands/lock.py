@@ -42,6 +42,23 @@ def _all_images(matrix: str, names: list[str]) -> dict:
     return lookup_images(matrix, names, specs)   # the same load: one matrix, read once
 
 
+def _previous_lock(lock_path: str, *, strict: bool) -> dict:
+    """The entries of the lock being rewritten ({} when there is none). A malformed lock is an
+    error when some of its entries are kept (``strict``); a full rewrite replaces it, saying that
+    its publish records (if any) cannot be carried over."""
+    from .. import lockfile
+
+    if not os.path.exists(lock_path):
+        return {}
+    try:
+        return lockfile.read_lock(lock_path)
+    except lockfile.LockError as exc:
+        if strict:
+            raise
+        print(f"{exc}; rewriting it whole, no publish record carried over", file=sys.stderr)
+        return {}
+
+
 def run(args) -> int:
     from .. import lockfile
 
@@ -81,9 +98,14 @@ def run(args) -> int:
             return 1
         print(f"{lock_path}: {len(current)} image(s) match")
         return 0
-    if args.images and os.path.exists(lock_path):
+    previous = _previous_lock(lock_path, strict=bool(args.images))
+    # what `publish` pushed stays recorded while the image is the same one (lockfile docstring)
+    for image_id in lockfile.carry_published(previous, current):
+        print(f"{image_id}: the image changed since it was published; its publish record is dropped",
+              file=sys.stderr)
+    if args.images and previous:
         # lock only the named images; keep the others as they were
-        merged = lockfile.read_lock(lock_path)
+        merged = dict(previous)
         merged.update(current)
         current = merged
     lockfile.write_lock(lock_path, current)

@@ -72,6 +72,18 @@ def check_lock(image_id: str, engine_id: str, report_source: str, args) -> None:
                                report_raw=Path(report_source).read_bytes(), lock_path=lock_path)
 
 
+def record_published(result, args) -> None:
+    """images.lock records what was pushed: repository, verified manifest digest, tags (lockfile's
+    ``published``), so that `imagebuild find --registry` can print the digest and check the registry."""
+    import os
+    from .. import lockfile
+
+    lock_path = args.lock or os.path.join(os.path.dirname(os.path.abspath(args.matrix)), lockfile.DEFAULT_LOCK)
+    lockfile.record_published(lock_path, result.image_id, engine_image_id=result.engine_image_id,
+                              repository=result.repository, digest=result.digest,
+                              tags=[t.reference.rsplit(":", 1)[1] for t in result.tags])
+
+
 def run(args) -> int:
     from .. import publish
     from ..engines import connect
@@ -111,6 +123,7 @@ def run(args) -> int:
             report=report, report_source=source, credentials=credentials, api=api,
             progress=None if args.json else (lambda msg: print(msg, file=sys.stderr)))
         results.append(result)
+        record_published(result, args)
         if not args.json:
             for tag in result.tags:
                 print(f"{tag.reference}@{tag.digest}")
