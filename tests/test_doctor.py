@@ -330,8 +330,8 @@ def lock(tmp_path_factory):
 
 def test_find_lists_published_images_best_first(lock, capsys):
     code, out, err = run_cli(capsys, "find", "--matrix", MATRIX, "--lock", str(lock), "--json",
-                             "--driver", "580.159.04", "--gpu", H100,
-                             "--registry", "registry.example.org:5000/hpc")
+                             "--driver", "580.159.04", "--gpu", H100, "--no-check",
+                             "--registry", "registry.example.org:5000/hpc")   # no such registry here
     assert code == 0 and err == ""
     data = json.loads(out)
     ids = [i["image"] for i in data["images"]]

@@ -1,11 +1,25 @@
-"""`imagebuild find [host facts | --from-doctor FILE] [--registry HOST[:PORT]/NS] [--lock FILE]`
+"""`imagebuild find [host facts | --from-doctor FILE] [--registry HOST[:PORT]/NS [--no-check]] [--lock FILE]`
 
 The published images that run on a host, best first: the entries of images.lock whose smoke
 report passed (`imagebuild publish` pushes nothing else), still declared by the matrix with the
 same stack, that run on the host as `check --image` judges it; each with its CUDA compatibility
 mode, its tags, and (with --registry) the commands that fetch and run it: `docker pull`,
 `enroot import` and pyxis's `srun --container-image` (both of which take `HOST#NS/IMAGE:TAG`).
-Exit 0 when some image runs there, 1 when none does, 2 for bad input.
+
+Where images.lock records what `imagebuild publish` pushed to that registry (the entry's
+``published``: manifest digest and tags), `docker pull` names the immutable ``HOST/NS/IMAGE@DIGEST``.
+enroot and pyxis get the dated tag: enroot 3.x's URI parser takes ``[REGISTRY#]IMAGE[:TAG]`` only and
+refuses ``@sha256:`` (newer enroot parses it), so a digest form would fail on many clusters.
+
+With --registry, find asks the registry (GET /v2/, then each tag's manifest digest, with the
+credentials `publish` would use) before it offers anything, unless --no-check: an image is offered
+only when its dated tag serves the digest the lock records. Otherwise it is listed apart: "tag moved
+to <digest>", "not in registry", or "unrecorded" (the lock records no publish to that registry, so
+nothing says the tag is the tested image). Checking is the default because `find --registry` is the
+researcher's command and the failure it prevents (a job sent to a tag that was never pushed, was
+deleted or now names another image) costs a queued job; --no-check is for a machine that cannot
+reach the registry. Exit 0 when some image is offered, 1 when none is, 2 for bad input or refused
+credentials, 3 when the registry cannot be reached.
 """
 
 from __future__ import annotations
@@ -29,7 +43,13 @@ def configure(parser) -> None:
     parser.add_argument("--lock", metavar="FILE",
                         help="images.lock (default: images.lock beside the matrix)")
     parser.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
-                        help="where the images were published: print pull and run commands")
+                        help="where the images were published: check that the registry serves what "
+                             "images.lock records, print pull and run commands")
+    parser.add_argument("--no-check", action="store_true",
+                        help="with --registry: do not ask the registry (print the commands unchecked)")
+    parser.add_argument("--auth-host", action="append", default=[], metavar="HOST",
+                        help="a host other than the registry's whose token service may receive the "
+                             "registry credentials (as for `imagebuild publish`); repeatable")
     parser.add_argument("--all", action="store_true", help=f"list every image (text lists {SHOWN})")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
 
@@ -61,19 +81,53 @@ def facts_from_doctor(path: str) -> dict:
     return {key: host[key] for key in _FACTS}
 
 
-def references(target, spec) -> dict:
+def references(target, spec, digest: str | None = None) -> dict:
     """Docker and enroot/pyxis references of an image's tags, dated (immutable) tag first, and
-    the commands that fetch it and run its smoke suite under Slurm/pyxis on the host."""
+    the commands that fetch it and run its smoke suite under Slurm/pyxis on the host. With the
+    ``digest`` publish recorded, docker's reference is ``HOST/NS/IMAGE@DIGEST`` (first in the list);
+    enroot/pyxis keep the dated tag (module docstring)."""
     repo = target.repository(spec.id)
     tags = [spec.tags[-1], *spec.tags[:-1]]     # spec.tags: the floating tag, then the dated one
     dated = tags[0]
-    docker = f"{target.host}/{repo}:{dated}"
+    docker = f"{target.host}/{repo}@{digest}" if digest else f"{target.host}/{repo}:{dated}"
     enroot = f"{target.host}#{repo}:{dated}"
-    return {"docker": [f"{target.host}/{repo}:{t}" for t in tags],
+    return {"docker": [*([docker] if digest else []), *(f"{target.host}/{repo}:{t}" for t in tags)],
             "enroot": [f"{target.host}#{repo}:{t}" for t in tags],
             "commands": [f"docker pull {docker}", f"enroot import docker://{enroot}",
                          f"srun --container-image={enroot} imagebuild-smoke --tier "
                          f"{'cpu' if spec.stack.get('cuda', 'none') == 'none' else 'gpu'}"]}
+
+
+def published_digest(target, spec, entry: dict) -> str | None:
+    """The manifest digest images.lock records for ``spec`` in ``target``'s registry, or None."""
+    record = (entry.get("published") or {}).get(target.reference(spec.id))
+    return record["digest"] if record else None
+
+
+def registry_status(api, target, spec, entry: dict, lock_path: str) -> dict:
+    """What the registry serves for an image's tags against what the lock recorded at publish:
+    ``status`` ok | moved | not-in-registry | unrecorded, and ``why`` (one line) when not ok.
+    Only the dated tag decides: a floating tag moves on to newer builds by design."""
+    repo_path, reference = target.repository(spec.id), target.reference(spec.id)
+    dated = spec.tags[-1]
+    served = {tag: api.manifest_digest(repo_path, tag) for tag in [dated, *spec.tags[:-1]]}
+    recorded = published_digest(target, spec, entry)
+    now = served[dated]
+    out = {"repository": reference, "dated_tag": dated, "recorded": recorded, "serves": now,
+           "tags": dict(sorted(served.items()))}
+    if now is None:
+        out.update(status="not-in-registry", why=f"not in registry: {reference}:{dated} does not exist")
+    elif recorded is None:
+        out.update(status="unrecorded",
+                   why=f"unrecorded: {reference}:{dated} serves {now}, but {lock_path} records no "
+                       f"publish to {reference}, so nothing says it is the tested image (publish it "
+                       "with `imagebuild publish`, which records the digest)")
+    elif now != recorded:
+        out.update(status="moved", why=f"tag moved to {now}: {reference}:{dated} no longer serves "
+                                       f"{recorded}, the digest {lock_path} records")
+    else:
+        out.update(status="ok", why=None)
+    return out
 
 
 def run(args) -> int:
@@ -94,6 +148,9 @@ def run(args) -> int:
     if args.registry:
         from ..publish import parse_target
         target = parse_target(args.registry)
+    elif args.no_check:
+        raise UsageError("--no-check goes with --registry (without it no registry is asked)",
+                         argument="--no-check")
     k = knowledge.load(args.matrix)
     if facts["platform"] is not None:
         facts["platform"] = hostfit.platform_id(k, facts["platform"])
@@ -122,35 +179,71 @@ def run(args) -> int:
                 candidates.append(spec)
     good, bad = hostfit.fits(k, candidates, host, facts["platform"], args.allow_unverified)
     left_out += [(m.spec.id, m.why) for m in bad]
+    checked = target is not None and not args.no_check
+    status: dict[str, dict] = {}
+    if checked and good:
+        from ..publish import RegistryAPI, find_credentials
+        api = RegistryAPI(target.host, find_credentials(target.host), auth_hosts=args.auth_host)
+        api.ping()          # an unreachable registry is one line, exit 3, before anything is listed
+        status = {f.spec.id: registry_status(api, target, f.spec, locked[f.spec.id], lock_path)
+                  for f in good}
+    offered = [f for f in good if not checked or status[f.spec.id]["status"] == "ok"]
+    refused = [f for f in good if checked and status[f.spec.id]["status"] != "ok"]
+
+    def digest_of(f) -> str | None:
+        return published_digest(target, f.spec, locked[f.spec.id])
+
     if args.json:
         out = []
-        for f in good:
+        for f in offered:
             item = f.to_json()
+            item["published"] = locked[f.spec.id].get("published") or {}
             if target is not None:
-                item.update(references(target, f.spec))
+                item.update(references(target, f.spec, digest_of(f)))
+                item["registry"] = status.get(f.spec.id) or {
+                    "repository": target.reference(f.spec.id), "recorded": digest_of(f),
+                    "status": "unchecked"}
             out.append(item)
         print(json.dumps({"host": facts, "lock": lock_path, "images": out,
+                          "not_offered": [{"image": f.spec.id, "why": status[f.spec.id]["why"],
+                                           "registry": status[f.spec.id]} for f in refused],
                           "left_out": [{"image": i, "why": w} for i, w in left_out]},
                          indent=2, sort_keys=True))
-        return 0 if good else 1
-    if not good:
-        print(f"No published image in {lock_path} runs on this host.")
-        for image_id, why in left_out[:SHOWN]:
-            print(f"  {image_id}: {why}")
+        return 0 if offered else 1
+    if not offered:
+        if good:
+            print(f"No image of {lock_path} that runs on this host is in {target.host}/"
+                  f"{target.namespace} as it was published.")
+            for f in refused:
+                print(f"  {f.spec.id}: {status[f.spec.id]['why']}")
+        else:
+            print(f"No published image in {lock_path} runs on this host.")
+            for image_id, why in left_out[:SHOWN]:
+                print(f"  {image_id}: {why}")
         return 1
-    shown = good if args.all else good[:SHOWN]
+    shown = offered if args.all else offered[:SHOWN]
     for n, f in enumerate(shown, 1):
         mode = ("CPU only" if f.mode == "n/a" else f.mode) + (f", needs {f.package}" if f.package else "")
         print(f"{n}. {f.spec.id} ({mode})")
         if target is None:
             print(f"   tags: {', '.join(f.spec.tags)}")
+            for repo, record in sorted((locked[f.spec.id].get("published") or {}).items()):
+                print(f"   published: {repo}@{record['digest']}")
         else:
-            for cmd in references(target, f.spec)["commands"]:
+            if checked:
+                print(f"   registry: ok ({f.spec.tags[-1]} serves the digest publish recorded)")
+            for cmd in references(target, f.spec, digest_of(f))["commands"]:
                 print(f"   {cmd}")
-    if len(good) > len(shown):
-        print(f"... and {len(good) - len(shown)} more (--all)")
+    if len(offered) > len(shown):
+        print(f"... and {len(offered) - len(shown)} more (--all)")
+    if refused:
+        print(f"Not offered: {len(refused)} image(s) that run here are not in the registry as published:")
+        for f in refused:
+            print(f"  {f.spec.id}: {status[f.spec.id]['why']}")
     if target is None:
         print("give --registry HOST[:PORT]/NAMESPACE (where they were published) for the pull commands")
+    elif not checked:
+        print("the registry was not asked (--no-check): a tag may be missing or name another image")
     if left_out:
         print(f"{len(left_out)} locked image(s) left out (--json says why)")
     return 0
