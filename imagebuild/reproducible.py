@@ -387,14 +387,19 @@ class BuildTimeEngine:
     """An Engine whose ``build`` adds the base image's labels (:func:`base_labels`, read just
     before the build, so an image built earlier in the same run is seen as it is now), builds
     through ``engine`` (``no_cache`` when asked) and then normalises the image
-    (:func:`normalize_image`) when its ref is in ``epochs`` (ref -> source date). Every other
-    attribute is the wrapped engine's (``cancel_builds`` included)."""
+    (:func:`normalize_image`) when its ref is in ``epochs`` (ref -> source date). With ``pins``
+    (``build --locked``), an image's bases are those images.lock records (imagebuild.pinning):
+    it is built from ``Dockerfile.locked``. Every other attribute is the wrapped engine's
+    (``cancel_builds`` included)."""
 
-    def __init__(self, engine, epochs: dict[str, int], *, no_cache: bool = False, client=None):
+    def __init__(self, engine, epochs: dict[str, int], *, no_cache: bool = False, client=None,
+                 pins: dict[str, dict[str, dict]] | None = None):
         self._engine = engine
         self._epochs = dict(epochs)
         self._no_cache = no_cache
         self._client = client
+        # image ref -> {FROM ref -> images.lock's {"id", "digest"}}: build FROM those (--locked)
+        self._pins = dict(pins or {})
 
     def __getattr__(self, name):
         return getattr(self._engine, name)
@@ -415,16 +420,28 @@ class BuildTimeEngine:
             text = dockerfile.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             text = ""
-        extra = base_labels(self._docker(), text)
-        if extra:
-            kwargs["labels"] = {**extra, **dict(kwargs.get("labels") or {})}
-        result = self._engine.build(context, ref, **kwargs)
-        epoch = self._epochs.get(ref)
-        if epoch is None:
-            return result
-        start = time.monotonic()
-        new_id = normalize_image(self._docker(), ref, epoch, base=final_base(text),
-                                 progress=kwargs.get("progress"))
+        pinned = None
+        if self._pins.get(ref):
+            from .pinning import LOCKED_DOCKERFILE, pin_bases
+            pinned = pin_bases(self._docker(), text, self._pins[ref], what=ref)
+            kwargs["dockerfile"], text = LOCKED_DOCKERFILE, pinned.text
+        try:
+            if pinned is not None:
+                (Path(context) / LOCKED_DOCKERFILE).write_text(pinned.text, encoding="utf-8")
+            extra = pinned.labels if pinned and pinned.labels else base_labels(self._docker(), text)
+            if extra:
+                kwargs["labels"] = {**extra, **dict(kwargs.get("labels") or {})}
+            result = self._engine.build(context, ref, **kwargs)
+            epoch = self._epochs.get(ref)
+            if epoch is None:
+                return result
+            start = time.monotonic()
+            new_id = normalize_image(self._docker(), ref, epoch, base=final_base(text),
+                                     progress=kwargs.get("progress"))
+        finally:
+            if pinned is not None:
+                from .pinning import unpin
+                unpin(self._docker(), pinned.temporary)
         size = int(self._docker().images.get(ref).attrs.get("Size") or result.size_bytes)
         return dataclasses.replace(result, image_id=new_id, size_bytes=size,
                                    seconds=result.seconds + (time.monotonic() - start))

@@ -41,7 +41,8 @@ def configure(parser) -> None:
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
     parser.add_argument("--locked", action="store_true",
                         help="refuse to build anything whose stack, Dockerfile or base image "
-                             "drifted from images.lock, and say what drifted")
+                             "drifted from images.lock, and say what drifted; build FROM the bases "
+                             "the lock records (by registry digest, else by engine id)")
     parser.add_argument("--lock", type=Path, metavar="FILE",
                         help="the lock file for --locked (default: images.lock beside the matrix)")
     parser.add_argument("--sources", metavar="DIR|URL",
@@ -57,19 +58,26 @@ def configure(parser) -> None:
     add_matrix_option(parser)
 
 
-def check_locked(image_ids: list[str], k, lock_path: Path) -> None:
+def check_locked(image_ids: list[str], k, lock_path: Path) -> dict[str, dict[str, dict]]:
     """Before building: every image is in the lock, and its build inputs are what the lock says.
-    `k` is the run's loaded matrix; the generated recipes are read beside it."""
+    `k` is the run's loaded matrix; the generated recipes are read beside it. Returns the bases to
+    build from (imagebuild.pinning): image ref -> {FROM ref -> the lock's {"id", "digest"}}, for
+    every external base (a matrix image another one starts from is built in this run instead)."""
     from .. import lockfile
     from ..engines import connect
     from ..errors import BuildError
     from ..images import expand, select
 
     locked = lockfile.read_lock(lock_path)
-    specs = select({s.id: s for s in expand(k)[0]}, image_ids)
+    every = {s.id: s for s in expand(k)[0]}
+    specs = select(every, image_ids)
     client = connect()
     root = Path(k.path).resolve().parent
     problems = []
+    ours = {s.local_ref for s in every.values()}
+    pins = {spec.local_ref: {ref: dict(base) for ref, base in (locked[spec.id].get("bases") or {}).items()
+                             if ref not in ours}
+            for spec in specs if spec.id in locked}
     for spec in specs:
         if spec.id not in locked:
             problems.append(f"{spec.id}: not in {lock_path.name}")
@@ -82,6 +90,7 @@ def check_locked(image_ids: list[str], k, lock_path: Path) -> None:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         raise BuildError(f"refusing to build: drifted from {lock_path}: "
                          + "; ".join(problems[:3]) + more + " (run `imagebuild lock` to accept)")
+    return pins
 
 
 def check_ca_bundle(path: Path) -> Path:
@@ -222,13 +231,14 @@ def run(args) -> int:
     output = args.output or root / ".imagebuild" / "build"
     log_dir = args.log_dir or root / ".imagebuild" / "logs"
     secrets = {CA_SECRET: check_ca_bundle(args.ca_bundle)} if args.ca_bundle else {}
+    pins: dict[str, dict[str, dict]] = {}
     if args.context:
         jobs = jobs_for_contexts(args.context, secrets=secrets)
     else:
         from ..knowledge import load
         k = load(args.matrix)   # the run's one matrix: everything below is rendered from it
         if args.locked:
-            check_locked(list(dict.fromkeys(args.images)), k, args.lock or root / "images.lock")
+            pins = check_locked(list(dict.fromkeys(args.images)), k, args.lock or root / "images.lock")
         jobs = jobs_for(list(dict.fromkeys(args.images)), k, Path(output), secrets=secrets,
                         sources=args.sources,
                         progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
@@ -240,7 +250,7 @@ def run(args) -> int:
     if not args.context and not args.no_normalize:
         from ..images import expand
         epochs = {s.local_ref: source_epoch(s.as_of) for s in expand(k)[0]}   # the same one matrix
-    engine = BuildTimeEngine(engine, epochs, no_cache=args.no_cache)
+    engine = BuildTimeEngine(engine, epochs, no_cache=args.no_cache, pins=pins)
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     from ..atomic import terminate_as_interrupt
     with terminate_as_interrupt():  # SIGTERM stops the builds as Ctrl-C does
