@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "find": ("find", "the published images (images.lock) that run on a host, best first, and how to pull them"),
     "sbom": ("sbom", "a CycloneDX SBOM of a built image, checked against its wheel lock"),
     "audit": ("audit", "known vulnerabilities of an image's locked wheels (the index's data)"),
+    "verify": ("verify", "check a pushed image's signature (cosign's key-based format) and its signed SBOM"),
 }
 
 

@@ -334,10 +334,11 @@ class RegistryAPI:
     def _secrets(self) -> list[str]:
         return [self.credentials.password] if self.credentials else []
 
-    def _get(self, url: str, headers: dict[str, str], what: str, method: str = "GET"):
+    def _get(self, url: str, headers: dict[str, str], what: str, method: str = "GET",
+             data: bytes | None = None):
         return _retrying(
             lambda: self.session.request(method, url, headers={**headers, **self._auth_header},
-                                         timeout=self.timeout, allow_redirects=True),
+                                         data=data, timeout=self.timeout, allow_redirects=True),
             what=what, host=self.host, tries=self.tries, backoff=self.backoff, sleep=self._sleep)
 
     def _refused(self) -> RegistryError:
@@ -380,14 +381,14 @@ class RegistryAPI:
                             f"does not speak ({scheme or 'none'})")
 
     def _request(self, path: str, *, headers: dict[str, str] | None = None, scope: str | None = None,
-                 what: str, method: str = "GET"):
+                 what: str, method: str = "GET", data: bytes | None = None):
         url = f"{self.scheme}://{self.host}{path}"
         headers = headers or {}
         try:
-            response = self._get(url, headers, what, method)
+            response = self._get(url, headers, what, method, data)
             if response.status_code == 401 and "WWW-Authenticate" in response.headers:
                 self._authenticate(response.headers["WWW-Authenticate"], scope)
-                response = self._get(url, headers, what, method)
+                response = self._get(url, headers, what, method, data)
             if response.status_code in (401, 403):
                 raise self._refused()
             return response
@@ -420,6 +421,168 @@ class RegistryAPI:
             import hashlib
             digest = "sha256:" + hashlib.sha256(response.content).hexdigest()
         return digest
+
+    # ---- reading and writing manifests and blobs (SBOM referrers, signatures: referrers.py, signing.py)
+
+    def _check_name(self, repository: str, reference: str | None = None) -> None:
+        if not REPOSITORY_RE.match(repository) or (
+                reference is not None and not (TAG_RE.match(reference) or DIGEST_RE.match(reference))):
+            raise ImagebuildError(f"invalid repository or reference {repository!r} {reference!r}")
+
+    def _refusal(self, response, doing: str) -> RegistryError:
+        """One line for a registry's 4xx/5xx answer: its first error code and message, if any."""
+        detail = f"HTTP {response.status_code}"
+        try:
+            first = (response.json().get("errors") or [{}])[0]
+            code, message = str(first.get("code", "")), str(first.get("message", ""))
+            if code or message:
+                detail += f" {code}: {' '.join(message.split())[:200]}".rstrip(": ")
+        except (ValueError, AttributeError, TypeError, IndexError):
+            pass
+        return RegistryError(scrub(f"registry {self.host} refused {doing} ({detail})", self._secrets()))
+
+    def get_manifest(self, repository: str, reference: str, *,
+                     accept: str = MANIFEST_ACCEPT) -> "Manifest | None":
+        """The manifest ``repository:reference`` (a tag or a digest) as the registry serves it, or None
+        when there is none. Its digest is computed from the bytes: a registry that serves other bytes
+        for a digest, or names another digest in ``Docker-Content-Digest``, is an error."""
+        self._check_name(repository, reference)
+        response = self._request(f"/v2/{repository}/manifests/{reference}", headers={"Accept": accept},
+                                 scope=f"repository:{repository}:pull",
+                                 what=f"GET manifest {repository}:{reference}")
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise self._refusal(response, f"GET manifest {repository}:{reference}")
+        body = response.content
+        if len(body) > MAX_MANIFEST_BYTES:
+            raise RegistryError(f"registry {self.host}: manifest {repository}:{reference} is larger "
+                                f"than {MAX_MANIFEST_BYTES} bytes")
+        digest = sha256_digest(body)
+        said = response.headers.get("Docker-Content-Digest", "")
+        if (DIGEST_RE.match(reference) and digest != reference) or (DIGEST_RE.match(said) and said != digest):
+            raise RegistryError(f"registry {self.host} served manifest bytes for {repository}:{reference} "
+                                f"whose digest is {digest}, not {said if said != digest else reference}")
+        media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
+        if not media_type or media_type in ("application/json", "application/octet-stream"):
+            try:
+                media_type = str(json.loads(body).get("mediaType") or media_type)
+            except (ValueError, AttributeError):
+                pass
+        return Manifest(body=body, media_type=media_type, digest=digest)
+
+    def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> tuple[str, bool]:
+        """PUT a manifest under a tag or its digest; (its digest, whether the registry answered
+        ``OCI-Subject``, i.e. indexed its subject for the referrers API)."""
+        self._check_name(repository, reference)
+        digest = sha256_digest(body)
+        if DIGEST_RE.match(reference) and reference != digest:
+            raise ImagebuildError(f"manifest digest {digest} is not {reference}")
+        response = self._request(f"/v2/{repository}/manifests/{reference}",
+                                 headers={"Content-Type": media_type}, data=body, method="PUT",
+                                 scope=f"repository:{repository}:pull,push",
+                                 what=f"PUT manifest {repository}:{reference}")
+        if response.status_code not in (200, 201):
+            raise self._refusal(response, f"the manifest {repository}:{reference}")
+        said = response.headers.get("Docker-Content-Digest", "")
+        if DIGEST_RE.match(said) and said != digest:
+            raise RegistryError(f"registry {self.host} stored {repository}:{reference} as {said}, "
+                                f"imagebuild sent {digest}")
+        return digest, bool(response.headers.get("OCI-Subject"))
+
+    def blob_exists(self, repository: str, digest: str) -> bool:
+        self._check_name(repository, digest)
+        response = self._request(f"/v2/{repository}/blobs/{digest}", method="HEAD",
+                                 scope=f"repository:{repository}:pull",
+                                 what=f"HEAD blob {repository}@{digest}")
+        if response.status_code in (200, 404):
+            return response.status_code == 200
+        raise self._refusal(response, f"HEAD blob {repository}@{digest}")
+
+    def push_blob(self, repository: str, data: bytes) -> str:
+        """Upload ``data`` as a blob (monolithic: POST, then PUT to the upload location) unless the
+        repository already holds it; its digest. The upload location must be on the registry's own
+        scheme and host: credentials go nowhere else."""
+        digest = sha256_digest(data)
+        if self.blob_exists(repository, digest):
+            return digest
+        response = self._request(f"/v2/{repository}/blobs/uploads/", method="POST", data=b"",
+                                 scope=f"repository:{repository}:pull,push",
+                                 what=f"POST blob upload {repository}")
+        location = response.headers.get("Location", "")
+        if response.status_code != 202 or not location:
+            raise self._refusal(response, f"a blob upload to {repository}")
+        parts = urllib.parse.urlsplit(urllib.parse.urljoin(f"{self.scheme}://{self.host}/", location))
+        if parts.scheme != self.scheme or parts.netloc.lower() != self.host.lower():
+            raise RegistryError(f"registry {self.host} sent the upload to {redact(parts.scheme + '://' + parts.netloc)}; "
+                                "imagebuild uploads only to the registry itself")
+        path = parts.path + ("?" + parts.query if parts.query else "")
+        path += ("&" if parts.query else "?") + urllib.parse.urlencode({"digest": digest})
+        response = self._request(path, method="PUT", data=data,
+                                 headers={"Content-Type": "application/octet-stream"},
+                                 scope=f"repository:{repository}:pull,push",
+                                 what=f"PUT blob {repository}@{digest}")
+        if response.status_code != 201:
+            raise self._refusal(response, f"the blob {digest} for {repository}")
+        return digest
+
+    def get_blob(self, repository: str, digest: str, *, max_bytes: int) -> bytes:
+        """The blob's bytes, checked against its digest (RegistryError when missing or different)."""
+        self._check_name(repository, digest)
+        response = self._request(f"/v2/{repository}/blobs/{digest}", scope=f"repository:{repository}:pull",
+                                 what=f"GET blob {repository}@{digest}")
+        if response.status_code == 404:
+            raise RegistryError(f"registry {self.host} has no blob {digest} in {repository}")
+        if response.status_code != 200:
+            raise self._refusal(response, f"GET blob {repository}@{digest}")
+        data = response.content
+        if len(data) > max_bytes:
+            raise RegistryError(f"registry {self.host}: blob {digest} is larger than {max_bytes} bytes")
+        if sha256_digest(data) != digest:
+            raise RegistryError(f"registry {self.host} served bytes for blob {digest} that do not match it")
+        return data
+
+    def referrers(self, repository: str, digest: str) -> bytes | None:
+        """The referrers API's image index for ``digest`` (``GET /v2/<name>/referrers/<digest>``), or
+        None when the registry has no referrers API (404: the client falls back to the tag schema)."""
+        self._check_name(repository, digest)
+        response = self._request(f"/v2/{repository}/referrers/{digest}",
+                                 headers={"Accept": "application/vnd.oci.image.index.v1+json"},
+                                 scope=f"repository:{repository}:pull",
+                                 what=f"GET referrers {repository}@{digest}")
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise self._refusal(response, f"GET referrers {repository}@{digest}")
+        if len(response.content) > MAX_MANIFEST_BYTES:
+            raise RegistryError(f"registry {self.host}: the referrers of {digest} exceed "
+                                f"{MAX_MANIFEST_BYTES} bytes")
+        return response.content
+
+
+#: the largest manifest or index read (the distribution spec's suggested limit for manifests)
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+
+
+def sha256_digest(data: bytes) -> str:
+    import hashlib
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A manifest as a registry serves it: its bytes, media type and (computed) digest."""
+
+    body: bytes
+    media_type: str
+    digest: str
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
+
+    def descriptor(self) -> dict:
+        return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
 
 
 # --------------------------------------------------------------------------- reports
@@ -562,12 +725,15 @@ def _engine_repo_digest(client, repository: str, local_ref: str) -> str | None:
 def publish_image(client, *, image_id: str, local_ref: str, tags: list[str], target: Target,
                   report: dict, report_source: str = "report", credentials: Credentials | None = None,
                   api: RegistryAPI | None = None,
-                  progress: Callable[[str], None] | None = None) -> PublishResult:
+                  progress: Callable[[str], None] | None = None,
+                  after_dated: Callable[[str], None] | None = None) -> PublishResult:
     """Push ``local_ref`` as ``target/<image_id>:<tag>`` for every tag, in the safe order.
 
     ``client`` is a docker SDK client; ``report`` the smoke report of the image (checked against the
     engine's image id before anything happens); ``api`` the registry HTTP API used to read digests
-    back (built from ``target`` and ``credentials`` when None).
+    back (built from ``target`` and ``credentials`` when None). ``after_dated(digest)`` runs once the
+    dated tag is verified and before any floating tag moves (the SBOM referrer and the signature go
+    there, so a floating tag never names an image without them); when it raises, nothing floats.
     """
     from docker.errors import ImageNotFound
 
@@ -614,6 +780,8 @@ def publish_image(client, *, image_id: str, local_ref: str, tags: list[str], tar
         digest_of_image = engine_digest
         pushed.append(PushedTag(f"{repository}:{tag}", engine_digest))
         say(f"verified {repository}:{tag} {engine_digest}")
+        if after_dated is not None and tag == dated:
+            after_dated(engine_digest)
     assert digest_of_image is not None
     return PublishResult(image_id=image_id, engine_image_id=engine_id, repository=repository,
                          digest=digest_of_image, tags=tuple(pushed))

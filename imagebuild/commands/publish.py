@@ -38,6 +38,17 @@ def configure(parser) -> None:
                              f"nothing when one has vulnerabilities at or above it ({', '.join(SEVERITIES)})")
     parser.add_argument("--allow-partial-audit", action="store_true",
                         help="with --fail-on: accept wheels the index has no vulnerability data for")
+    parser.add_argument("--sbom", action="store_true",
+                        help="attach each image's CycloneDX SBOM as an OCI referrer: "
+                             ".imagebuild/sbom/<id>.cdx.json beside the matrix (where `imagebuild lock` "
+                             "reads it), else generated from the built image as `imagebuild sbom` does")
+    parser.add_argument("--sbom-file", metavar="FILE", default=None,
+                        help="with one IMAGE: attach this SBOM (implies --sbom); it must describe the "
+                             "engine's image and match the sbom_sha256 images.lock records, if any")
+    parser.add_argument("--sign-key", metavar="FILE", default=None,
+                        help="sign each pushed manifest (and its SBOM referrer) with this ECDSA P-256 "
+                             "PEM private key, in cosign's format; its password, if any, from "
+                             "IMAGEBUILD_SIGN_KEY_PASSWORD (never a flag)")
     add_matrix_option(parser)
 
 
@@ -58,6 +69,87 @@ def lookup_images(matrix: str, names: list[str], specs: dict | None = None) -> d
                                    if len(known) > len(close) else "")
         raise ImagebuildError(f"unknown image {missing[0]!r} (known: {hint or 'none'})", file=matrix)
     return {n: specs[n] for n in names}
+
+
+def image_sbom(image_id: str, engine_id: str, args) -> bytes | None:
+    """The SBOM --sbom/--sbom-file attaches to one image, read and checked before anything is pushed:
+    it must describe exactly the engine's image (its metadata.component bom-ref), and when images.lock
+    records an sbom_sha256 for the image it must be that SBOM (the referrer's layer digest is then
+    the lock's sbom_sha256). None without --sbom."""
+    import hashlib
+    import os
+    from pathlib import Path
+    from .. import lockfile
+    from ..errors import UsageError
+
+    if not (args.sbom or args.sbom_file):
+        return None
+    root = Path(args.matrix).resolve().parent
+    path = Path(args.sbom_file) if args.sbom_file else root / ".imagebuild" / "sbom" / f"{image_id}.cdx.json"
+    where: dict = {"file": str(path)}
+    if path.is_file():
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"cannot read the SBOM ({exc.strerror})", file=str(path)) from None
+    elif args.sbom_file:
+        raise UsageError(f"no such file {args.sbom_file}", argument="--sbom-file")
+    else:
+        from .. import sbom
+        from ..engines import get_engine
+        result = sbom.generate(get_engine(), matrix=args.matrix, image=image_id)
+        for problem in result.problems:
+            print(f"imagebuild publish: warning: {image_id}: SBOM: {problem}", file=sys.stderr)
+        raw, where = result.text.encode("utf-8"), {"argument": "--sbom"}
+    try:
+        subject = json.loads(raw)["metadata"]["component"]["bom-ref"]
+    except (ValueError, KeyError, TypeError):
+        raise UsageError(f"{image_id}: not a CycloneDX SBOM written by `imagebuild sbom`", **where) from None
+    if subject != f"image:{engine_id}":
+        raise UsageError(f"{image_id}: the SBOM describes {str(subject)[:25]}, the engine holds image:"
+                         f"{engine_id[:19]}; write it again (imagebuild sbom {image_id} --output FILE)", **where)
+    lock_path = args.lock or os.path.join(os.path.dirname(os.path.abspath(args.matrix)), lockfile.DEFAULT_LOCK)
+    recorded = ((lockfile.read_lock(lock_path).get(image_id) or {}).get("provenance") or {}).get("sbom_sha256")
+    actual = hashlib.sha256(raw).hexdigest()
+    if recorded and recorded != actual:
+        raise UsageError(f"{image_id}: the lock records SBOM sha256 {recorded[:16]}..., the SBOM to attach is "
+                         f"{actual[:16]}...; write the SBOM and the lock again", file=lock_path)
+    return raw
+
+
+def attach_to(api, target, image_id: str, sbom: bytes | None, key, done: dict, say):
+    """publish_image's after_dated hook: the SBOM referrer, then the signatures of the image and of
+    the SBOM referrer; what was pushed goes into ``done``."""
+    from .. import referrers, signing
+
+    def hook(digest: str) -> None:
+        repository = target.repository(image_id)
+        reference = target.reference(image_id)
+        if sbom is not None:
+            subject = referrers.subject_of(api, repository, digest)
+            done["sbom"] = referrers.attach_sbom(api, repository, subject, sbom, image_id=image_id,
+                                                 progress=say)
+        if key is not None:
+            done["signature"] = signing.sign(api, repository, docker_reference=reference, digest=digest,
+                                             key=key, progress=say)
+            if "sbom" in done:
+                done["sbom_signature"] = signing.sign(api, repository, docker_reference=reference,
+                                                      digest=done["sbom"].digest, key=key, progress=say)
+    return hook
+
+
+def attachment_lines(result, done: dict) -> list[str]:
+    repo = result.repository
+    lines = []
+    if "sbom" in done:
+        a = done["sbom"]
+        lines.append(f"{repo}@{a.digest} sbom sha256:{a.layer_digest.split(':', 1)[1]} of {result.digest} "
+                     f"({a.listed_by})")
+    for what in ("signature", "sbom_signature"):
+        if what in done:
+            s = done[what]
+            lines.append(f"{repo}:{s.tag}@{s.digest} {what.replace('_', ' ')} of {s.subject} (key {s.key_id})")
+    return lines
 
 
 def check_lock(image_id: str, engine_id: str, report_source: str, args) -> None:
@@ -91,6 +183,13 @@ def run(args) -> int:
     target = publish.parse_target(args.registry)
     if args.report and len(args.images) != 1:
         raise ImagebuildError("--report names the report of one image; give one IMAGE", argument="--report")
+    if args.sbom_file and len(args.images) != 1:
+        raise ImagebuildError("--sbom-file names the SBOM of one image; give one IMAGE", argument="--sbom-file")
+    if args.sign_key:   # a key that cannot be read stops the run before anything is pushed
+        from ..signing import load_signing_key
+        key = load_signing_key(args.sign_key)
+    else:
+        key = None
     specs = lookup_images(args.matrix, list(dict.fromkeys(args.images)))
     if args.fail_on:   # before anything else: a refused image stops the whole run
         from ..audit import gate
@@ -106,6 +205,7 @@ def run(args) -> int:
     client = connect()
     credentials = publish.find_credentials(target.host)
     from docker.errors import ImageNotFound
+    sboms: dict = {}
     for image_id, spec in specs.items():
         try:
             engine_id = client.images.get(spec.local_ref).id
@@ -114,19 +214,29 @@ def run(args) -> int:
         report, source = reports[image_id]
         publish.check_report(report, engine_id, name=image_id, source=source)
         check_lock(image_id, engine_id, source, args)
+        sboms[image_id] = image_sbom(image_id, engine_id, args)
     api = publish.RegistryAPI(target.host, credentials, auth_hosts=args.auth_host)
     results = []
+    attached: dict = {}
     for image_id, spec in specs.items():
         report, source = reports[image_id]
+        say = None if args.json else (lambda msg: print(msg, file=sys.stderr))
+        done: dict = {}
         result = publish.publish_image(
             client, image_id=image_id, local_ref=spec.local_ref, tags=list(spec.tags), target=target,
             report=report, report_source=source, credentials=credentials, api=api,
-            progress=None if args.json else (lambda msg: print(msg, file=sys.stderr)))
+            progress=say,
+            after_dated=attach_to(api, target, image_id, sboms[image_id], key, done, say)
+            if sboms[image_id] is not None or key is not None else None)
+        attached[image_id] = done
         results.append(result)
         record_published(result, args)
         if not args.json:
             for tag in result.tags:
                 print(f"{tag.reference}@{tag.digest}")
+            for line in attachment_lines(result, attached[image_id]):
+                print(line)
     if args.json:
-        print(json.dumps([r.as_dict() for r in results], indent=2, sort_keys=True))
+        print(json.dumps([{**r.as_dict(), **{k: v.as_dict() for k, v in attached[r.image_id].items()}}
+                          for r in results], indent=2, sort_keys=True))
     return 0

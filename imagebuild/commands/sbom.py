@@ -15,8 +15,16 @@ import sys
 def configure(parser) -> None:
     from ..cli import add_matrix_option
 
-    parser.add_argument("image", metavar="IMAGE", help="a matrix image id, or a local NAME:TAG")
+    parser.add_argument("image", metavar="IMAGE", nargs="?", help="a matrix image id, or a local NAME:TAG")
     parser.add_argument("--output", required=True, metavar="FILE", help="where to write the SBOM (JSON)")
+    parser.add_argument("--from-registry", metavar="REF", default=None,
+                        help="instead of IMAGE: read the SBOM `imagebuild publish --sbom` attached to "
+                             "HOST[:PORT]/NS/NAME:TAG or ...@sha256:... (its OCI referrer), byte for byte")
+    parser.add_argument("--referrer", metavar="DIGEST", default=None,
+                        help="with --from-registry: which SBOM referrer, when the image has several")
+    parser.add_argument("--auth-host", action="append", default=[], metavar="HOST",
+                        help="with --from-registry: a token service host other than the registry's "
+                             "that may receive the credentials")
     parser.add_argument("--strict", action="store_true",
                         help="fail (exit 1, write nothing) when the image disagrees with its lock")
     parser.add_argument("--lock", metavar="FILE",
@@ -37,6 +45,10 @@ def run(args) -> int:
     if os.path.isdir(out) or not os.path.isdir(parent):
         raise UsageError(f"cannot write {out}: {'a folder' if os.path.isdir(out) else 'no such folder ' + parent}",
                          argument="--output")
+    if args.from_registry or args.referrer:
+        return from_registry(args)
+    if not args.image:
+        raise UsageError("give IMAGE (a built image) or --from-registry REF", argument="IMAGE")
     if args.lock and not os.path.isfile(args.lock):
         raise UsageError(f"no such file {args.lock}", argument="--lock")
     result = sbom.generate(get_engine(), matrix=args.matrix, image=args.image, lock_path=args.lock,
@@ -62,4 +74,42 @@ def run(args) -> int:
           f"{c['wheels_locked']} locked wheels, {c['wheels_venv_seed']} venv seed wheels, "
           f"{c['wheels_vendored']} vendored inside wheels, {c['wheels_flagged']} flagged, {c['source_tarballs']} source tarballs, "
           f"{c['base_images']} base image) for image {result.image_id[:19]}")
+    return 0
+
+
+def write_atomically(out: str, data: bytes) -> None:
+    from ..errors import UsageError
+
+    tmp = f"{out}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise UsageError(f"cannot write the SBOM: {exc.strerror}", file=out) from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def from_registry(args) -> int:
+    """`imagebuild sbom --from-registry REF --output FILE`: the SBOM referrer of the manifest REF names,
+    checked against its layer digest, written as it was pushed."""
+    from .. import publish, referrers
+    from ..errors import UsageError
+
+    if not args.from_registry:
+        raise UsageError("--referrer needs --from-registry", argument="--referrer")
+    if args.image or args.strict or args.lock or args.verify_files:
+        raise UsageError("--from-registry reads a published SBOM: IMAGE, --strict, --lock and "
+                         "--verify-files describe a built image", argument="--from-registry")
+    if args.referrer and not publish.DIGEST_RE.match(args.referrer):
+        raise UsageError(f"{args.referrer!r} is not sha256:<64 hex>", argument="--referrer")
+    ref = referrers.parse_reference(args.from_registry, argument="--from-registry")
+    api = publish.RegistryAPI(ref.host, publish.find_credentials(ref.host), auth_hosts=args.auth_host)
+    manifest = referrers.resolve(api, ref)
+    digest, data = referrers.fetch_sbom(api, ref.repository, manifest.digest, referrer=args.referrer)
+    write_atomically(args.output, data)
+    print(f"{args.output}: the SBOM {ref.name}@{digest} attaches to {manifest.digest} "
+          f"(sha256:{publish.sha256_digest(data).split(':', 1)[1]}, {len(data)} bytes)")
     return 0
