@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from .errors import KnowledgeError
-from .versions import (NONE, VersionSyntaxError, major_minor, parse_driver, parse_spec,
+from ..errors import KnowledgeError
+from ..versions import (NONE, VersionSyntaxError, major_minor, parse_driver, parse_spec,
                        parse_version, version_key)
 
 # The stack's components, in the order the solver assigns them, and the host's facts.
@@ -107,7 +107,7 @@ def load_yaml(path: Path) -> Any:
     grammar.scan bound the file (size, characters, nesting depth, node count, alias expansion);
     afterwards grammar.check_fields checks every recipe-facing string. Each refusal is one
     KnowledgeError naming the file, and the line and column where there is one."""
-    from . import grammar
+    from .. import grammar
 
     global _LOADER
     if _LOADER is None:
@@ -1060,7 +1060,7 @@ def build(doc: Any, path: str) -> Knowledge:  # noqa: C901 - one straight pass o
     if dup:
         c.fail(f"constraints: rule id {sorted(dup)[0]!r} is used twice", doc)
 
-    from .grammar import validate as validate_recipe_inputs
+    from ..grammar import validate as validate_recipe_inputs
     validate_recipe_inputs(doc, c)  # tools, images and rdma: every field, type and reference
     return Knowledge(
         path=path, as_of=as_of, sources=sources, preference=preference, modes=tuple(modes),
