@@ -17,6 +17,8 @@ hostname. :func:`normalize_image` rewrites the built image through the engine's 
   that nothing in the image reads;
 - a ``.pyc`` whose header records a source mtime later than the source date gets the source date
   (its ``.py`` was clamped to the same second, so Python still takes the cache as valid);
+- ``/etc/shadow``'s last-change day of an account added in the build (useradd writes the day it
+  ran) is clamped to the source date's day, as ``imagebuild base`` does for the base;
 - the config's ``created`` and every history entry's ``created`` become the source date; a
   COPY/ADD step's source hash in the history (the classic builder's, which covers mtimes) becomes
   the diff id of the layer the step made; the
@@ -91,6 +93,23 @@ def _pyc(data: bytes, clamp: int) -> bytes:
     return data
 
 
+#: files whose third field is a day number (the last password change): useradd writes the day it
+#: ran, so a package that adds a system user (openssh-server's sshd) dates the layer
+SHADOW = frozenset({"etc/shadow", "etc/shadow-"})
+
+
+def _shadow(data: bytes, clamp: int) -> bytes:
+    """/etc/shadow with each last-change day after ``clamp``'s day set to that day."""
+    day = clamp // 86400
+    lines = []
+    for line in data.split(b"\n"):
+        fields = line.split(b":")
+        if len(fields) >= 3 and fields[2].isdigit() and int(fields[2]) > day:
+            fields[2] = str(day).encode()
+        lines.append(b":".join(fields))
+    return b"\n".join(lines)
+
+
 def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int) -> str:
     """Rewrite the layer tar ``src`` into ``dst`` (see the module's docstring); returns the
     ``sha256:<hex>`` of the new tar (its diff id)."""
@@ -132,9 +151,9 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int) 
                     if source is None or not source.isreg():
                         raise ImagebuildError(f"layer entry {name}: hard link to a missing file")
                     info.type = tarfile.REGTYPE
-                    data = tin.extractfile(source).read() if name.endswith(".pyc") else None
+                    data = tin.extractfile(source).read() if name.endswith(".pyc") or name in SHADOW else None
                     if data is not None:
-                        data = _pyc(data, clamp)
+                        data = _shadow(data, clamp) if name in SHADOW else _pyc(data, clamp)
                         info.size = len(data)
                     else:
                         info.size = source.size

@@ -112,6 +112,33 @@ def test_hard_link_sorting_before_its_target_gets_the_data(tmp_path):
         assert (b.name, b.islnk(), b.linkname) == ("b", True, "a")
 
 
+def test_shadow_days_of_accounts_added_in_the_build_are_clamped(tmp_path):
+    """useradd writes the day it ran into /etc/shadow (openssh-server adds sshd): two builds on
+    two days would differ there; the day becomes the source date's, older days stay."""
+    day = EPOCH // 86400
+    def shadow(today: int) -> bytes:
+        return (f"root:*:{day - 900}:0:99999:7:::\n_apt:*:{day - 900}:0:99999:7:::\n"
+                f"sshd:!:{today}::::::\nnobody:*::0:99999:7:::\n").encode()
+    outs = []
+    for i, today in enumerate((day + 2, day + 9)):
+        src = tmp_path / f"in{i}.tar"
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:", format=tarfile.PAX_FORMAT) as tf:
+            for name in ("etc/shadow", "etc/shadow-"):
+                data = shadow(today if name == "etc/shadow" else day - 900)
+                info = tarfile.TarInfo(name)
+                info.size, info.mode, info.mtime = len(data), 0o640, EPOCH + 3600 * (i + 1)
+                tf.addfile(info, io.BytesIO(data))
+        src.write_bytes(buf.getvalue())
+        outs.append(rp.normalize_layer(src, tmp_path / f"out{i}.tar", EPOCH))
+    assert outs[0] == outs[1]
+    with tarfile.open(tmp_path / "out0.tar") as tf:
+        text = tf.extractfile("etc/shadow").read().decode()
+        assert tf.extractfile("etc/shadow-").read() == shadow(day - 900)    # nothing after the day: kept
+    assert text.splitlines() == [f"root:*:{day - 900}:0:99999:7:::", f"_apt:*:{day - 900}:0:99999:7:::",
+                                 f"sshd:!:{day}::::::", "nobody:*::0:99999:7:::"]
+
+
 def test_config_loses_build_host_noise():
     config = {"architecture": "amd64", "os": "linux", "container": "0123abcd", "docker_version": "20.10",
               "container_config": {"Hostname": "0123abcd"}, "created": "2026-11-23T11:00:01.123Z",
