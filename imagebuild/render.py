@@ -325,6 +325,7 @@ class Renderer:
             return [Stage(None, base, [
                 self.fragment("debian-mpi", "OS packages: Debian's Open MPI and UCX, Python",
                               openmpi=s["openmpi"], ucx=s["ucx"], python=s["python"]),
+                self._openssh(""),
                 self.fragment("venv", "Python virtual environment", python_bin="python3"),
                 *self._torch_steps(spec, k),
                 *self._common_tail(spec, "/opt/venv/bin/python"),
@@ -337,7 +338,7 @@ class Renderer:
         os_step = self.fragment("debian-mpi", "OS packages: Debian's Open MPI and UCX, Python",
                                 openmpi=s["openmpi"], ucx=s["ucx"], python=s["python"])
         stages = []
-        steps = [os_step]
+        steps = [os_step, self._openssh("")]
         if s["pytorch"] != NONE:
             stages.append(Stage("torch", base, [
                 os_step,
@@ -490,7 +491,8 @@ class Renderer:
         final = [Step("env", items=sorted(self.env_vars(spec, cuda_home, nccl_home).items())),
                  Step("label", items=image_labels(spec, k))]
         if spec.flavor == "devel":
-            return [Stage("devel", base, devel + torch_steps + tail + final)]
+            # sshd after the compiled stack: the devel stage a runtime image copies from stays as it is
+            return [Stage("devel", base, devel + [self._openssh(sfx)] + torch_steps + tail + final)]
         if wheels_cuda:
             cuda_runtime = []
             cuda_libs = [
@@ -515,6 +517,7 @@ class Renderer:
         runtime = [
             self.fragment("os-runtime" + sfx, "OS run-time packages (no compiler)", python=py,
                           extra=runtime_extra),
+            self._openssh(sfx),
             *cuda_runtime,
             *doca_copies,
             self.fragment("rdma-runtime" + sfx, f"RDMA user space: {rdma_name}",
@@ -528,6 +531,12 @@ class Renderer:
             *cuda_libs,
         ]
         return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
+
+    def _openssh(self, sfx: str) -> Step:
+        """OpenSSH client and server, in every image with Open MPI: mpirun reaches other hosts
+        over ssh where no Slurm runs (`imagebuild test`'s mpi.two-container does)."""
+        return self.fragment("openssh" + sfx, "OpenSSH for mpirun across hosts (no host keys in "
+                             "the image)")
 
     def _torch_steps(self, spec: ImageSpec, k) -> list[Step]:
         """PyTorch's CUDA build and its whole closure from the image's wheel lock (none without
