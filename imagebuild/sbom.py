@@ -472,9 +472,9 @@ def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base
 
     image_props = [Property(name=f"imagebuild:label:{k}", value=v) for k, v in sorted(labels.items())
                    if k.startswith("io.imagebuild.")]
+    # the image id, not its registry digests: those say where it was pushed, not what it is, and
+    # would make the SBOM written after a publish differ from the one published beside the image
     image_props.append(Property(name="imagebuild:image-id", value=info.id))
-    for rd in info.repo_digests:
-        image_props.append(Property(name="imagebuild:repo-digest", value=rd))
     image_props.append(Property(name="imagebuild:reference", value=ref))
     root = Component(type=ComponentType.CONTAINER, name=spec.id if spec else ref,
                      version=labels.get("org.opencontainers.image.version") or info.id,

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from imagebuild import cli, lockfile, publish, referrers, signing
 from imagebuild.errors import ImagebuildError
-from test_publish import (CREDS, PASSWORD, USER, api_for, build_small, engine, free_port,  # noqa: F401
+from test_publish import (BASE, CREDS, PASSWORD, USER, api_for, build_small, engine, free_port,  # noqa: F401
                           passing_report, registry)
 
 KEY_PASSWORD = "Key-Pw-7Hq2-never-shown"
@@ -481,3 +481,29 @@ def test_a_registry_with_the_referrers_api_gets_no_fallback_tag():
     assert puts == [f"/v2/ci/x/manifests/{attached.digest}"]        # no sha256-<hex> tag written
     assert ("GET", f"/v2/ci/x/referrers/{digest}") in server.log
 
+
+
+@pytest.mark.registry
+@pytest.mark.engine
+def test_the_sbom_written_after_a_push_is_the_one_written_before(engine, registry, tmp_path):
+    """The SBOM names the image by its id, not by the registry digests the engine learns at a push:
+    else the SBOM of a re-publish would differ from the one attached, and a second would be attached."""
+    from conftest import ROOT
+    from imagebuild import sbom
+    from imagebuild.engines import get_engine
+
+    import io
+    import uuid
+    ref = "imagebuild/pub-sbom-stable:test"         # labelled as smoke-cpu: sbom describes it as that image
+    engine.images.build(fileobj=io.BytesIO(f"FROM {BASE}\nRUN echo {uuid.uuid4().hex} > /token\n"
+                                           "LABEL io.imagebuild.image-id=smoke-cpu org.opencontainers.image.created=2026-11-21T00:00:00Z\n".encode()), tag=ref, rm=True)
+    api = api_for(registry)
+    generate = lambda: sbom.generate(get_engine("docker", client=engine), matrix=str(ROOT / "matrix.yaml"),  # noqa: E731
+                                     image=ref).text
+    before = generate()
+    assert not engine.images.get(ref).attrs.get("RepoDigests")
+    publish.publish_image(engine, image_id="sbom-stable", local_ref=ref, tags=["1", "1-20260101"],
+                          target=publish.parse_target(f"{registry}/ci"),
+                          report=passing_report(engine, ref, "sbom-stable"), credentials=CREDS, api=api)
+    assert engine.images.get(ref).attrs.get("RepoDigests"), "the push gave the engine a repo digest"
+    assert generate() == before
