@@ -24,7 +24,7 @@ from typing import Callable
 from .errors import EngineError, SmokeError, UsageError
 from .smoke import CHECK_NAMES, HOST_CHECK_NAMES
 from .smoke.expect import COMPONENTS
-from .smoke.report import FAIL, PASS, SKIP, CheckResult, Report
+from .smoke.report import FAIL, PASS, SKIP, CheckResult, Report, combine
 
 # a local image reference (name[:tag]) or an engine image id; nothing else reaches the engine
 IMAGE_REF = re.compile(r"^(?:sha256:[0-9a-f]{64}|[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?"
@@ -119,19 +119,34 @@ class Containers:
         return name
 
     def start(self, image: str, command: list[str], *, name: str, env: dict | None = None,
-              network: str | None = None, hostname: str | None = None, shm_size: str = "512m"):
+              network: str | None = None, hostname: str | None = None, shm_size: str = "512m",
+              files: bytes | None = None, shareable: bool = False, join=None):
+        """Create and start a container: on `network` only (its one interface besides loopback),
+        `files` (a tar) unpacked at / before it starts, its IPC namespace `shareable`, or joining
+        the IPC and PID namespaces of the container `join` (two processes in two containers that
+        see each other as on one host)."""
         from docker.errors import APIError, ImageNotFound
 
         kwargs = {"command": command, "detach": True, "name": f"{self.token}-{name}", "environment": env or {},
-                  "labels": {"io.imagebuild.smoke": self.token}, "shm_size": shm_size}
+                  "labels": {"io.imagebuild.smoke": self.token}}
+        if join is not None:
+            kwargs.update(ipc_mode=f"container:{join.id}", pid_mode=f"container:{join.id}")
+        else:
+            kwargs["shm_size"] = shm_size
+            if shareable:
+                kwargs["ipc_mode"] = "shareable"
         if hostname:
             kwargs["hostname"] = hostname
+        if network:
+            kwargs["network"] = network
+            kwargs["networking_config"] = {network: self.client.api.create_endpoint_config(
+                aliases=[hostname] if hostname else None)}
         container = None
         try:
             container = self.client.containers.create(image, **kwargs)
             self._containers.append(container)
-            if network:
-                self.client.networks.get(network).connect(container, aliases=[hostname] if hostname else None)
+            if files is not None and not container.put_archive("/", files):
+                raise SmokeError(f"cannot copy files into a container of {image}")
             container.start()
         except ImageNotFound:
             raise SmokeError(f"image {image} not found") from None
@@ -163,6 +178,22 @@ class Containers:
             return container.logs(tail=lines).decode("utf-8", "replace")
         except Exception:  # noqa: BLE001 - logs are a courtesy in an error message
             return ""
+
+    def listening(self, container, port: int, deadline: float) -> bool:
+        """Whether a process in `container` listens on TCP `port` before the deadline (read from
+        /proc/net/tcp*, no tool needed); False at once when the container has stopped."""
+        want = f":{port:04X}"
+        while time.monotonic() < deadline:
+            container.reload()
+            if container.status != "running":
+                return False
+            code, out = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"], demux=False)
+            for line in (out or b"").decode("ascii", "replace").splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 3 and fields[1].endswith(want) and fields[3] == "0A":   # LISTEN
+                    return True
+            time.sleep(0.2)
+        return False
 
     def read_files(self, container, path: str) -> dict[str, bytes]:
         """Regular files at path (a file or a folder) in a container, running or stopped."""
@@ -351,6 +382,191 @@ def two_node(cs: Containers, info: ImageInfo, opts: TestOptions) -> CheckResult:
                        f"(worst {first.get('max_rel_diff', 0):.3g})", metrics)
 
 
+# --------------------------------------------------------------------------------------------
+# mpi.two-container
+
+TWO_CONTAINER = "mpi.two-container"
+TCP_TLS = "self,tcp"
+SM_TLS = "self,sm"
+SSH_PORT = 22
+UCX_PERF_PORT = 13337
+UCX_PERF_ARGS = ["-t", "tag_bw", "-s", "1048576", "-n", "100"]
+SSH_CONFIG = b"""Host *
+    User root
+    IdentityFile /root/.ssh/id_ed25519
+    IdentitiesOnly yes
+    StrictHostKeyChecking yes
+    UserKnownHostsFile /root/.ssh/known_hosts
+    BatchMode yes
+    LogLevel ERROR
+"""
+SSHD_CONFIG = b"""HostKey /root/.ssh/ssh_host_ed25519_key
+AuthorizedKeysFile /root/.ssh/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+UsePAM no
+"""
+SSHD_COMMAND = ["/bin/sh", "-c", "if [ ! -x /usr/sbin/sshd ]; then echo 'no /usr/sbin/sshd in the image "
+                "(OpenSSH server: the openssh fragment)' >&2; exit 127; fi; "
+                "mkdir -p /run/sshd && exec /usr/sbin/sshd -D -e -f /root/.ssh/sshd_config"]
+SM_TRANSPORTS = re.compile(r"\b(posix|sysv|cma|xpmem|knem)/memory\b")
+
+
+def ssh_files(hosts: list[str]) -> bytes:
+    """/root/.ssh for one run, as a tar to unpack at /: a new Ed25519 key pair for root (the
+    private key, and the public one as authorized_keys), a new host key for sshd that
+    known_hosts names for `hosts` (so the client checks it: StrictHostKeyChecking yes), and the
+    client's and sshd's configuration. Made for each run and put only into its containers, which
+    are removed afterwards: no key is ever part of an image, printed or on a command line."""
+    from cryptography.hazmat.primitives import serialization as ser
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    user, host = Ed25519PrivateKey.generate(), Ed25519PrivateKey.generate()
+
+    def private(key) -> bytes:
+        return key.private_bytes(ser.Encoding.PEM, ser.PrivateFormat.OpenSSH, ser.NoEncryption())
+
+    def public(key) -> bytes:
+        return key.public_key().public_bytes(ser.Encoding.OpenSSH, ser.PublicFormat.OpenSSH)
+
+    files = {"id_ed25519": private(user), "authorized_keys": public(user) + b"\n",
+             "ssh_host_ed25519_key": private(host),
+             "known_hosts": ",".join(hosts).encode() + b" " + public(host) + b"\n",
+             "config": SSH_CONFIG, "sshd_config": SSHD_CONFIG}
+    buf = io.BytesIO()
+    now = int(time.time())
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        folder = tarfile.TarInfo("root/.ssh")
+        folder.type, folder.mode, folder.mtime = tarfile.DIRTYPE, 0o700, now
+        tar.addfile(folder)
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(f"root/.ssh/{name}")
+            info.size, info.mode, info.mtime = len(data), 0o600, now
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+_UCX_PREFIX = re.compile(r"^\[[0-9.]+\]\s+\[[^\]]*\]\s+")
+
+
+def _why(cs: Containers, container) -> str:
+    """The reason a container's program gave: its first two error lines (UCX's and Open MPI's,
+    without UCX's time stamp), else its last lines."""
+    lines = [_UCX_PREFIX.sub("", ln).strip() for ln in cs.logs(container, 400).splitlines()
+             if ln.strip() and not ln.startswith("imagebuild-check:")]
+    errors = list(dict.fromkeys(ln for ln in lines if re.search(r"\bERROR\b|\bError:", ln)))
+    return " | ".join(errors[:2] or lines[-4:]) or "no output"
+
+
+def _mpi_across(cs: Containers, info: ImageInfo, tls: str | None, deadline: float,
+                metrics: dict) -> tuple[str, str]:
+    """One rank in each of two containers on a private network: mpirun in node0 starts node1's
+    rank over ssh (sshd in node1), the all-reduce worker verifies every element."""
+    hosts = ["node0", "node1"]
+    net = cs.network()
+    keys = ssh_files(hosts)
+    out = "/tmp/imagebuild-two-container"
+    via = f"pml ucx, UCX_TLS={tls}" if tls else "Open MPI's default pml"
+    sshd = cs.start(info.ref, SSHD_COMMAND, name="mpi-node1", network=net, hostname="node1", files=keys)
+    if not cs.listening(sshd, SSH_PORT, deadline):
+        return FAIL, f"sshd did not start in node1: {_why(cs, sshd)}"
+    started = time.monotonic()
+    argv = ["imagebuild-smoke", "mpi-hosts", "--hosts", ",".join(hosts), "--out", out]
+    launcher = cs.start(info.ref, argv + (["--tls", tls] if tls else []), name="mpi-node0", network=net,
+                        hostname="node0", files=keys, env={"OMP_NUM_THREADS": "1"})
+    code = cs.wait(launcher, deadline)
+    metrics["seconds_mpirun"] = round(time.monotonic() - started, 3)
+    if code is None:
+        return FAIL, f"MPI across 2 containers ({via}): timed out"
+    results: dict[int, dict] = {}
+    for c in (launcher, sshd):
+        for content in cs.read_files(c, out).values():
+            try:
+                data = json.loads(content)
+                results[int(data["rank"])] = data
+            except (ValueError, KeyError, TypeError):
+                continue
+    errs = []
+    if code != 0:
+        errs.append(f"mpirun in node0 exited {code}: {_why(cs, launcher)}")
+    if sorted(results) != [0, 1] and not errs:
+        errs.append(f"expected results of ranks [0, 1], got {sorted(results)}")
+    for rank, data in sorted(results.items()):
+        errs += [f"rank {rank}: {e}" for e in data.get("errors", [])[:3]]
+    ran_on = [results[r].get("host") for r in sorted(results)]
+    if not errs and ran_on != hosts:
+        errs.append(f"ranks 0 and 1 ran on {ran_on}, not one in each of {hosts}")
+    if errs:
+        return FAIL, f"MPI across 2 containers ({via}): " + "; ".join(errs)
+    from .smoke.checks import bandwidth_metrics
+    metrics["elements_checked"] = results[0].get("checked", 0)
+    metrics.update({f"tcp.{k}": v for k, v in bandwidth_metrics(results[0].get("timings", {}), 2).items()})
+    return PASS, (f"MPI_Allreduce(MPI_SUM) with one rank in each of 2 containers (node0, node1) on a private "
+                  f"network, {via}, mpirun in node0 starting node1's rank over ssh (keys made for this run): "
+                  f"{int(metrics['elements_checked'])} doubles per rank verified element by element")
+
+
+def _shared_memory_across(cs: Containers, info: ImageInfo, share: bool, deadline: float,
+                          metrics: dict) -> tuple[str, str]:
+    """UCX's shared-memory transports between two containers sharing IPC and PID namespaces (as
+    the containers of one pod or one node's job may): ucx_perftest tag_bw, UCX_TLS=self,sm."""
+    net = cs.network()
+    env = {"UCX_TLS": SM_TLS}
+    how = "sharing IPC and PID namespaces" if share else "with their own IPC and PID namespaces"
+    server = cs.start(info.ref, ["/bin/sh", "-c", "command -v ucx_perftest >/dev/null || { echo 'no ucx_perftest "
+                                 "in the image' >&2; exit 127; }; ucx_perftest -p " + str(UCX_PERF_PORT)
+                                 + "; exec sleep 600"],
+                      name="shm-node1", network=net, hostname="node1", env=env, shareable=share)
+    if not cs.listening(server, UCX_PERF_PORT, deadline):
+        return FAIL, f"ucx_perftest did not start in node1: {_why(cs, server)}"
+    client = cs.start(info.ref, ["ucx_perftest", "node1", "-p", str(UCX_PERF_PORT), *UCX_PERF_ARGS],
+                      name="shm-node0", network=net, hostname="node0", env={**env, "UCX_PROTO_INFO": "y"},
+                      join=server if share else None)
+    code = cs.wait(client, deadline)
+    if code is None:
+        return FAIL, f"UCX shared memory between 2 containers {how}: ucx_perftest timed out"
+    logs = cs.logs(client, 400)
+    final = [ln.split() for ln in logs.splitlines() if ln.startswith("Final:")]
+    if code != 0 or not final:
+        return FAIL, (f"UCX shared memory between 2 containers {how} ({SM_TLS}): ucx_perftest exited "
+                      f"{code}: {_why(cs, client)}")
+    try:
+        metrics["shm.bandwidth_MBps.1M"] = float(final[-1][6])
+    except (IndexError, ValueError):
+        return FAIL, f"ucx_perftest's result line is not understood: {' '.join(final[-1])}"
+    seen = sorted(set(SM_TRANSPORTS.findall(logs)))
+    used = f" over {'/'.join(seen)}" if seen else ""
+    return PASS, (f"UCX shared memory between 2 containers {how}: ucx_perftest tag_bw of 1 MiB messages"
+                  f"{used} ({SM_TLS}) at {metrics['shm.bandwidth_MBps.1M']:g} MB/s; MPI ranks in two "
+                  "containers keep to the network: Open MPI's pml ucx gives ranks on another host "
+                  "network-only UCX addresses")
+
+
+def two_container(cs: Containers, info: ImageInfo, opts: TestOptions, *, mpi_tls: str | None = TCP_TLS,
+                  share_namespaces: bool = True) -> CheckResult:
+    """mpi.two-container: MPI over UCX with one rank in each of two containers (over TCP: the
+    containers are two hosts to Open MPI), and UCX's shared memory between two containers that
+    share IPC and PID namespaces. Without UCX (stack.ucx none) the MPI part runs over Open MPI's
+    default pml and the shared-memory part is skipped."""
+    started = time.monotonic()
+    metrics: dict[str, float] = {"containers": 2}
+    ucx = info.labels.get(f"{LABEL_PREFIX}stack.ucx") != "none"
+    parts = []
+    for run in ("mpi", "shm"):
+        deadline = time.monotonic() + opts.timeout
+        try:
+            if run == "mpi":
+                parts.append(_mpi_across(cs, info, mpi_tls if ucx else None, deadline, metrics))
+            elif ucx:
+                parts.append(_shared_memory_across(cs, info, share_namespaces, deadline, metrics))
+            else:
+                parts.append((SKIP, "UCX shared memory between containers: UCX absent by design (ucx none)"))
+        except (SmokeError, EngineError) as exc:
+            parts.append((FAIL, str(exc)))
+    metrics["seconds"] = round(time.monotonic() - started, 3)
+    return combine(TWO_CONTAINER, parts, metrics)
+
+
 def test_image(client, ref: str, opts: TestOptions, progress: Callable[[CheckResult], None] | None = None,
                log: Callable[[str], None] | None = None) -> Report:
     """Run the suite in `ref` and the host-side checks; the Report (image = ref, plus ids).
@@ -383,6 +599,16 @@ def test_image(client, ref: str, opts: TestOptions, progress: Callable[[CheckRes
                 result = two_node(cs, info, opts)
             except (SmokeError, EngineError) as exc:
                 result = CheckResult("ddp.two-node", FAIL, str(exc))
+            checks.append(result)
+            if progress:
+                progress(result)
+        if opts.wants(TWO_CONTAINER) and info.labels.get(f"{LABEL_PREFIX}stack.openmpi") == "none":
+            result = CheckResult(TWO_CONTAINER, SKIP, "Open MPI absent by design (openmpi none)")
+            checks.append(result)
+            if progress:
+                progress(result)
+        elif opts.wants(TWO_CONTAINER):
+            result = two_container(cs, info, opts)
             checks.append(result)
             if progress:
                 progress(result)

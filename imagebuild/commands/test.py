@@ -1,7 +1,7 @@
 """`imagebuild test IMAGE... [--report FILE] [--ranks N] [--timeout S] [--only NAME...]`
 
 Runs the smoke suite inside each image (one container), compares the image's labels with
-/opt/imagebuild/image.json, and runs ddp.two-node across two containers. Each image's report goes
+/opt/imagebuild/image.json, and runs ddp.two-node and mpi.two-container across two containers. Each image's report goes
 to --report FILE (one image) or .imagebuild/reports/<image-id>.json, with JUnit XML beside it.
 Exit 0 when every required check passed, 1 when one failed, 2 when the tests could not run.
 """
@@ -61,7 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="do not stream the suite's output; print only each check's result")
     parser.add_argument("--only", nargs="+", metavar="NAME", action="extend", default=[],
                         help="run only these checks (versions, libraries, mpi.config, mpi.allreduce, "
-                             "torch.allreduce, ddp.equivalence, gpudirect, ddp.two-node)")
+                             "torch.allreduce, ddp.equivalence, gpudirect, ddp.two-node, mpi.two-container)")
 
 
 def run(args) -> int:

@@ -7,8 +7,9 @@ Singularity %test). Standard library only; torch and MPI are used in child proce
 Checks: versions, libraries, mpi.config, mpi.allreduce, torch.allreduce, ddp.equivalence,
 ddp.elastic (torchrun --max-restarts survives a killed worker; elastic.py), gpudirect
 (informational: never makes the report fail), and on tier gpu nccl-tests (all_reduce_perf, when
-installed). `imagebuild test` adds ddp.two-node from
-the host. A skip is never a pass: the report lists every skipped check with its reason, and
+installed). `imagebuild test` adds ddp.two-node and mpi.two-container (MPI over UCX with one rank
+in each of two containers, mpirun over ssh) from the host. A skip is never a pass: the report
+lists every skipped check with its reason, and
 `passed` is true only when no required check failed.
 """
 
@@ -27,7 +28,7 @@ CHECK_NAMES = ("versions", "libraries", "mpi.config", "mpi.allreduce", "torch.al
                "ddp.equivalence", "ddp.elastic", "gpudirect")
 # tier gpu only (on tier cpu only when --only names it, and then it skips with its reason)
 GPU_CHECK_NAMES = ("nccl-tests",)
-HOST_CHECK_NAMES = ("ddp.two-node",)  # run by `imagebuild test` from outside the container
+HOST_CHECK_NAMES = ("ddp.two-node", "mpi.two-container")  # run by `imagebuild test` from outside
 # the alarm that catches Python code hanging inside this process fires this long after a check's
 # timeout (child processes are killed at the timeout itself and the check reports that)
 ALARM_MARGIN_S = 10.0

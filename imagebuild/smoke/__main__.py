@@ -90,10 +90,47 @@ def ddp_node(argv: list[str]) -> int:
     return 127  # not reached
 
 
+_HOSTNAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]{0,62}\Z")
+_UCX_TLS = re.compile(r"^\^?[a-z0-9_]+(?:,[a-z0-9_]+)*\Z")
+
+
+def mpi_hosts(argv: list[str]) -> int:
+    """`imagebuild-smoke mpi-hosts`: the mpi.allreduce worker under mpirun with one rank on each
+    of --hosts, the others started over ssh (the launcher where no Slurm runs). Each rank writes
+    rank-<N>.json into --out on its own host; the exit code is mpirun's. Used by `imagebuild test`
+    (mpi.two-container: two containers) and usable across real nodes."""
+    from . import checks, proc
+    from .context import Context
+
+    ap = argparse.ArgumentParser(prog="imagebuild-smoke mpi-hosts")
+    ap.add_argument("--hosts", required=True, help="HOST,HOST,...: one rank on each (this host first)")
+    ap.add_argument("--out", required=True, help="folder for each rank's result, on its host")
+    ap.add_argument("--tls", help="UCX_TLS for pml ucx (default: Open MPI's default pml)")
+    args = ap.parse_args(argv)
+    hosts = args.hosts.split(",")
+    if len(hosts) < 2 or not all(_HOSTNAME.match(h) for h in hosts) or len(set(hosts)) != len(hosts):
+        ap.error(f"--hosts must name two or more different hosts, not {args.hosts!r}")
+    if args.tls is not None and not _UCX_TLS.match(args.tls):
+        ap.error(f"--tls must be a UCX_TLS list such as self,tcp, not {args.tls!r}")
+    mpirun = proc.which("mpirun")
+    ctx = Context()
+    lib = ctx.system_libs().get("mpi")
+    if not mpirun or not lib:
+        print(f"imagebuild-smoke mpi-hosts: {'mpirun' if not mpirun else 'libmpi.so.40'} not found",
+              file=sys.stderr)
+        return 2
+    cmd = checks.mpirun_argv(mpirun, len(hosts), args.tls, ctx.python, lib, args.out, hosts=hosts)
+    print(" ".join(cmd), flush=True)
+    os.execve(mpirun, cmd, checks._mpirun_env(ctx))
+    return 127  # not reached
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["ddp-node"]:
         return ddp_node(argv[1:])
+    if argv[:1] == ["mpi-hosts"]:
+        return mpi_hosts(argv[1:])
     args = parser().parse_args(argv)
     expect_path = args.expect or _expect.default_path()
     expectation = None

@@ -399,6 +399,28 @@ def _mpirun_env(ctx: Context) -> dict:
     return env
 
 
+def mpirun_argv(mpirun: str, ranks: int, tls: str | None, python: str, lib: str, out_dir: str,
+                hosts: list[str] | None = None) -> list[str]:
+    """mpirun running the all-reduce worker on `ranks` ranks: over UCX with UCX_TLS=`tls` (None:
+    Open MPI's default pml), on this host or one rank on each of `hosts` (started over ssh)."""
+    argv = [mpirun, "--allow-run-as-root", "-np", str(ranks)]
+    if hosts:
+        # one rank on each host, never two on one; the remote daemon (prted/orted) is found under
+        # the prefix of this mpirun, and the ranks there get this side's search paths (an ssh
+        # session has the system's default PATH)
+        prefix = os.path.dirname(os.path.dirname(os.path.realpath(mpirun)))
+        argv += ["--host", ",".join(f"{h}:1" for h in hosts), "--map-by", "node", "--prefix", prefix]
+        argv += [a for v in ("PATH", "LD_LIBRARY_PATH") if os.environ.get(v) for a in ("-x", v)]
+    else:
+        argv.append("--oversubscribe")
+    if tls:
+        # Open MPI 4.1 only picks UCX on InfiniBand devices unless told otherwise
+        argv += ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices",
+                 "any", "-x", f"UCX_TLS={tls}"]
+    return argv + ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
+                   python, "-m", "imagebuild.smoke.workers.mpi_allreduce", "--lib", lib, "--out", out_dir]
+
+
 def check_mpi_allreduce(ctx: Context) -> CheckResult:
     mpirun = proc.which("mpirun")
     if not mpirun:
@@ -418,13 +440,7 @@ def check_mpi_allreduce(ctx: Context) -> CheckResult:
     metrics: dict[str, float] = {"ranks": ctx.ranks}
     for tls in transports:
         out_dir = ctx.scratch("mpi-allreduce" + (f"-{tls.replace(',', '-')}" if tls else ""))
-        argv = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(ctx.ranks)]
-        if tls:
-            # Open MPI 4.1 only picks UCX on InfiniBand devices unless told otherwise
-            argv += ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices",
-                     "any", "-x", f"UCX_TLS={tls}"]
-        argv += ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
-                 ctx.python, "-m", "imagebuild.smoke.workers.mpi_allreduce", "--lib", lib, "--out", out_dir]
+        argv = mpirun_argv(mpirun, ctx.ranks, tls, ctx.python, lib, out_dir)
         outcome = proc.run(argv, timeout=ctx.left(), env=env)
         results = read_results(out_dir, ctx.ranks)
         errs += [f"UCX_TLS={tls}: {e}" if tls and len(transports) > 1 else e
