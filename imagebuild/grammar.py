@@ -280,7 +280,7 @@ def check(kind: str, value: str, placeholders: Iterable[str] = ()) -> str | None
         return _check_url(value, tuple(placeholders))
     pattern = _PATTERNS[kind]
     if not pattern.fullmatch(value):
-        if kind in ("version", "driver"):  # the words knowledge.py uses for the same mistake
+        if kind in ("version", "driver"):  # the words knowledge/ uses for the same mistake
             return f"is a malformed {'driver ' if kind == 'driver' else ''}version (expected " \
                    f"{_DESCRIBE[kind]})"
         return f"must be {_DESCRIBE[kind]}"

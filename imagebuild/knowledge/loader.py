@@ -1,0 +1,53 @@
+"""load(): read matrix.yaml and build its Knowledge. build() calls the sections in a fixed order
+(later sections refer to earlier ones; the rules keep the order the sections add them in, which is
+the order of the resolver's explanations)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .context import _Ctx
+from .model import Knowledge
+from .sections import (architectures, constraints, cuda, cudnn, document, drivers, gpudirect, gpus,
+                       nccl, oses, platforms, preference, pytorch, rdma, recipes, sources,
+                       ucx_openmpi)
+from .yamlfile import load_yaml
+
+
+def load(path: str | Path) -> Knowledge:
+    """Load, validate and compile matrix.yaml."""
+    path = str(path)
+    doc = load_yaml(Path(path))
+    return build(doc, path)
+
+
+def build(doc: Any, path: str) -> Knowledge:
+    """The Knowledge of a parsed document (`doc` from load_yaml; `path` names it in errors)."""
+    c = _Ctx(path)
+    as_of = document.load(c, doc)
+    srcs = sources.load(c, doc)
+    plats = platforms.load(c, doc, srcs)
+    prefs = preference.load(c, doc)
+    modes, majors, releases, compat = cuda.load(c, doc, srcs)
+    branches = drivers.load(c, doc, srcs)
+    archs = architectures.load(c, doc, srcs)
+    gpu_table = gpus.load(c, doc, srcs, archs)
+    cudnn_releases = cudnn.load(c, doc, srcs)
+    nccl_features, nccl_releases = nccl.load(c, doc, srcs)
+    variants, torch = pytorch.load(c, doc, srcs, releases)
+    ucx = ucx_openmpi.load(c, doc, srcs, "ucx")
+    openmpi = ucx_openmpi.load(c, doc, srcs, "openmpi")
+    os_table = oses.load(c, doc, srcs)
+    gdr = gpudirect.load(c, doc, srcs)
+    rdma_table = rdma.load(c, doc, srcs, os_table)
+    constraints.load(c, doc, srcs)
+    constraints.unique_ids(c, doc)
+    recipes.load(c, doc)
+    return Knowledge(
+        path=path, as_of=as_of, sources=srcs, preference=prefs, modes=tuple(modes),
+        majors=majors, releases=releases, branches=branches, gpus=gpu_table,
+        architectures=archs, variants=variants, pytorch=torch, ucx=ucx,
+        openmpi=openmpi, os=os_table, gpudirect=gdr, nccl_features=nccl_features,
+        rules=tuple(c.rules), raw=doc, rdma=rdma_table, compat=compat, platforms=plats,
+        nccl_releases=nccl_releases, cudnn_releases=cudnn_releases)

@@ -1,0 +1,226 @@
+"""The typed knowledge: the facts each section yields (releases, branches, GPUs, variants, modes,
+...), the generic `Rule`s they compile to, and `Knowledge`, the whole, with the queries the resolver
+asks of it."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..versions import NONE, version_key
+from .matchers import Matcher
+from .schema import DEFAULT_PLATFORM
+
+@dataclass(frozen=True)
+class Source:
+    id: str
+    title: str
+    url: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    """When every `when` matcher holds, every `require` matcher must hold and, if `any_of` is
+    given, every matcher of at least one of its alternatives (a support matrix's rows: "this
+    driver on these GPUs, or that driver on those"). `tag` marks rules that apply only under a
+    resolver option (e.g. "repo-cuda": CUDA taken from NVIDIA's package repository)."""
+
+    id: str
+    when: tuple[tuple[str, Matcher], ...]
+    require: tuple[tuple[str, Matcher], ...]
+    text: str
+    source: str
+    line: int
+    verified: bool = True
+    any_of: tuple[tuple[tuple[str, Matcher], ...], ...] = ()
+    tag: str | None = None
+
+    @property
+    def components(self) -> frozenset[str]:
+        alts = tuple(pair for alt in self.any_of for pair in alt)
+        return frozenset(c for c, _ in self.when + self.require + alts)
+
+
+@dataclass(frozen=True)
+class CudaRelease:
+    version: str
+    driver: str | None          # Table 3's driver; None: not known (native mode cannot be judged)
+    source: str
+    verified: bool
+    line: int
+    wheels_only: bool = False   # known from NVIDIA's wheels (cuda-toolkit) only, not a repository
+
+
+@dataclass(frozen=True)
+class Branch:
+    branch: int
+    type: str | None
+    eol: str | bool | None
+    newest_cuda: str | None
+    source: str
+
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    cc: str
+    datacenter: bool
+    source: str
+    platforms: tuple[str, ...] = ()      # empty: any platform the matrix lists
+
+
+@dataclass(frozen=True)
+class Variant:
+    pytorch: str
+    cuda: str          # "12.4", or "none" for the CPU build
+    cudnn: str
+    nccl: str
+    cuda_runtime: str | None
+    arch: tuple[str, ...] | None
+    default: bool
+    verified: bool
+    source: str
+    line: int
+    platforms: tuple[str, ...] = (DEFAULT_PLATFORM,)
+
+    @property
+    def tag(self) -> str:
+        return "cpu" if self.cuda == NONE else "cu" + self.cuda.replace(".", "")
+
+
+@dataclass(frozen=True)
+class Mode:
+    id: str
+    driver_floor: str            # release | major | none
+    gpu: tuple[tuple[str, Any], ...]
+    branch_supported: bool
+    package: str | None
+    caveat: str | None
+    source: str
+    branch_listed: bool = False  # the host branch must be one cuda.compat lists for the release
+
+
+@dataclass(frozen=True)
+class Compat:
+    """NVIDIA's forward-compatibility table: the driver branches a CUDA release's cuda-compat
+    package supports."""
+
+    cuda: str                   # major.minor
+    branches: tuple[int, ...]
+    source: str
+    line: int
+
+
+@dataclass
+class Knowledge:
+    path: str
+    as_of: str
+    sources: dict[str, Source]
+    preference: tuple[str, ...]
+    modes: tuple[Mode, ...]
+    majors: dict[int, tuple[str, str]]          # major -> (floor driver, source)
+    releases: dict[str, CudaRelease]
+    branches: dict[int, Branch]
+    gpus: dict[str, Gpu]
+    architectures: dict[str, dict]
+    variants: dict[tuple[str, str], Variant]     # (pytorch, cuda mm or none) -> Variant
+    pytorch: dict[str, dict]
+    ucx: dict[str, dict]
+    openmpi: dict[str, dict]
+    os: dict[str, dict]
+    gpudirect: tuple[dict, ...]
+    nccl_features: tuple[dict, ...]
+    rules: tuple[Rule, ...]
+    raw: dict
+    rdma: dict[str, dict] = field(default_factory=dict)   # id -> user-space RDMA alternative
+    compat: dict[str, Compat] = field(default_factory=dict)   # CUDA major.minor -> cuda-compat
+    platforms: dict[str, dict] = field(default_factory=dict)  # id -> entry, best first
+    nccl_releases: tuple[str, ...] = ()     # every NCCL release the knowledge names
+    cudnn_releases: tuple[str, ...] = ()    # every cuDNN release (wheel copies and system copies)
+
+    # ---- queries the resolver asks
+
+    def source_ref(self, sid: str) -> str:
+        return f"[{sid}]"
+
+    def domain(self, component: str, allow_unverified: bool = False) -> list[str]:
+        """Every value the knowledge allows for a stack component, best first (cached)."""
+        cache = self.__dict__.setdefault("_domains", {})
+        key = (component, allow_unverified)
+        if key not in cache:
+            cache[key] = self._domain(component, allow_unverified)
+        return list(cache[key])
+
+    def _domain(self, component: str, allow_unverified: bool) -> list[str]:
+        if component == "pytorch":
+            vals = {v.pytorch for v in self.variants.values() if v.verified or allow_unverified}
+            return sorted(vals, key=version_key, reverse=True) + [NONE]
+        if component == "cuda":
+            vals = [r.version for r in self.releases.values() if r.verified or allow_unverified]
+            return sorted(vals, key=version_key, reverse=True) + [NONE]
+        if component in ("cudnn", "nccl"):
+            vals = {getattr(v, component) for v in self.variants.values()
+                    if (v.verified or allow_unverified) and getattr(v, component) != NONE}
+            if component == "nccl":
+                vals |= set(self.nccl_releases)
+            return sorted(vals, key=version_key, reverse=True) + [NONE]
+        if component == "platform":
+            return list(self.platforms) or [DEFAULT_PLATFORM]
+        if component == "python":
+            vals = {p for o in self.os.values() for p in o["python"]}
+            return sorted(vals, key=version_key, reverse=True)
+        if component == "os":
+            return list(self.os)  # the file's order is the preference
+        if component in ("ucx", "openmpi"):
+            table = getattr(self, component)
+            return sorted(table, key=version_key, reverse=True)
+        raise KeyError(component)
+
+    def gpu_by_name(self, text: str) -> Gpu | None:
+        """A GPU by product name (case and space insensitive), as nvidia-smi prints it too
+        ("NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB": the longest known name whose words
+        begin the given ones), or by sm_XY / compute capability."""
+        key = text.replace(" ", "").lower()
+        for g in self.gpus.values():
+            if g.name.replace(" ", "").lower() == key:
+                return g
+        words = [w for w in text.lower().replace("-", " ").replace("_", " ").split()
+                 if w not in ("nvidia", "tesla")]
+        best = None
+        for g in self.gpus.values():
+            name = g.name.lower().split()
+            if words[:len(name)] == name and (best is None or len(name) > len(best.name.split())):
+                best = g
+        if best is not None:
+            return best
+        cc = None
+        if key.startswith("sm_") and key[3:].isdigit() and len(key) >= 5:
+            cc = f"{int(key[3:-1])}.{key[-1]}"
+        elif key.replace(".", "").isdigit() and key.count(".") == 1:
+            cc = key
+        if cc is not None and cc in self.architectures:
+            arch = self.architectures[cc]
+            return Gpu(name=f"sm_{cc.replace('.', '')}", cc=cc,
+                       datacenter=False, source=arch["source"])
+        return None
+
+    def branch_supported(self, branch: int, date: str) -> tuple[bool | None, str]:
+        """Whether NVIDIA still supports a driver branch on `date`, with the reason."""
+        b = self.branches.get(branch)
+        if b is None:
+            return None, f"branch R{branch} is not in the knowledge base"
+        if b.eol is True:
+            return False, f"R{branch} is end of life [{b.source}]"
+        if not b.eol:
+            return None, f"the end of life of R{branch} is not known"
+        eol = str(b.eol)
+        if len(eol) == 7:  # YYYY-MM: supported through that month
+            y, m = int(eol[:4]), int(eol[5:7])
+            end = _dt.date(y + (m == 12), m % 12 + 1, 1)
+        else:
+            end = _dt.date.fromisoformat(eol)
+        today = _dt.date.fromisoformat(date)
+        if today >= end:
+            return False, f"R{branch} reached end of life {eol} [{b.source}]"
+        return True, f"R{branch} ({b.type}) is supported until {eol} [{b.source}]"

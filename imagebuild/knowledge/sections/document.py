@@ -1,0 +1,29 @@
+"""The top level: a mapping of known sections, `schema: 1`, `as_of` (the day the facts were read)
+and `project` (its source and licenses; grammar checks their values)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from ..context import _Ctx
+from ..schema import TOP
+from ..yamlfile import _Map
+
+
+def load(c: _Ctx, doc) -> str:
+    """Check the document's shape; return as_of."""
+    if not isinstance(doc, _Map):
+        c.fail("the knowledge base must be a mapping at the top level", doc)
+    c.mapping(doc, "matrix", required=("schema", "as_of", "sources", "cuda", "drivers",
+                                       "architectures", "gpus", "pytorch", "os"),
+              optional=TOP)
+    if doc["schema"] != 1:
+        c.fail(f"unsupported schema {doc['schema']!r} (this imagebuild reads schema 1)", doc, "schema")
+    as_of = c.text(doc, "as_of", "matrix")
+    try:
+        _dt.date.fromisoformat(as_of)
+    except ValueError:
+        c.fail(f"as_of: malformed date {as_of!r} (expected YYYY-MM-DD)", doc, "as_of")
+    if "project" in doc:   # project.source and .licenses (grammar.py checks them)
+        c.mapping(doc["project"], "project", required=(), optional=("source", "licenses"))
+    return as_of

@@ -1,0 +1,26 @@
+"""`gpudirect:`: the GPUDirect RDMA paths (nvidia-peermem, DMA-BUF, ...), what each requires of
+the host (driver, OFED, open kernel modules, CUDA, GPU, kernel) and the NCCL that uses it."""
+
+from __future__ import annotations
+
+from ..context import _Ctx
+from ..matchers import matcher_for
+from ..yamlfile import _List
+
+
+def load(c: _Ctx, doc, sources) -> tuple[dict, ...]:
+    gdr = []
+    for g in c.seq(doc.get("gpudirect", _List()), "gpudirect", doc, "gpudirect"):
+        w = "gpudirect[]"
+        c.mapping(g, w, required=("id", "requires", "source"),
+                  optional=("preferred", "nccl", "note"))
+        reqs = c.mapping(g["requires"], f"{w}.requires", required=(),
+                         optional=("driver", "ofed", "open_kernel_modules", "cuda", "gpu.cc",
+                                   "kernel"))
+        compiled = []
+        for k, val in reqs.items():
+            compiled.append((k, matcher_for(c, k, val, reqs, f"{w}.requires")))
+        gdr.append({"id": c.text(g, "id", w), "requires": tuple(compiled),
+                    "preferred": g.get("preferred", 99), "nccl": c.spec(g, "nccl", w, True),
+                    "note": c.text(g, "note", w, True), "source": c.source(g, sources, w)})
+    return tuple(gdr)

@@ -1,0 +1,131 @@
+"""`pytorch:`: the releases, the Python each supports, and their variants (one per CUDA build, or the
+CPU build): the cuDNN and NCCL each wheel bundles, the CUDA it brings, the GPUs it is built for and
+the platforms it is published for."""
+
+from __future__ import annotations
+
+from ...versions import NONE, VersionSyntaxError, major_minor, parse_version
+from ..context import _Ctx
+from ..matchers import Matcher, any_of, arch_matcher, category_matcher, version_matcher
+from ..model import Variant
+from ..schema import DEFAULT_PLATFORM
+
+
+def load(c: _Ctx, doc, sources, releases):
+    """(variants, pytorch): (version, CUDA major.minor or none) -> Variant, version -> release."""
+    pt = c.mapping(doc["pytorch"], "pytorch", required=("releases",))
+    variants: dict[tuple[str, str], Variant] = {}
+    pytorch: dict[str, dict] = {}
+    for rel in c.seq(pt["releases"], "pytorch.releases", pt, "releases"):
+        _release(c, rel, sources, releases, variants, pytorch)
+    return variants, pytorch
+
+
+def _release(c: _Ctx, rel, sources, releases, variants, pytorch):
+    """One release: its Python rule, its variants, and the CUDA builds it has."""
+    w = "pytorch.releases[]"
+    c.mapping(rel, w, required=("version", "python", "variants", "source"), optional=("note",))
+    ver = c.version(rel, "version", w)
+    if ver in pytorch:
+        c.fail(f"pytorch.releases: {ver} is listed twice", rel, "version")
+    py = c.spec(rel, "python", w)
+    src = c.source(rel, sources, w)
+    pytorch[ver] = {"version": ver, "python": py, "source": src}
+    c.add_rule(f"pytorch-{ver}-python", [("pytorch", version_matcher("==" + ver))],
+               [("python", version_matcher(py))], f"torch {ver} supports Python {py}",
+               src, rel.line)
+    cudas_verified, cudas_all = [], []
+    w = f"pytorch {ver} variants[]"
+    for v in c.seq(rel["variants"], w, rel, "variants"):
+        cuda_m, verified = _variant(c, v, w, ver, sources, releases, variants)
+        (cudas_verified if verified else cudas_all).append(cuda_m)
+    builds_v = ", ".join(m.text for m in cudas_verified) or "no verified build"
+    also = (f" (builds for {', '.join(m.text for m in cudas_all)} are not confirmed)"
+            if cudas_all else "")
+    c.add_rule(f"pytorch-{ver}-builds", [("pytorch", version_matcher("==" + ver))],
+               [("cuda", any_of(cudas_verified or [Matcher("nothing", lambda x: False)]))],
+               f"torch {ver} is built for CUDA {builds_v}{also}", src, rel.line)
+    if cudas_all:
+        c.add_rule(f"pytorch-{ver}-builds-unverified", [("pytorch", version_matcher("==" + ver))],
+                   [("cuda", any_of(cudas_verified + cudas_all))],
+                   f"torch {ver} is built for CUDA "
+                   + ", ".join(m.text for m in cudas_verified + cudas_all)
+                   + " (some builds unverified)", src, rel.line, verified=False)
+
+
+def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
+    """One variant of torch `ver`: validated, recorded, and its rules; (its CUDA matcher,
+    verified)."""
+    c.mapping(v, w, required=("source",),
+              optional=("cuda", "cpu", "cudnn", "nccl", "cuda_runtime", "arch", "default",
+                        "verified", "platforms", "note"))
+    vsrc = c.source(v, sources, w)
+    verified = c.flag(v, "verified", w, True)
+    if c.flag(v, "cpu", w, False):
+        if "cuda" in v:
+            c.fail(f"{w}: a CPU variant has no cuda", v, "cuda")
+        cuda_mm, cudnn, nccl = NONE, NONE, NONE
+    else:
+        cuda_mm = c.version(v, "cuda", w)
+        if cuda_mm.count(".") != 1:
+            c.fail(f"{w}: cuda is a major.minor such as 12.4", v, "cuda")
+        if not any(major_minor(r) == cuda_mm for r in releases):
+            c.fail(f"{w}: CUDA {cuda_mm} has no release under cuda.releases", v, "cuda")
+        cudnn = c.version(v, "cudnn", w, optional=not verified)
+        nccl = c.version(v, "nccl", w, optional=not verified)
+        if verified and (cudnn is None or nccl is None):
+            c.fail(f"{w}: a verified variant names its cudnn and nccl", v)
+    arch = None
+    if "arch" in v:
+        arch_node = c.seq(v["arch"], f"{w}.arch", v, "arch")
+        for entry in arch_node:
+            try:
+                parse_version(str(entry).removesuffix("+PTX"))
+            except VersionSyntaxError as exc:
+                c.fail(f"{w}.arch: {exc}", v, "arch")
+        arch = tuple(str(e) for e in arch_node)
+    key = (ver, cuda_mm)
+    if key in variants:
+        c.fail(f"{w}: torch {ver} has two {cuda_mm} variants", v)
+    var = Variant(ver, cuda_mm, cudnn or NONE, nccl or NONE,
+                  c.version(v, "cuda_runtime", w, True), arch,
+                  c.flag(v, "default", w, False), verified, vsrc, v.line,
+                  c.platform_list(v, "platforms", w) or (DEFAULT_PLATFORM,))
+    variants[key] = var
+    cuda_m = Matcher("none", lambda x: x == NONE) if cuda_mm == NONE \
+        else version_matcher(cuda_mm)
+    when = [("pytorch", version_matcher("==" + ver)), ("cuda", cuda_m)]
+    req = []
+    if cudnn:
+        req.append(("cudnn", Matcher(cudnn, (lambda want: lambda x: x == want)(cudnn))))
+    if nccl == NONE:
+        req.append(("nccl", Matcher(NONE, lambda x: x == NONE)))
+    elif nccl:
+        # The wheel's NCCL or a newer NCCL 2 installed over it (users upgrade NCCL for its
+        # fixes; the image installs it explicitly and preloads it). The bundled one ranks
+        # first (Problem orders it so).
+        floor = parse_version(nccl)
+        req.append(("nccl", Matcher(f">= {nccl}", (lambda lo: lambda x: x != NONE and (
+            parse_version(x) >= lo and parse_version(x).major == lo.major))(floor))))
+    runtime = c.version(v, "cuda_runtime", w, True)
+    var_tag = "cpu" if cuda_mm == NONE else "cu" + cuda_mm.replace(".", "")
+    if runtime in releases and major_minor(runtime) == cuda_mm:
+        # cu13-era wheels pin `cuda-toolkit==X.Y.Z`: the stack's CUDA is that release
+        c.add_rule(f"pytorch-{ver}-{var_tag}-cuda", when,
+                   [("cuda", Matcher(runtime, (lambda want: lambda x: x == want)(runtime)))],
+                   f"torch {ver}+{var_tag} wheels bring CUDA {runtime} (cuda-toolkit=={runtime})",
+                   vsrc, v.line, verified, tag="wheel-cuda")
+    plats = c.platform_list(v, "platforms", w) or (DEFAULT_PLATFORM,)
+    c.add_rule(f"pytorch-{ver}-{'cpu' if cuda_mm == NONE else 'cu' + cuda_mm.replace('.', '')}"
+               "-platform", when, [("platform", category_matcher(plats))],
+               f"torch {ver}+{'cpu' if cuda_mm == NONE else 'cu' + cuda_mm.replace('.', '')} "
+               f"wheels are published for {', '.join(plats)}", vsrc, v.line, verified)
+    if arch:
+        req.append(("gpu.cc", arch_matcher(list(arch))))
+    if req:
+        c.add_rule(f"pytorch-{ver}-{var.tag}", when, req,
+                   f"torch {ver}+{var.tag} bundles "
+                   + ", ".join(f"{k} {m.text}" for k, m in req if k != "gpu.cc")
+                   + (f" and is built for {req[-1][1].text}" if arch else ""),
+                   vsrc, v.line, verified)
+    return cuda_m, verified

@@ -1,0 +1,50 @@
+"""`ucx:` and `openmpi:` (one schema for both): the releases, each installed from source (a
+tarball or a git archive, with its checksum) or from the OS's packages, the OSes that package it
+and whether it is built CUDA-aware. Optional: without the section, no releases."""
+
+from __future__ import annotations
+
+from ..context import _Ctx
+from ..matchers import category_matcher, version_matcher
+
+
+def load(c: _Ctx, doc, sources, comp: str) -> dict[str, dict]:
+    """The releases of `comp` ("ucx" or "openmpi") by version."""
+    table = {}
+    if comp not in doc:
+        return table
+    node = c.mapping(doc[comp], comp, required=("releases",))
+    for r in c.seq(node["releases"], f"{comp}.releases", node, "releases"):
+        w = f"{comp}.releases[]"
+        c.mapping(r, w, required=("version", "source"),
+                  optional=("date", "install", "os", "cuda", "line", "pml", "needs", "note",
+                            "url", "sha256", "git_archive"))
+        ver = c.version(r, "version", w)
+        c.version(r, "line", w, True)
+        if ver in table:
+            c.fail(f"{comp}.releases: {ver} is listed twice", r, "version")
+        install = c.text(r, "install", w, True) or "source"
+        if install not in ("source", "os"):
+            c.fail(f"{w}: install must be source or os", r, "install")
+        src = c.source(r, sources, w)
+        entry = dict(r)
+        entry["install"] = install
+        if "git_archive" in r:
+            ga = c.mapping(r["git_archive"], f"{w}.git_archive",
+                           required=("file", "sha256", "commit", "source"),
+                           optional=("note",))
+            c.source(ga, sources, f"{w}.git_archive")
+            entry["git_archive"] = {key: str(val) for key, val in ga.items()}
+        table[ver] = entry
+        req = []
+        if "os" in r:
+            req.append(("os", category_matcher(c.seq(r["os"], f"{w}.os", r, "os"))))
+        # `cuda: false`: a build without CUDA support. It still runs beside a CUDA stack
+        # (torch does not go through MPI for its GPUs); it is just not CUDA-aware, which
+        # the answer says, and source builds rank first anyway (they are newer).
+        entry["cuda_aware"] = r.get("cuda") is not False
+        if req:
+            c.add_rule(f"{comp}-{ver}-build", [(comp, version_matcher("==" + ver))], req,
+                       f"{comp} {ver} ({install} package) needs "
+                       + " and ".join(f"{k} {m.text}" for k, m in req), src, r.line)
+    return table
