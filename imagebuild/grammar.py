@@ -757,7 +757,32 @@ def _images(c: _Checker, doc, os_ids: set[str], rdma_ids: set[str]):
             if rdma not in (None, "rdma-core"):
                 c.fail(f"{where}.cuda_from: wheels images take RDMA user space from the OS's "
                        "rdma-core", fam, "rdma")
+            _wheels_comms(c, doc, fam, where, pytorch)
         _what_images_need(c, doc, fam, where, flavors, pytorch, cuda_from or "repository")
+
+
+def _wheels_comms(c: _Checker, doc, fam, where: str, pytorch) -> None:
+    """cuda_from: wheels, as images.expand renders it: UCX and Open MPI pinned to releases of
+    their sections, both compiled from source against the cuda-toolkit wheels or both the OS's
+    packages beside torch's closure; the OS's packages only with PyTorch."""
+    installs = set()
+    for comp in ("ucx", "openmpi"):
+        section = doc.get(comp) if isinstance(doc.get(comp), dict) else {}
+        releases = section.get("releases") if isinstance(section.get("releases"), list) else []
+        pinned = fam.get(comp)
+        entry = next((r for r in releases if isinstance(r, dict) and pinned is not None
+                      and str(r.get("version")) == str(pinned)), None)
+        if entry is None:
+            c.fail(f"{where}.cuda_from: wheels needs {comp} pinned to a release of matrix.yaml's "
+                   f"{comp} section" + (f" ({pinned!r} is none)" if pinned is not None else ""),
+                   fam, comp if comp in fam else None)
+        installs.add(str(entry.get("install") or "source"))
+    if len(installs) != 1:
+        c.fail(f"{where}.cuda_from: wheels builds UCX and Open MPI both from source or takes both "
+               "from the OS", fam, "cuda_from")
+    if installs == {"os"} and str(pytorch if pytorch is not None else "none") == "none":
+        c.fail(f"{where}.cuda_from: wheels without PyTorch compiles UCX and Open MPI against the "
+               "CUDA toolkit's wheels: pin source releases, not the OS's packages", fam, "cuda_from")
 
 
 def _what_images_need(c: _Checker, doc, fam, where: str, flavors: list[str], pytorch,

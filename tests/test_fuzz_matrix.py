@@ -514,3 +514,38 @@ def test_prose_notes_may_span_lines(original, tmp_path, capsys):
     path = tmp_path / "m.yaml"
     path.write_text(text, encoding="utf-8")
     assert cli.main(["knowledge", "validate", "--matrix", str(path)]) == 0
+
+
+def _family_span(text: str, description: str) -> tuple[int, int]:
+    """First and last line (1-based) of the images: family whose description contains ``description``."""
+    lines = text.splitlines()
+    at = next(i for i, ln in enumerate(lines) if "description:" in ln and description in ln)
+    start = max(i for i in range(at + 1) if lines[i].lstrip().startswith("- family:"))
+    end = next((i for i in range(at + 1, len(lines)) if lines[i].lstrip().startswith("- family:")
+                or (lines[i] and not lines[i].startswith(" "))), len(lines))
+    return start + 1, end
+
+
+@pytest.mark.parametrize("mutation", ["empty-install", "no-ucx", "os-packages-without-torch"])
+def test_cuda_from_wheels_families_are_checked_at_load(original, tmp_path, capsys, mutation):
+    """What images.expand would refuse at generate is refused by validate, naming the line: an
+    empty `install`, a wheels family without UCX pinned, OS packages where nothing brings torch."""
+    if mutation == "empty-install":
+        n = _line_of(original, r'- \{version: "1\.13\.1", install: os')
+        text = _edit(original, n, lambda ln: ln.replace("install: os", 'install: ""'))
+        want, line = "install must be source or os", n
+    else:
+        first, last = _family_span(original, "PyTorch with CUDA from its own wheels on Debian")
+        key = "ucx" if mutation == "no-ucx" else "pytorch"
+        n = next(i for i in range(first, last + 1)
+                 if re.match(rf"\s+{key}: ", original.splitlines()[i - 1]))
+        text = _edit(original, n, lambda ln: "")
+        want = ("needs ucx pinned" if mutation == "no-ucx"
+                else "without PyTorch compiles UCX and Open MPI against")
+        line = None
+    path, err = _refused(tmp_path, capsys, text)
+    assert want in err, err
+    if line is not None:
+        assert error_location(err, path)[0] == line
+    else:
+        assert error_location(err, path)[0] is not None

@@ -23,7 +23,8 @@ def load(c: _Ctx, doc, sources, comp: str) -> dict[str, dict]:
         c.version(r, "line", w, True)
         if ver in table:
             c.fail(f"{comp}.releases: {ver} is listed twice", r, "version")
-        install = c.text(r, "install", w, True) or "source"
+        install = c.text(r, "install", w, True)
+        install = "source" if install is None else install      # left out: source; '' is refused
         if install not in ("source", "os"):
             c.fail(f"{w}: install must be source or os", r, "install")
         src = c.source(r, sources, w)
