@@ -89,7 +89,8 @@ def test_recipe_has_no_cuda_repository_package_or_second_nccl(k, specs):
     for absent in ("cuda-repo", "cuda-runtime", "cuda-devel", "nccl", "nccl-tests", "ucx", "openmpi",
                    "gdrcopy", "os-devel"):
         assert absent not in fragments
-    assert fragments[:4] == ["debian-mpi", "venv", "pytorch", "smoke"]
+    # OpenSSH (every image with Open MPI: mpirun across containers without Slurm) after the OS's MPI
+    assert fragments[:5] == ["debian-mpi", "openssh", "venv", "pytorch", "smoke"]
     text = r.dockerfile(spec, k)
     assert "developer.download.nvidia.com" not in text and "cuda-libraries" not in text
     assert "nccl.txt" not in text and text.count("FROM ") == 1
