@@ -364,6 +364,7 @@ class Renderer:
         cuda-toolkit wheels in the devel stage, the run-time subset of the same lock in the
         run-time stage); everything else is the same fragments either way."""
         from . import sources as S
+        from .reproducible import source_epoch
         s = spec.stack
         cuda = s["cuda"]
         cuda_mm = major_minor(cuda)
@@ -481,7 +482,8 @@ class Renderer:
             self.fragment("gdrcopy", f"gdrcopy {gdr['version']} (user space)", cuda_home=cuda_home,
                           **gdr),
             self.fragment("ucx", f"UCX {ucx['version']}", flags=ucx_flags, **ucx),
-            self.fragment("openmpi", f"Open MPI {ompi['version']}", flags=ompi_flags, **ompi),
+            self.fragment("openmpi", f"Open MPI {ompi['version']}", flags=ompi_flags,
+                          source_epoch=_safe("version", source_epoch(spec.as_of), "source date"), **ompi),
             *nccl_devel,
             self.fragment("nccl-tests", f"nccl-tests {ntests['version']}", cuda_home=cuda_home,
                           nccl_home=nccl_home, gencode=gencode, **ntests),
