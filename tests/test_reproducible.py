@@ -296,7 +296,9 @@ def _drop_build_chain(client, log: Path, keep: set[str]) -> None:
 def test_smoke_cpu_two_cold_builds_give_one_id_and_lock_check_sees_another(docker_client, base_image,
                                                                            tmp_path):
     """The issue's check on the real image: `build smoke-cpu --no-cache --json` twice gives one ID,
-    which `lock --check` accepts; another image under the same tag is drift (exit 1)."""
+    which `lock --check` accepts; another image under the same tag is drift (exit 1). The same for
+    the CUDA-built communication image is the last test of tests/test_comms_wheels_image.py, whose
+    module fixture is the first cold build (so that image is built cold twice, not three times)."""
     def build() -> tuple[str, str]:
         logs = tmp_path / "logs"
         proc = _cli("build", "smoke-cpu", "--no-cache", "--json", "--quiet", "--output", str(tmp_path / "build"),

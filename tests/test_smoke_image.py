@@ -62,7 +62,8 @@ def test_every_check_passes_in_smoke_cpu(full_run, docker_client, smoke_cpu_imag
     data = json.loads(report.read_text())
     statuses = {c["name"]: (c["status"], c["detail"]) for c in data["checks"]}
     assert list(statuses) == ["versions", "libraries", "mpi.config", "mpi.allreduce", "torch.allreduce",
-                              "ddp.equivalence", "ddp.elastic", "gpudirect", "ddp.two-node"]
+                              "ddp.equivalence", "ddp.elastic", "gpudirect", "ddp.two-node",
+                              "mpi.two-container"]
     failed = {n: d for n, (s, d) in statuses.items() if s != "pass"}
     assert not failed
     assert code == 0 and data["passed"] is True
@@ -81,10 +82,20 @@ def test_two_node_run_used_two_containers(full_run):
     assert two["metrics"]["max_rank_diff"] == 0 and two["metrics"]["nodes"] == 2
 
 
+def test_mpi_across_two_containers_with_debians_open_mpi(full_run):
+    """Debian's Open MPI 4.1.4 and UCX 1.13.1 pass mpi.two-container as the compiled stack does:
+    mpirun (orted started over ssh), and UCX 1.13's shared memory between containers."""
+    _, report, _ = full_run
+    two = next(c for c in json.loads(report.read_text())["checks"] if c["name"] == "mpi.two-container")
+    assert "one rank in each of 2 containers (node0, node1) on a private network, pml ucx, UCX_TLS=self,tcp" \
+        in two["detail"]
+    assert "between 2 containers sharing IPC and PID namespaces: ucx_perftest tag_bw" in two["detail"]
+
+
 def test_junit_beside_the_report(full_run):
     _, report, _ = full_run
     root = ET.parse(str(report.with_suffix(".xml"))).getroot()
-    assert root.get("tests") == "9" and root.get("failures") == "0"
+    assert root.get("tests") == "10" and root.get("failures") == "0"
     assert sorted(c.get("name") for c in root.iter("testcase"))[0] == "ddp.elastic"
 
 
