@@ -292,23 +292,9 @@ def expand(k: Knowledge, *, require_locks: bool = True,
         cuda_from = str(fam.get("cuda_from", "repository"))
         if cuda_from not in CUDA_FROM:
             fail(f"{name}: cuda_from must be one of {', '.join(CUDA_FROM)}")
-        if cuda_from == "wheels":
-            # either nothing is compiled against the wheels' CUDA (UCX and Open MPI are the OS's
-            # own, beside torch's closure) or both are built from source against the cuda-toolkit
-            # wheels' nvcc and headers
-            installs = set()
-            for comp in ("ucx", "openmpi"):
-                entry = getattr(k, comp).get(str(fam.get(comp, "")))
-                if entry is None:
-                    fail(f"{name}: cuda_from: wheels needs {comp} pinned (a release of matrix.yaml's "
-                         f"{comp} section)")
-                installs.add(entry.get("install", "source"))
-            if len(installs) != 1:
-                fail(f"{name}: cuda_from: wheels builds UCX and Open MPI both from source or takes "
-                     "both from the OS")
-            if installs == {"os"} and str(fam.get("pytorch", "none")) == NONE:
-                fail(f"{name}: cuda_from: wheels without PyTorch compiles UCX and Open MPI against "
-                     "the CUDA toolkit's wheels: pin source releases, not the OS's packages")
+        # cuda_from: wheels' UCX/Open MPI choice (both from source against the cuda-toolkit
+        # wheels, or both the OS's beside torch's closure) is checked when the matrix is loaded
+        # (grammar._wheels_comms), naming the family's line
         form = str(fam.get("sources", "release"))
         build = dict(BUILD_SWITCHES)
         build.update({key: v for key, v in (fam.get("build") or {}).items() if key in BUILD_SWITCHES})

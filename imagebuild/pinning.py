@@ -23,17 +23,14 @@ recipe's reference and ``base.digest`` states the locked digest or id.
 
 from __future__ import annotations
 
-import re
 import secrets
 from dataclasses import dataclass, field
 
 from .errors import BuildError
+from .lockfile import _FROM, _ID, _REPO_DIGEST, base_refs  # the lock's grammar of FROM lines, digests
 
 PIN_REPOSITORY = "imagebuild-locked/base"
 LOCKED_DOCKERFILE = "Dockerfile.locked"
-_ID = re.compile(r"sha256:([0-9a-f]{64})\Z")
-_REPO_DIGEST = re.compile(r"[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}\Z")
-_FROM = re.compile(r"^(\s*FROM\s+(?:--platform=\S+\s+)?)(\S+)((?:\s+AS\s+\S+)?\s*)\Z", re.IGNORECASE)
 
 
 @dataclass
@@ -52,8 +49,9 @@ def pin_text(text: str, pins: dict[str, str]) -> str:
     for line in text.splitlines(keepends=True):
         body = line.rstrip("\r\n")
         match = _FROM.match(body)
-        if match and match.group(2) in pins:
-            line = f"{match.group(1)}{pins[match.group(2)]}{match.group(3)}{line[len(body):]}"
+        if match and match.group(1) in pins:
+            start, end = match.span(1)
+            line = f"{body[:start]}{pins[match.group(1)]}{line[end:]}"
         out.append(line)
     return "".join(out)
 
@@ -65,7 +63,6 @@ def pin_bases(client, text: str, locked: dict[str, dict], *, what: str) -> Pinne
     names the image in errors. A base the lock records nothing for is refused."""
     from docker.errors import APIError, ImageNotFound
 
-    from .lockfile import base_refs
     from .reproducible import BASE_DIGEST_LABEL, BASE_NAME_LABEL, final_base
 
     pins: dict[str, str] = {}
@@ -79,12 +76,11 @@ def pin_bases(client, text: str, locked: dict[str, dict], *, what: str) -> Pinne
             if isinstance(digest, str) and _REPO_DIGEST.match(digest):
                 pins[ref], digests[ref] = digest, digest.split("@", 1)[1]
                 continue
-            match = _ID.match(image_id) if isinstance(image_id, str) else None
-            if match is None:
+            if not (isinstance(image_id, str) and _ID.match(image_id)):
                 raise BuildError(f"{what}: images.lock records no id or digest for its base {ref}; "
                                  "a locked build cannot name it (run `imagebuild lock` with the base "
                                  "in the engine)")
-            tag = f"{match.group(1)}-{secrets.token_hex(4)}"
+            tag = f"{image_id.split(':', 1)[1]}-{secrets.token_hex(4)}"
             try:
                 client.api.tag(image_id, PIN_REPOSITORY, tag)
             except ImageNotFound:

@@ -418,8 +418,7 @@ class RegistryAPI:
                                 f"{repository}:{tag}")
         digest = response.headers.get("Docker-Content-Digest", "")
         if not DIGEST_RE.match(digest):
-            import hashlib
-            digest = "sha256:" + hashlib.sha256(response.content).hexdigest()
+            digest = sha256_digest(response.content)
         return digest
 
     # ---- reading and writing manifests and blobs (SBOM referrers, signatures: referrers.py, signing.py)

@@ -332,6 +332,31 @@ def _suite_in_container(cs: Containers, info: ImageInfo, opts: TestOptions,
     return results, image_json
 
 
+def rank_results(cs: Containers, containers, out: str) -> dict[int, dict]:
+    """rank -> the JSON result a rank wrote under ``out`` in any of ``containers`` (files that do
+    not parse, or name no rank, are left out: the caller reports the ranks that are missing)."""
+    results: dict[int, dict] = {}
+    for c in containers:
+        for content in cs.read_files(c, out).values():
+            try:
+                data = json.loads(content)
+                results[int(data["rank"])] = data
+            except (ValueError, KeyError, TypeError):
+                continue
+    return results
+
+
+def rank_errors(results: dict[int, dict], errs: list[str]) -> list[str]:
+    """What two ranks' results say is wrong: a missing rank (unless ``errs`` already explains
+    it), then the first three errors each rank reported."""
+    out = []
+    if sorted(results) != [0, 1] and not errs:
+        out.append(f"expected results of ranks [0, 1], got {sorted(results)}")
+    for rank, data in sorted(results.items()):
+        out += [f"rank {rank}: {e}" for e in data.get("errors", [])[:3]]
+    return out
+
+
 def two_node(cs: Containers, info: ImageInfo, opts: TestOptions) -> CheckResult:
     """Two containers, one rank each, DDP over TCP with torchrun's c10d rendezvous at node0."""
     started = time.monotonic()
@@ -346,14 +371,7 @@ def two_node(cs: Containers, info: ImageInfo, opts: TestOptions) -> CheckResult:
         nodes.append(cs.start(info.ref, argv, name=node, env=env, network=net, hostname=node))
     deadline = time.monotonic() + opts.timeout
     codes = [cs.wait(c, deadline) for c in nodes]
-    results: dict[int, dict] = {}
-    for c in nodes:
-        for content in cs.read_files(c, out).values():
-            try:
-                data = json.loads(content)
-                results[int(data["rank"])] = data
-            except (ValueError, KeyError, TypeError):
-                continue
+    results = rank_results(cs, nodes, out)
     metrics: dict[str, float] = {"nodes": 2, "seconds": round(time.monotonic() - started, 3)}
     if any(code is None for code in codes):
         return CheckResult("ddp.two-node", FAIL, f"timed out after {opts.timeout:.0f}s", metrics)
@@ -362,10 +380,7 @@ def two_node(cs: Containers, info: ImageInfo, opts: TestOptions) -> CheckResult:
         if code != 0:
             tail = " | ".join(cs.logs(c, 6).splitlines()[-3:])
             errs.append(f"{c.name.rsplit('-', 1)[-1]} exited {code}: {tail}")
-    if sorted(results) != [0, 1] and not errs:
-        errs.append(f"expected results of ranks [0, 1], got {sorted(results)}")
-    for rank, data in sorted(results.items()):
-        errs += [f"rank {rank}: {e}" for e in data.get("errors", [])[:3]]
+    errs += rank_errors(results, errs)
     hosts = sorted({d.get("host", "") for d in results.values()})
     if len(results) == 2 and len(hosts) != 2 and not errs:
         errs.append(f"both ranks ran on {hosts}: not two nodes")
@@ -478,21 +493,11 @@ def _mpi_across(cs: Containers, info: ImageInfo, tls: str | None, deadline: floa
     metrics["seconds_mpirun"] = round(time.monotonic() - started, 3)
     if code is None:
         return FAIL, f"MPI across 2 containers ({via}): timed out"
-    results: dict[int, dict] = {}
-    for c in (launcher, sshd):
-        for content in cs.read_files(c, out).values():
-            try:
-                data = json.loads(content)
-                results[int(data["rank"])] = data
-            except (ValueError, KeyError, TypeError):
-                continue
+    results = rank_results(cs, (launcher, sshd), out)
     errs = []
     if code != 0:
         errs.append(f"mpirun in node0 exited {code}: {_why(cs, launcher)}")
-    if sorted(results) != [0, 1] and not errs:
-        errs.append(f"expected results of ranks [0, 1], got {sorted(results)}")
-    for rank, data in sorted(results.items()):
-        errs += [f"rank {rank}: {e}" for e in data.get("errors", [])[:3]]
+    errs += rank_errors(results, errs)
     ran_on = [results[r].get("host") for r in sorted(results)]
     if not errs and ran_on != hosts:
         errs.append(f"ranks 0 and 1 ran on {ran_on}, not one in each of {hosts}")

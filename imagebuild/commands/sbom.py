@@ -59,16 +59,7 @@ def run(args) -> int:
         print(f"imagebuild sbom: {len(result.problems)} lock problem(s) with --strict: {out} not written",
               file=sys.stderr)
         return 1
-    tmp = f"{out}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(result.text)
-        os.replace(tmp, out)
-    except OSError as exc:
-        raise UsageError(f"cannot write the SBOM: {exc.strerror}", file=out) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_atomically(out, result.text.encode("utf-8"))
     c = result.counts
     print(f"{out}: {c['components']} components ({c['os_packages']} OS packages, "
           f"{c['wheels_locked']} locked wheels, {c['wheels_venv_seed']} venv seed wheels, "
