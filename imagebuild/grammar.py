@@ -36,6 +36,7 @@ from typing import Any, Iterable
 import yaml
 
 from .errors import KnowledgeError
+from .packagers import PACKAGERS
 from .versions import VersionSyntaxError, parse_spec
 
 MAX_BYTES = 4 * 1024 * 1024      # matrix.yaml is about 60 KiB
@@ -791,8 +792,6 @@ def _what_images_need(c: _Checker, doc, fam, where: str, flavors: list[str], pyt
     each OS's base image and glibc (the wheel lock's platform), and for CUDA images (every flavor
     but cpu) whose CUDA comes from NVIDIA's repository, the OS's NVIDIA repository and packager,
     and the tools the recipes download (CUDA from torch's wheels needs none of them)."""
-    from .render import PACKAGERS  # the OS families CUDA recipes are written for
-
     cuda_images = any(f != "cpu" for f in flavors)
     cudas = fam.get("cuda")
     if cuda_images and (cudas == "none" or (isinstance(cudas, list) and "none" in cudas)):

@@ -21,9 +21,11 @@ from urllib.parse import urlsplit, urlunsplit
 from .errors import KnowledgeError, UsageError
 from .grammar import BUILD_SWITCHES, CUDA_FROM, FAMILY_KEYS, FLAVORS, VARIANT_MODES
 from .grammar import check as grammar_check
-from .knowledge import Knowledge, load
+from .knowledge import Knowledge, load, version_matcher
 from .resolve import Host, image_reading, resolve
+from .sourcedate import rfc3339, source_epoch
 from .versions import NONE, major_minor, parse_version
+from .wheellock import read_lock, wheel_set
 
 # FLAVORS, VARIANT_MODES (which CUDA builds of each PyTorch release a family takes: every one, the
 # one PyPI serves by default, or that one plus the newest CUDA build) and the family keys are
@@ -244,7 +246,6 @@ def expand(k: Knowledge, *, require_locks: bool = True,
     as skipped, unless `require_locks` is false (what `imagebuild wheels lock` asks for). Facts
     marked `verified: false` (an unconfirmed PyTorch build, DOCA-OFED's key) are relied on only
     with `allow_unverified`."""
-    from .wheellock import read_lock, wheel_set
     doc = k.raw
     families = doc.get("images")
     if families is None:
@@ -398,8 +399,7 @@ def project_licenses(k: Knowledge) -> str | None:
 
 def created_rfc3339(as_of: str) -> str:
     """``2026-11-21T00:00:00Z`` for as_of 2026-11-21: the source date images are stamped with
-    (reproducible.source_epoch)."""
-    from .reproducible import rfc3339, source_epoch
+    (sourcedate.source_epoch)."""
     return rfc3339(source_epoch(as_of)) if as_of else as_of
 
 
@@ -445,7 +445,6 @@ def _combinations(k: Knowledge, fam: dict):
                 yield (f"nccl {nccl}" if nccl else "comms"), ww, ""
         return
     spec = str(pt)
-    from .knowledge import version_matcher
     try:
         match = version_matcher(spec if spec[:1] in tuple("<>=!~") else "==" + spec)
     except Exception:  # noqa: BLE001 - reported as one line

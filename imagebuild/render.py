@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
+import json
 import os
 import re
 import shutil
@@ -25,11 +26,17 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import sources as S
+from .atomic import deferred_signals, swap_dir, work_dir
 from .errors import RenderError
 from .grammar import bad_char, char_name
 from .grammar import check as grammar_check
+from .imageneeds import image_needs
 from .images import ImageSpec
+from .packagers import GIT_FORM_TOOLS, HWLOC, OPENMP_RUNTIME, PACKAGERS, RDMA_DEVEL
+from .sourcedate import source_epoch
 from .versions import NONE, major_minor, parse_version
+from .wheellock import LockError, read_lock, wheel_set
 
 
 def package_files() -> Path:
@@ -142,36 +149,6 @@ PIP_CONSTRAINT = "/etc/pip/constraint.txt"
 # the Docker ENTRYPOINT of every image (written by the smoke fragment): imagebuild-check, then exec
 ENTRYPOINT = "/usr/local/bin/imagebuild-entrypoint"
 
-# OS family -> how its packages, repositories and keys are handled. Each packager has its own
-# fragments (`<name>` for apt, `<name>-dnf` for dnf), its own NVIDIA key (tools.cuda-repo-key[-dnf])
-# and its own repository files, which the runtime stage copies from the devel stage.
-PACKAGERS = {
-    "ubuntu": {"name": "apt", "suffix": "", "key": "cuda-repo-key",
-               "repo_files": ("/usr/share/keyrings/cuda-archive-keyring.gpg",
-                              "/etc/apt/sources.list.d/cuda.list"),
-               "doca_files": ("/usr/share/keyrings/doca-archive-keyring.gpg",
-                              "/etc/apt/sources.list.d/doca.list", "/etc/apt/preferences.d/doca"),
-               "python": "python3"},
-    "rhel": {"name": "dnf", "suffix": "-dnf", "key": "cuda-repo-key-dnf",
-             "repo_files": ("/etc/pki/rpm-gpg/RPM-GPG-KEY-NVIDIA-CUDA", "/etc/yum.repos.d/cuda.repo"),
-             "doca_files": ("/etc/pki/rpm-gpg/RPM-GPG-KEY-DOCA", "/etc/yum.repos.d/doca.repo"),
-             "python": "python{python}"},
-}
-# Debian: apt like Ubuntu; no NVIDIA repository is confirmed for it, so its CUDA images take CUDA
-# from NVIDIA's wheels (cuda_from: wheels), and the repository keys and files are never used.
-PACKAGERS["debian"] = dict(PACKAGERS["ubuntu"])
-# What compiling a git tag archive needs besides the release tarball's tools (autogen: flex, m4;
-# PRRTE's autogen.pl runs `git submodule status`), and the external hwloc Open MPI then uses
-# (the archive has no bundled hwloc): development package, run-time library. The RDMA headers a
-# devel stage installs (rdma-core's, unless the image's rdma: names others): with the CUDA
-# packages (cuda-devel) or, CUDA coming from the wheels, with the OS's build tools.
-GIT_FORM_TOOLS = {"apt": ["flex", "git", "m4"], "dnf": ["flex", "git", "m4"]}
-HWLOC = {"apt": ("libhwloc-dev", "libhwloc15"), "dnf": ("hwloc-devel", "hwloc-libs")}
-RDMA_DEVEL = {"apt": ["libibverbs-dev", "librdmacm-dev"], "dnf": ["rdma-core-devel"]}
-# GCC's OpenMP run time: UCX's ucx_perftest and its CUDA plugin link it (the devel stage has it with
-# the compiler; the run-time stage must install it, or they do not load).
-OPENMP_RUNTIME = {"apt": "libgomp1", "dnf": "libgomp"}
-
 
 def _key_check(key: dict, what: str) -> dict:
     """How a fetched key is checked: its full fingerprint when the knowledge has one, else its
@@ -188,7 +165,6 @@ def image_lock(spec: ImageSpec, k):
     installs no wheel."""
     if spec.wheel_lock is None:
         return None
-    from .wheellock import LockError, read_lock, wheel_set
     try:
         lock = read_lock(k, wheel_set(k, spec.stack, spec.os, spec.wheels, spec.toolkit_wheels))
     except LockError as exc:
@@ -363,8 +339,6 @@ class Renderer:
         repository for the OS (pinned packages) or from NVIDIA's wheels (`cuda_from: wheels`: the
         cuda-toolkit wheels in the devel stage, the run-time subset of the same lock in the
         run-time stage); everything else is the same fragments either way."""
-        from . import sources as S
-        from .reproducible import source_epoch
         s = spec.stack
         cuda = s["cuda"]
         cuda_mm = major_minor(cuda)
@@ -775,8 +749,6 @@ def write_tree(files: dict[str, str], output: Path) -> list[str]:
     SIGTERM held until both folders are swapped. At every instant Dockerfiles/ and singularity/
     are each the old or the new set, complete. Stale files of images no longer in the matrix are
     removed; other files are never touched. Returns changed paths."""
-    from .atomic import deferred_signals, swap_dir, work_dir
-
     output = Path(output)
     try:
         output.mkdir(parents=True, exist_ok=True)
@@ -889,10 +861,6 @@ def write_context(spec: ImageSpec, dest: Path, *, k, renderer: Renderer | None =
     read beside it); the templates and the smoke suite come from the installed package. Returns
     the context folder. The source tarballs the Dockerfile binds are not put in: `imagebuild build`
     adds them just before the image's build (commands.build._put_sources)."""
-    import json
-
-    from .imageneeds import image_needs
-    from .wheellock import wheel_set
     r = renderer or Renderer()
     dest = Path(dest)
     if dest.exists():

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import urljoin, urlsplit
 
+from .digests import sha256_file
 from .errors import ImagebuildError, Unavailable, UsageError
-from .lockfile import sha256_file
 from .redact import redact
 from .versions import NONE
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 from urllib.parse import urldefrag, urljoin
 
+from . import knowledge
 from .errors import ImagebuildError, KnowledgeError, Unavailable
 from .redact import redact
 from .versions import VersionSyntaxError, parse_version
@@ -345,8 +346,6 @@ def patch_text(text: str, doc, differences: Iterable[Difference]) -> str:
 def write_matrix(path: str, differences: list[Difference]) -> bool:
     """Patch the matrix in place: write a temporary file beside it, prove it still loads, rename.
     Returns whether anything was written."""
-    from . import knowledge
-
     todo = [d for d in differences if d.writable]
     if not todo:
         return False
@@ -761,8 +760,6 @@ def sync_pytorch(matrix: str, versions: list[str] | None = None, index_url: str 
                  write: bool = False, index: Index | None = None,
                  progress: Callable[[str], None] | None = None) -> SyncResult:
     """Compare (and with `write`, update) the default variants' pins with the index's wheels."""
-    from . import knowledge
-
     k = knowledge.load(matrix)
     wanted = list(dict.fromkeys(versions)) if versions else sorted(k.pytorch, key=parse_version,
                                                                     reverse=True)

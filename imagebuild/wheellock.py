@@ -24,6 +24,7 @@ from pathlib import Path
 
 from .errors import ImagebuildError, KnowledgeError, Unavailable
 from .redact import redact
+from .sync import pip_settings
 from .versions import NONE, major_minor, parse_version
 
 LOCK_DIR = Path("locks") / "wheels"
@@ -281,7 +282,6 @@ def uv_binary() -> str:
 
 def pip_sources() -> dict[str, list[str]]:
     """pip's configured index-url and find-links, each as a list."""
-    from .sync import pip_settings
     got = pip_settings(keys=("index-url", "find-links"))
     return {k: v.split() for k, v in got.items()}
 

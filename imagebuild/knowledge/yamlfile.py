@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from .. import grammar
 from ..errors import KnowledgeError
 
 class _Map(dict):
@@ -73,8 +74,6 @@ def load_yaml(path: Path) -> Any:
     grammar.scan bound the file (size, characters, nesting depth, node count, alias expansion);
     afterwards grammar.check_fields checks every recipe-facing string. Each refusal is one
     KnowledgeError naming the file, and the line and column where there is one."""
-    from .. import grammar
-
     global _LOADER
     if _LOADER is None:
         _LOADER = _loader_class()

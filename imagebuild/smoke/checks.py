@@ -12,7 +12,9 @@ import re
 
 from . import bandwidth, expect, gdr, libs, proc
 from .context import Context
+from .elastic import check_ddp_elastic
 from .report import FAIL, PASS, SKIP, CheckResult, combine
+from .torchplan import torch_plan
 from .workers import read_results
 from .workers.probe import nccl_code
 
@@ -466,29 +468,6 @@ def check_mpi_allreduce(ctx: Context) -> CheckResult:
 # torch.allreduce, ddp.equivalence
 # ---------------------------------------------------------------------------------------------
 
-def _torch_plan(ctx: Context, name: str) -> tuple[str | None, CheckResult | None]:
-    """(backend, None) to run, or (None, result) when the check cannot run."""
-    t = ctx.torch()
-    if not t.get("present"):
-        if ctx.expects_present("pytorch"):
-            return None, CheckResult(name, FAIL, f"torch cannot be imported: {t.get('error', '')}")
-        how = "absent by design (pytorch none)" if ctx.expects_absent("pytorch") else "not installed (no expectation)"
-        return None, CheckResult(name, SKIP, f"torch {how}")
-    if ctx.tier == "gpu":
-        gpus = ctx.cuda_ranks()
-        if gpus == 0:
-            return None, CheckResult(name, SKIP, "tier gpu: no CUDA device visible "
-                                     f"(torch {t.get('version')}, torch.version.cuda {t.get('cuda')})")
-        if gpus >= ctx.ranks and t.get("nccl_backend"):
-            return "nccl", None
-        if not t.get("gloo"):
-            return None, CheckResult(name, FAIL, f"{ctx.ranks} ranks but {gpus} GPU(s) and no gloo backend")
-        return "gloo", None
-    if not t.get("gloo"):
-        return None, CheckResult(name, FAIL, "torch.distributed has no gloo backend")
-    return "gloo", None
-
-
 def _launch_torch(ctx: Context, module: str, out_dir: str, args: list[str], extra_env: dict | None = None):
     """One process per rank with torchrun's environment, all in one process group."""
     port = str(proc.free_port())
@@ -503,7 +482,7 @@ def _launch_torch(ctx: Context, module: str, out_dir: str, args: list[str], extr
 
 
 def check_torch_allreduce(ctx: Context) -> CheckResult:
-    backend, early = _torch_plan(ctx, "torch.allreduce")
+    backend, early = torch_plan(ctx, "torch.allreduce")
     if early:
         return early
     if backend == "nccl":
@@ -535,7 +514,7 @@ def check_torch_allreduce(ctx: Context) -> CheckResult:
 
 
 def check_ddp_equivalence(ctx: Context) -> CheckResult:
-    backend, early = _torch_plan(ctx, "ddp.equivalence")
+    backend, early = torch_plan(ctx, "ddp.equivalence")
     if early:
         return early
     out_dir = ctx.scratch("ddp")
@@ -800,8 +779,6 @@ def check_nccl_tests(ctx: Context) -> CheckResult:
                    "within one GPU, not communication between GPUs")
     return CheckResult(name, PASS, detail, metrics)
 
-
-from .elastic import check_ddp_elastic  # noqa: E402 - its own module (it imports _torch_plan from here)
 
 CHECKS = {
     "versions": check_versions,

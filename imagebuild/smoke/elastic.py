@@ -15,6 +15,7 @@ import os
 from . import proc
 from .context import CheckTimeout, Context
 from .report import FAIL, PASS, CheckResult
+from .torchplan import torch_plan
 from .workers import read_results
 
 NAME = "ddp.elastic"
@@ -24,9 +25,7 @@ WORKERS = 2
 
 
 def check_ddp_elastic(ctx: Context) -> CheckResult:
-    from .checks import _torch_plan  # torch present? gloo? (skips and failures worded as the others)
-
-    backend, early = _torch_plan(ctx, NAME)
+    backend, early = torch_plan(ctx, NAME)   # torch present? gloo? (worded as the others)
     if early:
         return early
     scratch = ctx.scratch("ddp-elastic")

@@ -5,9 +5,9 @@ after YAML parsing; this section runs it last, when every other section is known
 
 from __future__ import annotations
 
+from ...grammar import validate as validate_recipe_inputs
 from ..context import _Ctx
 
 
 def load(c: _Ctx, doc) -> None:
-    from ...grammar import validate as validate_recipe_inputs
     validate_recipe_inputs(doc, c)  # tools, images and rdma: every field, type and reference
