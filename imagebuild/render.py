@@ -201,6 +201,123 @@ class Stage:
     bootstrap: str = "docker"
 
 
+@dataclass(frozen=True)
+class _CudaLayout:
+    """Where a CUDA image's toolkit, NCCL and Python live, and the OS packager that installs them:
+    the values every step of its two stages is written with."""
+    cuda: str              # the CUDA release (13.0.1)
+    mm: str                # its major.minor (13.0): CUDA_HOME, package names
+    major: int
+    home: str              # CUDA_HOME
+    tree: str              # the cu<major> folder of NVIDIA's wheels (cuda_from: wheels)
+    nccl_home: str         # NCCL's folder among NVIDIA's wheels in /opt/venv
+    python: str            # the Python version, checked
+    python_bin: str        # the interpreter the OS packages install
+    pm: dict               # PACKAGERS[the OS family]
+    from_wheels: bool      # cuda_from: wheels
+
+    @property
+    def dash(self) -> str:     # 13-0: how NVIDIA's packages name the release
+        return self.mm.replace(".", "-")
+
+    @property
+    def sfx(self) -> str:      # the packager's fragment suffix ("" for apt, -dnf)
+        return self.pm["suffix"]
+
+
+def _cuda_layout(spec: ImageSpec) -> _CudaLayout:
+    """The layout of a CUDA image; RenderError for CUDA 12 from the wheels (no single tree)."""
+    s = spec.stack
+    cuda = s["cuda"]
+    cuda_mm = major_minor(cuda)
+    cuda_major = parse_version(cuda).major
+    py = _safe("version", s["python"], "python")
+    pm = PACKAGERS[spec.os["family"]]
+    site = f"/opt/venv/lib/python{py}/site-packages/nvidia"
+    wheels_cuda = spec.cuda_from == "wheels"
+    if wheels_cuda and cuda_major < 13:
+        raise RenderError(f"image {spec.id}: CUDA {cuda} from the wheels: only the CUDA 13 wheels "
+                          "install one tree (nvidia/cu13) that can serve as CUDA_HOME; the CUDA 12 "
+                          "wheels put each component in a folder of its own")
+    return _CudaLayout(cuda=cuda, mm=cuda_mm, major=cuda_major, home=f"/usr/local/cuda-{cuda_mm}",
+                       tree=f"{site}/cu{cuda_major}", nccl_home=f"{site}/nccl", python=py,
+                       python_bin=pm["python"].format(python=py), pm=pm, from_wheels=wheels_cuda)
+
+
+def _tarballs(spec: ImageSpec, k) -> dict[str, dict]:
+    """The four tarballs the devel stage compiles (sources.for_image, in the family's form), each
+    as the values its fragment reads: name, version, form, file, sha256, all checked."""
+    try:
+        tarballs = {t.name: t for t in S.for_image(k, spec, spec.sources)}
+    except S.SourceError as exc:
+        raise RenderError(str(exc)) from None
+
+    def tarball(name: str) -> dict:
+        t = tarballs[name]
+        return {"name": name, "version": _safe("version", t.version, f"{name} version"),
+                "form": t.form, "file": _safe("word", t.file, f"{name} tarball file"),
+                "sha256": _safe("sha256", t.sha256, f"{name} sha256")}
+
+    return {name: tarball(name) for name in ("ucx", "openmpi", "gdrcopy", "nccl-tests")}
+
+
+def _ucx_flags(build: dict, cuda_home: str) -> list[str]:
+    """UCX's configure flags: CUDA, gdrcopy, RDMA CM and verbs, and GDA only where chosen."""
+    flags = {"--disable-doxygen-doc", "--enable-mt", "--prefix=/opt/ucx",
+             f"--with-cuda={cuda_home}", "--with-gdrcopy=/opt/gdrcopy",
+             "--with-rdmacm", "--with-verbs"}
+    if not build["gda"]:
+        flags.add("--without-gda")
+    return sorted(flags)
+
+
+def _ompi_flags(spec: ImageSpec, build: dict, form: str, cuda_home: str) -> list[str]:
+    """Open MPI's configure flags: the 4.1 line's or 5's, the hwloc a git archive needs, and the
+    parts (Fortran, ROMIO, OpenSHMEM) the family's build: leaves out."""
+    flags = {"--prefix=/opt/openmpi", f"--with-cuda={cuda_home}", "--with-slurm",
+             "--with-ucx=/opt/ucx", "--with-pmix=internal",
+             "--with-hwloc=" + ("external" if form == "git" else "internal"),
+             "--with-libevent=internal", "--enable-mca-no-build=btl-uct"}
+    if spec.openmpi.get("line") == "4.1":
+        flags |= {"--without-verbs", "--enable-orterun-prefix-by-default"}
+    else:
+        flags |= {"--with-prrte=internal", f"--with-cuda-libdir={cuda_home}/lib64/stubs"}
+        if form == "git":
+            flags.add("--disable-sphinx")   # a git checkout has no prebuilt manual pages
+    flags |= {flag for key, flag in (("fortran", "--disable-mpi-fortran"),
+                                     ("romio", "--disable-io-romio"),
+                                     ("oshmem", "--disable-oshmem")) if not build[key]}
+    return sorted(flags)
+
+
+def _gencode(build: dict) -> str | None:
+    """nvcc's -gencode flags for the family's build.cuda_arch (None: nccl-tests' defaults)."""
+    archs = build.get("cuda_arch") or ()
+    if not archs:
+        return None
+    codes = [_safe("version", a, "build.cuda_arch").replace(".", "") for a in archs]
+    return " ".join([f"-gencode=arch=compute_{c},code=sm_{c}" for c in codes]
+                    + [f"-gencode=arch=compute_{codes[-1]},code=compute_{codes[-1]}"])
+
+
+def _os_extras(c: _CudaLayout, tarballs: dict[str, dict],
+               rdma_dev: list[str]) -> tuple[list[str], list[str]]:
+    """The OS packages each stage adds to its fragment's own: the tools a git archive needs and
+    the external hwloc (devel, run time), OpenMP's run time, and the RDMA headers when CUDA (whose
+    devel packages bring them otherwise) comes from the wheels."""
+    name = c.pm["name"]
+    devel_extra = []
+    runtime_extra = [OPENMP_RUNTIME[name]]
+    if "git" in (tarballs["ucx"]["form"], tarballs["openmpi"]["form"]):
+        devel_extra += GIT_FORM_TOOLS[name]
+    if tarballs["openmpi"]["form"] == "git":
+        devel_extra.append(HWLOC[name][0])
+        runtime_extra.append(HWLOC[name][1])
+    if c.from_wheels:
+        devel_extra += rdma_dev
+    return sorted(set(devel_extra)), sorted(set(runtime_extra))
+
+
 class Renderer:
     """Holds one Jinja2 environment for many specs (templates are compiled once)."""
 
@@ -339,174 +456,136 @@ class Renderer:
         repository for the OS (pinned packages) or from NVIDIA's wheels (`cuda_from: wheels`: the
         cuda-toolkit wheels in the devel stage, the run-time subset of the same lock in the
         run-time stage); everything else is the same fragments either way."""
-        s = spec.stack
-        cuda = s["cuda"]
-        cuda_mm = major_minor(cuda)
-        cuda_dash = cuda_mm.replace(".", "-")
-        cuda_major = parse_version(cuda).major
-        cuda_home = f"/usr/local/cuda-{cuda_mm}"
-        py = _safe("version", s["python"], "python")
-        pm = PACKAGERS[spec.os["family"]]
-        sfx = pm["suffix"]
-        python_bin = pm["python"].format(python=py)
-        site = f"/opt/venv/lib/python{py}/site-packages/nvidia"
-        nccl_home = f"{site}/nccl"
-        wheels_cuda = spec.cuda_from == "wheels"
-        if wheels_cuda and cuda_major < 13:
-            raise RenderError(f"image {spec.id}: CUDA {cuda} from the wheels: only the CUDA 13 wheels "
-                              "install one tree (nvidia/cu13) that can serve as CUDA_HOME; the CUDA 12 "
-                              "wheels put each component in a folder of its own")
-        cuda_tree = f"{site}/cu{cuda_major}"
+        c = _cuda_layout(spec)
         b = spec.build_choices
-        try:
-            tarballs = {t.name: t for t in S.for_image(k, spec, spec.sources)}
-        except S.SourceError as exc:
-            raise RenderError(str(exc)) from None
-
-        def tarball(name: str) -> dict:
-            t = tarballs[name]
-            return {"name": name, "version": _safe("version", t.version, f"{name} version"),
-                    "form": t.form, "file": _safe("word", t.file, f"{name} tarball file"),
-                    "sha256": _safe("sha256", t.sha256, f"{name} sha256")}
-
-        ucx = tarball("ucx")
-        ompi = tarball("openmpi")
-        gdr = tarball("gdrcopy")
-        ntests = tarball("nccl-tests")
-        git_built = "git" in (ucx["form"], ompi["form"])
-        ucx_flags = {"--disable-doxygen-doc", "--enable-mt", "--prefix=/opt/ucx",
-                     f"--with-cuda={cuda_home}", "--with-gdrcopy=/opt/gdrcopy",
-                     "--with-rdmacm", "--with-verbs"}
-        if not b["gda"]:
-            ucx_flags.add("--without-gda")
-        ucx_flags = sorted(ucx_flags)
-        ompi_flags = {"--prefix=/opt/openmpi", f"--with-cuda={cuda_home}", "--with-slurm",
-                      "--with-ucx=/opt/ucx", "--with-pmix=internal",
-                      "--with-hwloc=" + ("external" if ompi["form"] == "git" else "internal"),
-                      "--with-libevent=internal", "--enable-mca-no-build=btl-uct"}
-        if spec.openmpi.get("line") == "4.1":
-            ompi_flags |= {"--without-verbs", "--enable-orterun-prefix-by-default"}
-        else:
-            ompi_flags |= {"--with-prrte=internal", f"--with-cuda-libdir={cuda_home}/lib64/stubs"}
-            if ompi["form"] == "git":
-                ompi_flags.add("--disable-sphinx")   # a git checkout has no prebuilt manual pages
-        ompi_flags |= {flag for key, flag in (("fortran", "--disable-mpi-fortran"),
-                                               ("romio", "--disable-io-romio"),
-                                               ("oshmem", "--disable-oshmem")) if not b[key]}
-        ompi_flags = sorted(ompi_flags)
-        archs = b.get("cuda_arch") or ()
-        gencode = None
-        if archs:
-            codes = [_safe("version", a, "build.cuda_arch").replace(".", "") for a in archs]
-            gencode = " ".join([f"-gencode=arch=compute_{c},code=sm_{c}" for c in codes]
-                               + [f"-gencode=arch=compute_{codes[-1]},code=compute_{codes[-1]}"])
-        nccl = s["nccl"]
-        if nccl == NONE:
+        tarballs = _tarballs(spec, k)
+        flags = {"ucx": _ucx_flags(b, c.home),
+                 "openmpi": _ompi_flags(spec, b, tarballs["openmpi"]["form"], c.home),
+                 "gencode": _gencode(b)}
+        if spec.stack["nccl"] == NONE:
             raise RenderError(f"image {spec.id}: a CUDA image needs an NCCL version")
-        doca_repo, doca_copies, rdma_pk, rdma_name = self._rdma(spec, pm)
-        devel_extra = []
-        runtime_extra = [OPENMP_RUNTIME[pm["name"]]]
-        if git_built:
-            devel_extra += GIT_FORM_TOOLS[pm["name"]]
-        if ompi["form"] == "git":
-            devel_extra.append(HWLOC[pm["name"]][0])
-            runtime_extra.append(HWLOC[pm["name"]][1])
-        rdma_dev = rdma_pk.get("devel") or RDMA_DEVEL[pm["name"]]
-        if wheels_cuda:
-            devel_extra += rdma_dev
-        devel_extra = sorted(set(devel_extra))
-        runtime_extra = sorted(set(runtime_extra))
-
-        if wheels_cuda:
-            cuda_devel = [
-                self.fragment("venv", "Python virtual environment", python_bin=python_bin),
-                _lock_copy("wheels.txt"),
-                self.fragment("cuda-wheels-devel", f"CUDA {cuda} and NCCL {nccl} from NVIDIA's "
-                              "wheels, link-time stubs of the driver's libraries",
-                              cuda=cuda, cuda_major=cuda_major, cuda_home=cuda_home,
-                              cuda_tree=cuda_tree, nccl_home=nccl_home),
-            ]
-            nccl_devel = []
-        else:
-            repo = _safe("word", spec.os.get("nvidia_repo") or "",
-                         f"NVIDIA repository of {spec.os['id']}")
-            key = k.raw.get("tools", {}).get(pm["key"], {})
-            key_url = _format_url(key.get("url", ""), "CUDA repository key URL", repo=repo)
-            repo_url = _safe("url", "https://developer.download.nvidia.com/compute/cuda/repos/"
-                             f"{repo}/x86_64/", "CUDA repository URL")
-            cuda_devel = [
-                self.fragment("cuda-repo" + sfx, "NVIDIA's CUDA repository, key fingerprint checked",
-                              key_url=key_url, key_fingerprint=_safe(
-                                  "fingerprint", key.get("fingerprint", ""), "CUDA key fingerprint"),
-                              repo_url=repo_url),
-                *doca_repo,
-                self.fragment("cuda-devel" + sfx, f"CUDA {cuda} development packages and RDMA headers",
-                              cuda=cuda, cuda_dash=cuda_dash, rdma_dev=rdma_dev),
-            ]
-            nccl_devel = [
-                self.fragment("venv", "Python virtual environment", python_bin=python_bin),
-                _lock_copy("nccl.txt"),
-                self.fragment("nccl", f"NCCL {nccl}", nccl=nccl, cuda_major=cuda_major,
-                              nccl_home=nccl_home, pytorch=s["pytorch"]),
-            ]
-        devel = [
-            self.fragment("os-devel" + sfx, "OS build tools (devel stage only)", python=py,
-                          extra=devel_extra),
-            *cuda_devel,
-            self.fragment("gdrcopy", f"gdrcopy {gdr['version']} (user space)", cuda_home=cuda_home,
-                          **gdr),
-            self.fragment("ucx", f"UCX {ucx['version']}", flags=ucx_flags, **ucx),
-            self.fragment("openmpi", f"Open MPI {ompi['version']}", flags=ompi_flags,
-                          source_epoch=_safe("version", source_epoch(spec.as_of), "source date"), **ompi),
-            *nccl_devel,
-            self.fragment("nccl-tests", f"nccl-tests {ntests['version']}", cuda_home=cuda_home,
-                          nccl_home=nccl_home, gencode=gencode, **ntests),
-        ]
+        doca_repo, doca_copies, rdma_pk, rdma_name = self._rdma(spec, c.pm)
+        rdma_dev = rdma_pk.get("devel") or RDMA_DEVEL[c.pm["name"]]
+        devel_extra, runtime_extra = _os_extras(c, tarballs, rdma_dev)
+        devel = self._devel_steps(spec, k, c, tarballs, flags, devel_extra, doca_repo, rdma_dev)
         torch_steps = self._torch_steps(spec, k)
         tail = self._common_tail(spec, "/opt/venv/bin/python")
-        final = [Step("env", items=sorted(self.env_vars(spec, cuda_home, nccl_home).items())),
+        final = [Step("env", items=sorted(self.env_vars(spec, c.home, c.nccl_home).items())),
                  Step("label", items=image_labels(spec, k))]
         if spec.flavor == "devel":
             # sshd after the compiled stack: the devel stage a runtime image copies from stays as it is
-            return [Stage("devel", base, devel + [self._openssh(sfx)] + torch_steps + tail + final)]
-        if wheels_cuda:
-            cuda_runtime = []
-            cuda_libs = [
+            return [Stage("devel", base, devel + [self._openssh(c.sfx)] + torch_steps + tail + final)]
+        runtime = self._runtime_steps(spec, c, runtime_extra, doca_copies, rdma_pk, rdma_name)
+        return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
+
+    def _cuda_devel(self, spec: ImageSpec, k, c: _CudaLayout, doca_repo: list[Step],
+                    rdma_dev: list[str]) -> tuple[list[Step], list[Step]]:
+        """The devel stage's CUDA, and its NCCL: NVIDIA's wheels (CUDA and NCCL in one step, from
+        the image's lock), or NVIDIA's repository with its key checked (the DOCA repository beside
+        it, CUDA's devel packages with the RDMA headers) and NCCL's wheel from the lock's subset."""
+        s = spec.stack
+        if c.from_wheels:
+            cuda_devel = [
+                self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
+                _lock_copy("wheels.txt"),
+                self.fragment("cuda-wheels-devel", f"CUDA {c.cuda} and NCCL {s['nccl']} from "
+                              "NVIDIA's wheels, link-time stubs of the driver's libraries",
+                              cuda=c.cuda, cuda_major=c.major, cuda_home=c.home,
+                              cuda_tree=c.tree, nccl_home=c.nccl_home),
+            ]
+            return cuda_devel, []
+        repo = _safe("word", spec.os.get("nvidia_repo") or "",
+                     f"NVIDIA repository of {spec.os['id']}")
+        key = k.raw.get("tools", {}).get(c.pm["key"], {})
+        key_url = _format_url(key.get("url", ""), "CUDA repository key URL", repo=repo)
+        repo_url = _safe("url", "https://developer.download.nvidia.com/compute/cuda/repos/"
+                         f"{repo}/x86_64/", "CUDA repository URL")
+        cuda_devel = [
+            self.fragment("cuda-repo" + c.sfx, "NVIDIA's CUDA repository, key fingerprint checked",
+                          key_url=key_url, key_fingerprint=_safe(
+                              "fingerprint", key.get("fingerprint", ""), "CUDA key fingerprint"),
+                          repo_url=repo_url),
+            *doca_repo,
+            self.fragment("cuda-devel" + c.sfx, f"CUDA {c.cuda} development packages and RDMA headers",
+                          cuda=c.cuda, cuda_dash=c.dash, rdma_dev=rdma_dev),
+        ]
+        nccl_devel = [
+            self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
+            _lock_copy("nccl.txt"),
+            self.fragment("nccl", f"NCCL {s['nccl']}", nccl=s["nccl"], cuda_major=c.major,
+                          nccl_home=c.nccl_home, pytorch=s["pytorch"]),
+        ]
+        return cuda_devel, nccl_devel
+
+    def _devel_steps(self, spec: ImageSpec, k, c: _CudaLayout, tarballs: dict[str, dict],
+                     flags: dict, devel_extra: list[str], doca_repo: list[Step],
+                     rdma_dev: list[str]) -> list[Step]:
+        """The devel stage up to the compiled stack: build tools, CUDA, then gdrcopy, UCX, Open MPI
+        (with the matrix's source date), NCCL and nccl-tests, in that layer order."""
+        cuda_devel, nccl_devel = self._cuda_devel(spec, k, c, doca_repo, rdma_dev)
+        gdr, ucx, ompi, ntests = (tarballs[n] for n in ("gdrcopy", "ucx", "openmpi", "nccl-tests"))
+        return [
+            self.fragment("os-devel" + c.sfx, "OS build tools (devel stage only)", python=c.python,
+                          extra=devel_extra),
+            *cuda_devel,
+            self.fragment("gdrcopy", f"gdrcopy {gdr['version']} (user space)", cuda_home=c.home,
+                          **gdr),
+            self.fragment("ucx", f"UCX {ucx['version']}", flags=flags["ucx"], **ucx),
+            self.fragment("openmpi", f"Open MPI {ompi['version']}", flags=flags["openmpi"],
+                          source_epoch=_safe("version", source_epoch(spec.as_of), "source date"), **ompi),
+            *nccl_devel,
+            self.fragment("nccl-tests", f"nccl-tests {ntests['version']}", cuda_home=c.home,
+                          nccl_home=c.nccl_home, gencode=flags["gencode"], **ntests),
+        ]
+
+    def _cuda_runtime(self, spec: ImageSpec, c: _CudaLayout) -> tuple[list[Step], list[Step]]:
+        """The run-time stage's CUDA (before the copied prefixes) and its CUDA and NCCL libraries
+        (after the venv): from the run-time subset of the wheel lock, or from NVIDIA's repository
+        as the devel stage verified it and NCCL's wheel."""
+        s = spec.stack
+        if c.from_wheels:
+            return [], [
                 _lock_copy("runtime.txt"),
-                self.fragment("cuda-wheels-runtime", f"CUDA {cuda} run time and NCCL {nccl} from "
-                              "NVIDIA's wheels", cuda=cuda, cuda_home=cuda_home, cuda_tree=cuda_tree),
+                self.fragment("cuda-wheels-runtime", f"CUDA {c.cuda} run time and NCCL {s['nccl']} "
+                              "from NVIDIA's wheels", cuda=c.cuda, cuda_home=c.home, cuda_tree=c.tree),
             ]
-        else:
-            key_file, repo_file = pm["repo_files"]
-            cuda_runtime = [
-                Step("copy", comment="the CUDA repository as the devel stage verified it",
-                     from_stage="devel", src=key_file, dest=key_file),
-                Step("copy", from_stage="devel", src=repo_file, dest=repo_file),
-                self.fragment("cuda-runtime" + sfx, f"CUDA {cuda} run-time libraries", cuda=cuda,
-                              cuda_dash=cuda_dash),
-            ]
-            cuda_libs = [
-                _lock_copy("nccl.txt"),
-                self.fragment("nccl", f"NCCL {nccl}", nccl=nccl, cuda_major=cuda_major,
-                              nccl_home=nccl_home, pytorch=s["pytorch"]),
-            ]
-        runtime = [
-            self.fragment("os-runtime" + sfx, "OS run-time packages (no compiler)", python=py,
+        key_file, repo_file = c.pm["repo_files"]
+        cuda_runtime = [
+            Step("copy", comment="the CUDA repository as the devel stage verified it",
+                 from_stage="devel", src=key_file, dest=key_file),
+            Step("copy", from_stage="devel", src=repo_file, dest=repo_file),
+            self.fragment("cuda-runtime" + c.sfx, f"CUDA {c.cuda} run-time libraries", cuda=c.cuda,
+                          cuda_dash=c.dash),
+        ]
+        cuda_libs = [
+            _lock_copy("nccl.txt"),
+            self.fragment("nccl", f"NCCL {s['nccl']}", nccl=s["nccl"], cuda_major=c.major,
+                          nccl_home=c.nccl_home, pytorch=s["pytorch"]),
+        ]
+        return cuda_runtime, cuda_libs
+
+    def _runtime_steps(self, spec: ImageSpec, c: _CudaLayout, runtime_extra: list[str],
+                       doca_copies: list[Step], rdma_pk: dict, rdma_name: str) -> list[Step]:
+        """The run-time stage up to PyTorch: OS packages without a compiler, sshd, CUDA, the RDMA
+        user space, the prefixes the devel stage compiled, and the venv with CUDA's and NCCL's
+        libraries."""
+        cuda_runtime, cuda_libs = self._cuda_runtime(spec, c)
+        return [
+            self.fragment("os-runtime" + c.sfx, "OS run-time packages (no compiler)", python=c.python,
                           extra=runtime_extra),
-            self._openssh(sfx),
+            self._openssh(c.sfx),
             *cuda_runtime,
             *doca_copies,
-            self.fragment("rdma-runtime" + sfx, f"RDMA user space: {rdma_name}",
+            self.fragment("rdma-runtime" + c.sfx, f"RDMA user space: {rdma_name}",
                           packages=rdma_pk.get("runtime"), rdma_name=rdma_name),
             Step("copy", comment="install prefixes built in the devel stage", from_stage="devel",
                  src="/opt/gdrcopy", dest="/opt/gdrcopy"),
             Step("copy", from_stage="devel", src="/opt/ucx", dest="/opt/ucx"),
             Step("copy", from_stage="devel", src="/opt/openmpi", dest="/opt/openmpi"),
             Step("copy", from_stage="devel", src="/opt/nccl-tests", dest="/opt/nccl-tests"),
-            self.fragment("venv", "Python virtual environment", python_bin=python_bin),
+            self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
             *cuda_libs,
         ]
-        return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
 
     def _openssh(self, sfx: str) -> Step:
         """OpenSSH client and server, in every image with Open MPI: mpirun reaches other hosts
