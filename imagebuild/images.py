@@ -239,6 +239,186 @@ def _as_list(value) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
+@dataclass(frozen=True)
+class _Family:
+    """One entry of `images:`, checked: what every image of the family shares."""
+    raw: dict
+    line: int | None
+    path: str | Path      # the matrix (k.path)
+    name: str
+    flavors: list[str]
+    oses: list[str]
+    wheels: str | None
+    rdma: dict | None
+    cuda_from: str
+    form: str               # sources: release | git
+    build: dict
+
+    def fail(self, msg: str):
+        _family_error(self.path, self.line, msg)
+
+
+def _family_error(path, line: int | None, msg: str):
+    """A family of `images:` that cannot be expanded: KnowledgeError naming the family's line."""
+    raise KnowledgeError(f"images: {msg}", file=path, line=line)
+
+
+def _read_family(k: Knowledge, fam) -> _Family:
+    """A family of `images:` checked against the matrix (its keys, flavors, OSes, versions,
+    RDMA, CUDA provider, source form and build switches); KnowledgeError naming its line."""
+    line = getattr(fam, "line", None)
+
+    def fail(msg):
+        _family_error(k.path, line, msg)
+
+    if not isinstance(fam, dict):
+        fail("each family is a mapping")
+    unknown = set(fam) - _FAMILY_KEYS
+    if unknown:
+        fail(f"unknown key {sorted(unknown)[0]!r} (allowed: {', '.join(sorted(_FAMILY_KEYS))})")
+    name = str(fam.get("family", ""))
+    if not SAFE_ID.fullmatch(name):
+        fail(f"family name {name!r} must match {SAFE_ID.pattern}")
+    flavors = _as_list(fam.get("flavors"))
+    if not flavors or any(f not in FLAVORS for f in flavors):
+        fail(f"{name}: flavors must be some of {', '.join(FLAVORS)}")
+    oses = _as_list(fam.get("os"))
+    for o in oses:
+        if o not in k.os:
+            fail(f"{name}: unknown os {o!r}")
+    for comp in ("ucx", "openmpi", "cuda", "python"):
+        for val in _as_list(fam.get(comp)):
+            if val != NONE and not SAFE_VERSION.fullmatch(val):
+                fail(f"{name}: {comp} {val!r} is not a version")
+    wheels = fam.get("wheels")
+    if wheels not in (None, "host"):
+        fail(f"{name}: wheels must be 'host'")
+    if fam.get("variants", "all") not in VARIANT_MODES:
+        fail(f"{name}: variants must be one of {', '.join(VARIANT_MODES)}")
+    rdma_id = str(fam.get("rdma", "rdma-core"))
+    if rdma_id != "rdma-core" and rdma_id not in k.rdma:
+        fail(f"{name}: unknown rdma {rdma_id!r} (rdma-core, or an id of the rdma: section: "
+             f"{', '.join(sorted(k.rdma)) or 'none'})")
+    cuda_from = str(fam.get("cuda_from", "repository"))
+    if cuda_from not in CUDA_FROM:
+        fail(f"{name}: cuda_from must be one of {', '.join(CUDA_FROM)}")
+    # cuda_from: wheels' UCX/Open MPI choice (both from source against the cuda-toolkit
+    # wheels, or both the OS's beside torch's closure) is checked when the matrix is loaded
+    # (grammar._wheels_comms), naming the family's line
+    form = str(fam.get("sources", "release"))
+    build = dict(BUILD_SWITCHES)
+    build.update({key: v for key, v in (fam.get("build") or {}).items() if key in BUILD_SWITCHES})
+    arch = (fam.get("build") or {}).get("cuda_arch")
+    if arch:
+        build["cuda_arch"] = tuple(_as_list(arch))
+    if form == "git":
+        for comp in ("ucx", "openmpi"):
+            entry = getattr(k, comp).get(str(fam.get(comp, "")))
+            if entry is not None and entry.get("install", "source") == "source" \
+                    and not entry.get("git_archive"):
+                fail(f"{name}: sources: git compiles {comp} {entry.get('version')} from its git "
+                     f"tag archive, which matrix.yaml's {comp} release does not record (git_archive:)")
+    return _Family(raw=fam, line=line, path=k.path, name=name, flavors=flavors, oses=oses,
+                   wheels=wheels, rdma=k.rdma.get(rdma_id), cuda_from=cuda_from, form=form,
+                   build=build)
+
+
+def _rdma_skip(rdma: dict | None, os_id: str, allow_unverified: bool) -> str | None:
+    """Why the family's RDMA user space rules out an image on `os_id` (no repository for it, or
+    an unverified key without --allow-unverified); None when it does not."""
+    if rdma and os_id not in rdma["os"]:
+        return (f"{rdma['name']} {rdma['version']} has no repository for {os_id} "
+                f"(matrix.yaml line {rdma['line']})")
+    if rdma and not rdma["verified"] and not allow_unverified:
+        return (f"{rdma['name']} {rdma['version']} is unverified (matrix.yaml line "
+                f"{rdma['line']}: {_one_line(rdma['key'].get('note') or 'verified: false')}); "
+                "confirm it and set verified: true, or pass --allow-unverified")
+    return None
+
+
+class _Expansion:
+    """The images of a matrix as its families are expanded one by one: the specs so far (each id
+    once), and the combinations that gave none."""
+
+    def __init__(self, k: Knowledge, require_locks: bool, allow_unverified: bool):
+        self.k = k
+        self.require_locks = require_locks
+        self.allow_unverified = allow_unverified
+        self.specs: list[ImageSpec] = []
+        self.skipped: list[Skipped] = []
+        self.seen: dict[str, int] = {}
+
+    def family(self, f: _Family) -> None:
+        for combo, wishes, vtag in _combinations(self.k, f.raw):
+            for os_id in f.oses:
+                self.combination(f, combo, wishes, vtag, os_id)
+
+    def combination(self, f: _Family, combo: str, wishes: dict, vtag: str, os_id: str) -> None:
+        """One combination of the family on one OS: resolved to a stack and, when it resolves and
+        its wheel lock is there, one image per flavor; otherwise one Skipped saying why."""
+        k, fam, rdma, cuda_from = self.k, f.raw, f.rdma, f.cuda_from
+        w = dict(wishes, os=os_id)
+        for comp in ("ucx", "openmpi", "python"):
+            if fam.get(comp) is not None:
+                w[comp] = "==" + str(fam[comp])
+        label = f"{combo} on {os_id}" + (f" with {rdma['name']} {rdma['version']}"
+                                          if rdma else "")
+        if cuda_from != "repository":
+            label += f", CUDA from the {cuda_from}"
+        why = _rdma_skip(rdma, os_id, self.allow_unverified)
+        if why:
+            self.skipped.append(Skipped(f.name, label, tuple(sorted(w.items())), why=why))
+            return
+        try:
+            # the recipes install CUDA from the repository, or take torch's wheels' own
+            res = resolve(k, Host(), w, allow_unverified=self.allow_unverified, explain=False,
+                          **image_reading(k, cuda_from, w))
+        except UsageError as exc:
+            f.fail(f"{f.name}: {exc}")
+        if not res.ok:
+            self.skipped.append(Skipped(f.name, label, tuple(sorted(w.items())),
+                                        cuda_from=cuda_from))
+            return
+        stack = {c: res.stack[c] for c in ("os", "platform", "python", "cuda", "cudnn",
+                                          "nccl", "ucx", "openmpi", "pytorch")}
+        ws = wheel_set(k, stack, k.os[os_id], f.wheels, toolkit=(
+            cuda_from == "wheels" and compiles(stack, k.ucx[stack["ucx"]])))
+        if ws is not None and self.require_locks and read_lock(k, ws) is None:
+            self.skipped.append(Skipped(f.name, label, tuple(sorted(w.items())),
+                                        cuda_from=cuda_from, why=(
+                f"no wheel lock {ws.path} for {' '.join(ws.requirements)} "
+                f"(`imagebuild wheels lock` writes it; it needs "
+                f"{'the host pip' if ws.host else ws.index or 'the configured package index'})")))
+            return
+        self.flavors(f, stack, vtag, os_id, res.min_driver, ws)
+
+    def flavors(self, f: _Family, stack: dict, vtag: str, os_id: str, min_driver,
+                ws) -> None:
+        """One ImageSpec per flavor of a resolved stack (an id two wishes both resolved to is
+        kept once), with its id, tags and everything the recipe reads."""
+        k = self.k
+        for flavor in f.flavors:
+            iid = _image_id(f.name, stack, vtag, os_id, flavor, f.rdma)
+            if iid in self.seen:
+                if self.specs[self.seen[iid]].cuda_from != f.cuda_from:
+                    f.fail(f"{f.name}: image {iid} is declared with CUDA from the "
+                           f"{self.specs[self.seen[iid]].cuda_from} and from the {f.cuda_from}")
+                continue  # two wishes resolved to the same stack
+            tag = _tag(stack, flavor, os_id, f.rdma)
+            if not SAFE_ID.fullmatch(iid) or not SAFE_ID.fullmatch(tag):
+                f.fail(f"{f.name}: derived id {iid!r} or tag {tag!r} is not safe")
+            self.seen[iid] = len(self.specs)
+            self.specs.append(ImageSpec(
+                id=iid, family=f.name, flavor=flavor,
+                description=str(f.raw.get("description", f.name)), stack=stack,
+                os=k.os[os_id], variant_tag=vtag, min_driver=min_driver, tag=tag,
+                tags=(tag, f"{tag}-{k.as_of.replace('-', '')}"),
+                wheels=f.wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
+                as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=f.rdma,
+                source=project_source(k), cuda_from=f.cuda_from, licenses=project_licenses(k),
+                sources=f.form, build=f.build))
+
+
 def expand(k: Knowledge, *, require_locks: bool = True,
            allow_unverified: bool = False) -> tuple[list[ImageSpec], list[Skipped]]:
     """Every image the matrix declares, in a stable order, and the combinations that did not fit.
@@ -246,132 +426,15 @@ def expand(k: Knowledge, *, require_locks: bool = True,
     as skipped, unless `require_locks` is false (what `imagebuild wheels lock` asks for). Facts
     marked `verified: false` (an unconfirmed PyTorch build, DOCA-OFED's key) are relied on only
     with `allow_unverified`."""
-    doc = k.raw
-    families = doc.get("images")
+    families = k.raw.get("images")
     if families is None:
         return [], []
     if not isinstance(families, list):
         raise KnowledgeError("images: expected a list of families", file=k.path)
-    specs: list[ImageSpec] = []
-    skipped: list[Skipped] = []
-    seen: dict[str, int] = {}
+    out = _Expansion(k, require_locks, allow_unverified)
     for fam in families:
-        line = getattr(fam, "line", None)
-
-        def fail(msg):
-            raise KnowledgeError(f"images: {msg}", file=k.path, line=line)
-
-        if not isinstance(fam, dict):
-            fail("each family is a mapping")
-        unknown = set(fam) - _FAMILY_KEYS
-        if unknown:
-            fail(f"unknown key {sorted(unknown)[0]!r} (allowed: {', '.join(sorted(_FAMILY_KEYS))})")
-        name = str(fam.get("family", ""))
-        if not SAFE_ID.fullmatch(name):
-            fail(f"family name {name!r} must match {SAFE_ID.pattern}")
-        flavors = _as_list(fam.get("flavors"))
-        if not flavors or any(f not in FLAVORS for f in flavors):
-            fail(f"{name}: flavors must be some of {', '.join(FLAVORS)}")
-        oses = _as_list(fam.get("os"))
-        for o in oses:
-            if o not in k.os:
-                fail(f"{name}: unknown os {o!r}")
-        for comp in ("ucx", "openmpi", "cuda", "python"):
-            for val in _as_list(fam.get(comp)):
-                if val != NONE and not SAFE_VERSION.fullmatch(val):
-                    fail(f"{name}: {comp} {val!r} is not a version")
-        wheels = fam.get("wheels")
-        if wheels not in (None, "host"):
-            fail(f"{name}: wheels must be 'host'")
-        if fam.get("variants", "all") not in VARIANT_MODES:
-            fail(f"{name}: variants must be one of {', '.join(VARIANT_MODES)}")
-        rdma_id = str(fam.get("rdma", "rdma-core"))
-        if rdma_id != "rdma-core" and rdma_id not in k.rdma:
-            fail(f"{name}: unknown rdma {rdma_id!r} (rdma-core, or an id of the rdma: section: "
-                 f"{', '.join(sorted(k.rdma)) or 'none'})")
-        rdma = k.rdma.get(rdma_id)
-        cuda_from = str(fam.get("cuda_from", "repository"))
-        if cuda_from not in CUDA_FROM:
-            fail(f"{name}: cuda_from must be one of {', '.join(CUDA_FROM)}")
-        # cuda_from: wheels' UCX/Open MPI choice (both from source against the cuda-toolkit
-        # wheels, or both the OS's beside torch's closure) is checked when the matrix is loaded
-        # (grammar._wheels_comms), naming the family's line
-        form = str(fam.get("sources", "release"))
-        build = dict(BUILD_SWITCHES)
-        build.update({key: v for key, v in (fam.get("build") or {}).items() if key in BUILD_SWITCHES})
-        arch = (fam.get("build") or {}).get("cuda_arch")
-        if arch:
-            build["cuda_arch"] = tuple(_as_list(arch))
-        if form == "git":
-            for comp in ("ucx", "openmpi"):
-                entry = getattr(k, comp).get(str(fam.get(comp, "")))
-                if entry is not None and entry.get("install", "source") == "source" \
-                        and not entry.get("git_archive"):
-                    fail(f"{name}: sources: git compiles {comp} {entry.get('version')} from its git "
-                         f"tag archive, which matrix.yaml's {comp} release does not record (git_archive:)")
-        for combo, wishes, vtag in _combinations(k, fam):
-            for os_id in oses:
-                w = dict(wishes, os=os_id)
-                for comp in ("ucx", "openmpi", "python"):
-                    if fam.get(comp) is not None:
-                        w[comp] = "==" + str(fam[comp])
-                label = f"{combo} on {os_id}" + (f" with {rdma['name']} {rdma['version']}"
-                                                  if rdma else "")
-                if cuda_from != "repository":
-                    label += f", CUDA from the {cuda_from}"
-                if rdma and os_id not in rdma["os"]:
-                    skipped.append(Skipped(name, label, tuple(sorted(w.items())), why=(
-                        f"{rdma['name']} {rdma['version']} has no repository for {os_id} "
-                        f"(matrix.yaml line {rdma['line']})")))
-                    continue
-                if rdma and not rdma["verified"] and not allow_unverified:
-                    skipped.append(Skipped(name, label, tuple(sorted(w.items())), why=(
-                        f"{rdma['name']} {rdma['version']} is unverified (matrix.yaml line "
-                        f"{rdma['line']}: {_one_line(rdma['key'].get('note') or 'verified: false')}); "
-                        "confirm it and set verified: true, or pass --allow-unverified")))
-                    continue
-                try:
-                    # the recipes install CUDA from the repository, or take torch's wheels' own
-                    res = resolve(k, Host(), w, allow_unverified=allow_unverified, explain=False,
-                                  **image_reading(k, cuda_from, w))
-                except UsageError as exc:
-                    fail(f"{name}: {exc}")
-                if not res.ok:
-                    skipped.append(Skipped(name, label, tuple(sorted(w.items())),
-                                           cuda_from=cuda_from))
-                    continue
-                stack = {c: res.stack[c] for c in ("os", "platform", "python", "cuda", "cudnn",
-                                                  "nccl", "ucx", "openmpi", "pytorch")}
-                ws = wheel_set(k, stack, k.os[os_id], wheels, toolkit=(
-                    cuda_from == "wheels" and compiles(stack, k.ucx[stack["ucx"]])))
-                if ws is not None and require_locks and read_lock(k, ws) is None:
-                    skipped.append(Skipped(name, label, tuple(sorted(w.items())),
-                                           cuda_from=cuda_from, why=(
-                        f"no wheel lock {ws.path} for {' '.join(ws.requirements)} "
-                        f"(`imagebuild wheels lock` writes it; it needs "
-                        f"{'the host pip' if ws.host else ws.index or 'the configured package index'})")))
-                    continue
-                for flavor in flavors:
-                    iid = _image_id(name, stack, vtag, os_id, flavor, rdma)
-                    if iid in seen:
-                        if specs[seen[iid]].cuda_from != cuda_from:
-                            fail(f"{name}: image {iid} is declared with CUDA from the "
-                                 f"{specs[seen[iid]].cuda_from} and from the {cuda_from}")
-                        continue  # two wishes resolved to the same stack
-                    tag = _tag(stack, flavor, os_id, rdma)
-                    if not SAFE_ID.fullmatch(iid) or not SAFE_ID.fullmatch(tag):
-                        fail(f"{name}: derived id {iid!r} or tag {tag!r} is not safe")
-                    seen[iid] = len(specs)
-                    specs.append(ImageSpec(
-                        id=iid, family=name, flavor=flavor,
-                        description=str(fam.get("description", name)), stack=stack,
-                        os=k.os[os_id], variant_tag=vtag, min_driver=res.min_driver, tag=tag,
-                        tags=(tag, f"{tag}-{k.as_of.replace('-', '')}"),
-                        wheels=wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
-                        as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=rdma,
-                        source=project_source(k), cuda_from=cuda_from, licenses=project_licenses(k),
-                        sources=form, build=build))
-    return specs, skipped
+        out.family(_read_family(k, fam))
+    return out.specs, out.skipped
 
 
 SOURCE_LABEL = "org.opencontainers.image.source"
