@@ -376,25 +376,12 @@ class SbomResult:
     image_id: str
 
 
-def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base,
-               records: dict[str, tuple[int, list[str]]] | None = None) -> SbomResult:
-    """The CycloneDX 1.6 document. `info`: the engine's ImageInfo of `ref`; `spec` the matrix's
-    ImageSpec; `lock` the repository's wheel lock (or None); `tarballs` sources.Tarball list;
-    `base`: (reference, ImageInfo or None) of the FROM image."""
-    from cyclonedx.model import (ExternalReference, ExternalReferenceType, HashAlgorithm,
-                                 HashType, Property, XsUri)
-    from cyclonedx.model.bom import Bom, BomMetaData
+def _os_components(contents: Contents) -> list:
+    """One component per OS package, named by its purl (deb or rpm, with the distribution)."""
+    from cyclonedx.model import Property
     from cyclonedx.model.component import Component, ComponentType
-    from cyclonedx.output.json import JsonV1Dot6
-    from cyclonedx.schema import SchemaVersion
-    from cyclonedx.validation.json import JsonStrictValidator
-    from packageurl import PackageURL
 
-    labels = dict(info.labels)
-    origins, problems = cross_check(contents, lock, labels.get("io.imagebuild.wheels-lock")
-                                    if lock is not None else None)
-    comps: list[Component] = []
-
+    comps = []
     for pkg in contents.packages:
         purl = os_purl(pkg, contents.manager, contents.os_release)
         props = [Property(name="imagebuild:package-manager", value=contents.manager),
@@ -403,7 +390,21 @@ def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base
             props.append(Property(name="imagebuild:dpkg-status", value=pkg.status))
         comps.append(Component(type=ComponentType.LIBRARY, name=pkg.name, version=pkg.version,
                                purl=purl, bom_ref=purl.to_string(), properties=props))
+    return comps
 
+
+def _wheel_components(contents: Contents, lock, origins: dict[str, str],
+                      records: dict[str, tuple[int, list[str]]] | None,
+                      problems: list[str]) -> tuple[list, dict[str, int]]:
+    """One component per Python distribution no OS package owns, with its origin (the lock, the
+    venv's seed, vendored, or a problem), the lock's hashes for a locked one, and its RECORD check
+    when `records` has one (a file that differs is added to `problems`); and the count of each
+    origin."""
+    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
+
+    comps = []
     wheel_counts = {"lock": 0, "venv-seed": 0, "vendored": 0, "problem": 0}
     for d in contents.dists:
         if d.path not in origins:
@@ -431,7 +432,18 @@ def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base
         comps.append(Component(type=ComponentType.LIBRARY, name=d.name, version=d.version,
                                purl=purl, bom_ref=f"{purl.to_string()}#{d.path}", hashes=hashes,
                                properties=props))
+    return comps, wheel_counts
 
+
+def _tarball_components(tarballs) -> list:
+    """One component per source tarball the image compiled, with its checksum and where the
+    checksum comes from, and its upstream URL when it has one."""
+    from cyclonedx.model import (ExternalReference, ExternalReferenceType, HashAlgorithm,
+                                 HashType, Property, XsUri)
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
+
+    comps = []
     for tb in tarballs:
         q = {"checksum": f"sha256:{tb.sha256}"}
         if tb.url:
@@ -448,27 +460,40 @@ def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base
                         Property(name="imagebuild:form", value=tb.form),
                         Property(name="imagebuild:file", value=tb.file),
                         Property(name="imagebuild:checksum-source", value=tb.source)]))
+    return comps
+
+
+def _base_component(base, info, problems: list[str]):
+    """The FROM image as a component (None for an image FROM scratch): its id and repo digests as
+    the engine has them, and whether its layers are the image's lowest (if not, a problem)."""
+    from cyclonedx.model import Property
+    from cyclonedx.model.component import Component, ComponentType
 
     base_ref, base_info = base
-    base_comp = None
-    if base_ref:
-        props = [Property(name="imagebuild:kind", value="base-image")]
-        version = None
-        if base_info is not None:
-            version = base_info.id
-            props.append(Property(name="imagebuild:base:id", value=base_info.id))
-            for rd in base_info.repo_digests:
-                props.append(Property(name="imagebuild:base:repo-digest", value=rd))
-            is_prefix = tuple(info.layers[:len(base_info.layers)]) == tuple(base_info.layers)
-            props.append(Property(name="imagebuild:base:layers-match", value=str(is_prefix).lower()))
-            if not is_prefix:
-                problems.append(f"the base {base_ref} in the engine ({base_info.id[:19]}) is not the "
-                                "one the image was built on (its layers are not the image's lowest)")
-        else:
-            props.append(Property(name="imagebuild:base:id", value="not in the engine"))
-        base_comp = Component(type=ComponentType.CONTAINER, name=base_ref, version=version,
-                              bom_ref=f"base-image:{base_ref}", properties=props)
-        comps.append(base_comp)
+    if not base_ref:
+        return None
+    props = [Property(name="imagebuild:kind", value="base-image")]
+    version = None
+    if base_info is not None:
+        version = base_info.id
+        props.append(Property(name="imagebuild:base:id", value=base_info.id))
+        for rd in base_info.repo_digests:
+            props.append(Property(name="imagebuild:base:repo-digest", value=rd))
+        is_prefix = tuple(info.layers[:len(base_info.layers)]) == tuple(base_info.layers)
+        props.append(Property(name="imagebuild:base:layers-match", value=str(is_prefix).lower()))
+        if not is_prefix:
+            problems.append(f"the base {base_ref} in the engine ({base_info.id[:19]}) is not the "
+                            "one the image was built on (its layers are not the image's lowest)")
+    else:
+        props.append(Property(name="imagebuild:base:id", value="not in the engine"))
+    return Component(type=ComponentType.CONTAINER, name=base_ref, version=version,
+                     bom_ref=f"base-image:{base_ref}", properties=props)
+
+
+def _image_component(ref: str, info, spec, labels: dict[str, str]):
+    """The image itself, the document's subject: its imagebuild labels, its id and reference."""
+    from cyclonedx.model import HashAlgorithm, HashType, Property
+    from cyclonedx.model.component import Component, ComponentType
 
     image_props = [Property(name=f"imagebuild:label:{k}", value=v) for k, v in sorted(labels.items())
                    if k.startswith("io.imagebuild.")]
@@ -476,10 +501,21 @@ def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base
     # would make the SBOM written after a publish differ from the one published beside the image
     image_props.append(Property(name="imagebuild:image-id", value=info.id))
     image_props.append(Property(name="imagebuild:reference", value=ref))
-    root = Component(type=ComponentType.CONTAINER, name=spec.id if spec else ref,
+    return Component(type=ComponentType.CONTAINER, name=spec.id if spec else ref,
                      version=labels.get("org.opencontainers.image.version") or info.id,
                      bom_ref=f"image:{info.id}", properties=image_props,
                      hashes=[HashType(alg=HashAlgorithm.SHA_256, content=info.id.split(":")[-1])])
+
+
+def _document(ref: str, info, labels: dict[str, str], root, comps: list,
+              problems: list[str]) -> str:
+    """The CycloneDX 1.6 JSON of `root` and its components, with the lock check's verdict, keys
+    sorted (equal BOMs are equal bytes), validated against the schema."""
+    from cyclonedx.model import Property
+    from cyclonedx.model.bom import Bom, BomMetaData
+    from cyclonedx.output.json import JsonV1Dot6
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
 
     meta = BomMetaData(component=root, timestamp=created_of(labels, ref))
     bom_props = [Property(name="imagebuild:lock-check",
@@ -496,6 +532,26 @@ def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base
     err = JsonStrictValidator(SchemaVersion.V1_6).validate_str(text)
     if err is not None:
         raise SbomError(f"the SBOM of {ref} does not validate against CycloneDX 1.6: {err}")
+    return text
+
+
+def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base,
+               records: dict[str, tuple[int, list[str]]] | None = None) -> SbomResult:
+    """The CycloneDX 1.6 document. `info`: the engine's ImageInfo of `ref`; `spec` the matrix's
+    ImageSpec; `lock` the repository's wheel lock (or None); `tarballs` sources.Tarball list;
+    `base`: (reference, ImageInfo or None) of the FROM image."""
+    labels = dict(info.labels)
+    origins, problems = cross_check(contents, lock, labels.get("io.imagebuild.wheels-lock")
+                                    if lock is not None else None)
+    comps = _os_components(contents)
+    wheels, wheel_counts = _wheel_components(contents, lock, origins, records, problems)
+    comps += wheels
+    comps += _tarball_components(tarballs)
+    base_comp = _base_component(base, info, problems)
+    if base_comp is not None:
+        comps.append(base_comp)
+    root = _image_component(ref, info, spec, labels)
+    text = _document(ref, info, labels, root, comps, problems)
     counts = {"os_packages": len(contents.packages), "wheels_locked": wheel_counts["lock"],
               "wheels_venv_seed": wheel_counts["venv-seed"],
               "wheels_vendored": wheel_counts["vendored"], "wheels_flagged": wheel_counts["problem"],
