@@ -79,6 +79,19 @@ class EngineUnavailable(Unavailable, EngineError):
     """No engine answers at DOCKER_HOST, or it stopped answering."""
 
 
+class EngineRefused(EngineError):
+    """The engine answered and refused an operation. ``detail`` is the engine's own words, for a
+    caller that words the failure itself."""
+
+    def __init__(self, message: str, *, detail: str | None = None, **where):
+        super().__init__(message, **where)
+        self.detail = message if detail is None else detail
+
+
+class NoSuchImage(EngineRefused):
+    """The engine holds no image of that name or id."""
+
+
 class BuildError(ImagebuildError):
     """An image failed to build."""
 

@@ -1,240 +1,48 @@
-"""Container engines behind one small interface.
+"""Container engines behind one small interface; the only package of imagebuild that knows the
+docker SDK.
 
-`connect()` returns a docker SDK client for the engine in DOCKER_HOST: Docker itself, or podman's
+`get_engine()` returns an `Engine` for the engine in DOCKER_HOST: Docker itself, or podman's
 Docker-compatible socket (`podman system service`); without DOCKER_HOST, the Docker CLI's context
-(DOCKER_CONTEXT, `docker context use`) or Docker's or podman's default socket (endpoint.py). Everything that talks to an engine goes
-through it, so "no engine" is one clear error everywhere.
+(DOCKER_CONTEXT, `docker context use`) or Docker's or podman's default socket (endpoint.py).
+Everything that talks to an engine goes through it, so "no engine" is one clear error everywhere.
 
-`Engine` is the interface the rest of imagebuild uses (build, run, run_many, network, inspect,
-exists, remove, save, load). Two implementations:
+`Engine` (engines/base.py) is the interface the rest of imagebuild uses: build, run, run_many,
+network, inspect, lookup, exists, remove, tag, untag, push, save, save_stream, load, load_stream,
+layer_sizes, export_filesystem and containers (a ContainerSession for the smoke run). Two
+implementations:
 
-- `docker_sdk.DockerEngine`: the docker SDK against Docker or podman (classic builder for builds).
-- `buildkit.BuildKitEngine`: the same, except that builds go through the BuildKit CLI
+- `docker_sdk.DockerEngine`: the docker SDK against Docker or podman (classic builder for builds;
+  builds that need BuildKit go through the BuildKit CLI, buildkit_cli.py).
+- `buildkit.BuildKitEngine`: the same, except that every build goes through the BuildKit CLI
   (`DOCKER_BUILDKIT=1 /usr/bin/docker build`), which is needed for `RUN --mount=type=secret`.
 
-`get_engine()` picks one. The values exchanged are small frozen dataclasses defined here, so a
-caller never sees a docker SDK object. Every name that may reach a command line (image
-references, container and network names, build-arg and label keys, secret ids) is checked
-against a strict pattern before use.
+The values exchanged are small frozen dataclasses (engines/base.py), so a caller never sees a
+docker SDK object; failures are imagebuild's errors (EngineError; NoSuchImage, EngineRefused with
+the engine's own words). Every name that may reach a command line (image references, container
+and network names, build-arg and label keys, secret ids) is checked against a strict pattern
+before use.
+
+The modules import one way only: base <- common <- buildkit_cli <- docker_sdk <- buildkit, and
+this package's __init__ imports them (get_engine's BuildKitEngine lazily).
 """
 
 from __future__ import annotations
 
-import os
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Callable, ContextManager, Mapping, Protocol, Sequence, runtime_checkable
-
-from ..errors import EngineError, EngineUnavailable, UsageError
-
-Progress = Callable[[str], None]
-
-
-def docker_host() -> str:
-    """DOCKER_HOST, else the Docker context's endpoint, else Docker's or podman's default socket
-    (engines/endpoint.py)."""
-    from .endpoint import resolve
-
-    return resolve().host
-
-
-def connect(timeout: int = 900):
-    """A pinged docker SDK client, or EngineError naming DOCKER_HOST."""
-    try:
-        import docker
-        from docker.errors import DockerException
-    except ImportError as exc:  # pragma: no cover - a dependency of the package
-        raise EngineError(f"the docker SDK is not installed ({exc})") from None
-    from .endpoint import client as endpoint_client
-    from .endpoint import resolve
-
-    found = resolve()
-    host = found.describe()
-    try:
-        if found.origin == "DOCKER_HOST":
-            client = docker.from_env(timeout=timeout)
-        else:   # a Docker context, or Docker's or podman's default socket
-            client = endpoint_client(found, timeout)
-        client.ping()
-    except DockerException as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EngineUnavailable(f"no container engine answers at {host} ({first}); "
-                          "start dockerd (see .ci/start-docker.sh) or podman's API service") from None
-    except Exception as exc:  # noqa: BLE001 - requests/urllib3 errors from a dead socket
-        raise EngineUnavailable(f"no container engine answers at {host} "
-                                f"({type(exc).__name__})") from None
-    return client
-
-
-# --------------------------------------------------------------------------------------------
-# Validation of everything that reaches an engine or a command line
-
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-# a registry host must look like one (a dot, a port or localhost), as in Docker's own grammar
-_HOST = rf"(?:(?:localhost|{_LABEL}(?:\.{_LABEL})+)(?::[0-9]{{1,5}})?/|{_LABEL}:[0-9]{{1,5}}/)"
-_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
-_DIGEST = r"sha256:[0-9a-f]{64}"
-REF_RE = re.compile(rf"^(?:{_HOST})?{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?\Z")
-IMAGE_ID_RE = re.compile(r"^(?:sha256:)?[0-9a-f]{12,64}\Z")
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")           # containers, networks
-HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
-KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}\Z")              # build args, labels, env
-SECRET_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")
-SIZE_RE = re.compile(r"^[0-9]{1,12}[bkmgBKMG]?\Z")
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-
-
-def check_ref(ref: str, what: str = "image reference") -> str:
-    """An image reference (`name[:tag][@digest]`, optional registry host) or an image id."""
-    if not isinstance(ref, str) or len(ref) > 255 or not (REF_RE.match(ref) or IMAGE_ID_RE.match(ref)):
-        raise UsageError(f"invalid {what} {ref!r}: expected name[:tag] of lowercase letters, digits, "
-                         "'.', '_', '-', '/' (e.g. imagebuild/base:debian-bookworm)")
-    return ref
-
-
-def check_name(name: str, what: str) -> str:
-    if not isinstance(name, str) or not NAME_RE.match(name):
-        raise UsageError(f"invalid {what} {name!r}: expected 1-63 of letters, digits, '_', '.', '-'")
-    return name
-
-
-def check_hostname(name: str) -> str:
-    if not isinstance(name, str) or not HOSTNAME_RE.match(name):
-        raise UsageError(f"invalid hostname {name!r}: expected letters, digits and '-' (at most 63)")
-    return name
-
-
-def check_key(key: str, what: str) -> str:
-    if not isinstance(key, str) or not KEY_RE.match(key):
-        raise UsageError(f"invalid {what} {key!r}: expected a letter or '_' then letters, digits, '_.-'")
-    return key
-
-
-def check_value(value: str, what: str) -> str:
-    """A value passed as one argv element (never through a shell): no control characters."""
-    if not isinstance(value, str) or _CONTROL.search(value) or len(value) > 4096:
-        raise UsageError(f"invalid {what} {value!r}: control characters or newlines are not allowed")
-    return value
-
-
-def check_mapping(values: Mapping[str, str] | None, what: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k, v in sorted((values or {}).items()):
-        check_key(k, f"{what} name")
-        out[k] = check_value(str(v), f"{what} {k}")
-    return out
-
-
-def check_secrets(secrets: Mapping[str, Path] | None) -> dict[str, Path]:
-    out: dict[str, Path] = {}
-    for sid, src in sorted((secrets or {}).items()):
-        if not SECRET_ID_RE.match(sid):
-            raise UsageError(f"invalid secret id {sid!r}: expected lowercase letters, digits, '_.-'")
-        path = Path(src)
-        if not path.is_file():
-            raise UsageError(f"secret {sid}: {path} is not a readable file")
-        text = str(path.resolve())
-        if any(c in text for c in ',"=\n\r') or _CONTROL.search(text):
-            raise UsageError(f"secret {sid}: path {text!r} contains ',', '=', quotes or control "
-                             "characters, which the BuildKit CLI cannot take; copy the file elsewhere")
-        out[sid] = path.resolve()
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# Values exchanged with engines
-
-@dataclass(frozen=True)
-class BuildResult:
-    ref: str
-    image_id: str
-    size_bytes: int
-    seconds: float
-    steps: int            # build steps after FROM that the builder ran or took from its cache
-    cached_steps: int     # of those, how many came from the cache
-    log_path: Path
-
-
-@dataclass(frozen=True)
-class RunResult:
-    exit_code: int | None   # None when the container was killed on timeout before it exited
-    output: str             # stdout and stderr as the engine logged them (each stream in order)
-    timed_out: bool
-    seconds: float
-
-    @property
-    def ok(self) -> bool:
-        return self.exit_code == 0 and not self.timed_out
-
-
-@dataclass(frozen=True)
-class Mount:
-    """A bind mount of a host path into a container (read-only unless said otherwise)."""
-    source: Path
-    target: str
-    read_only: bool = True
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    image: str
-    command: tuple[str, ...]
-    env: Mapping[str, str] | None = None
-    network: str | None = None
-    name: str | None = None
-    hostname: str | None = None
-    mounts: tuple[Mount, ...] = ()
-    shm_size: str | None = None
-
-
-@dataclass(frozen=True)
-class ImageInfo:
-    id: str
-    repo_digests: tuple[str, ...]
-    size: int
-    labels: dict[str, str] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-    layers: tuple[str, ...] = ()     # diff ids, lowest first
-
-
-@runtime_checkable
-class Engine(Protocol):
-    """What imagebuild needs from a container engine."""
-
-    name: str
-
-    def build(self, context: Path, ref: str, *, dockerfile: str = "Dockerfile",
-              buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
-              secrets: Mapping[str, Path] | None = None, log: Path,
-              progress: Progress | None = None, no_cache: bool = False) -> BuildResult: ...
-
-    def run(self, image: str, command: Sequence[str], *, env: Mapping[str, str] | None = None,
-            network: str | None = None, name: str | None = None, hostname: str | None = None,
-            mounts: Sequence[Mount] | None = None, timeout: float,
-            shm_size: str | None = None) -> RunResult: ...
-
-    def run_many(self, specs: Sequence[RunSpec], timeout: float) -> list[RunResult]: ...
-
-    def network(self, name: str | None = None, *, internal: bool = False) -> ContextManager[str]: ...
-
-    def inspect(self, ref: str) -> ImageInfo: ...
-
-    def exists(self, ref: str) -> bool: ...
-
-    def remove(self, ref: str, *, force: bool = False) -> None: ...
-
-    def save(self, ref: str, path: Path) -> Path: ...
-
-    def load(self, tar_path: Path) -> list[str]: ...
+from ..errors import UsageError
+from .base import (
+    HOSTNAME_RE, IMAGE_ID_RE, KEY_RE, NAME_RE, REF_RE, SECRET_ID_RE, SIZE_RE, BuildResult, Container,
+    ContainerSession, Engine, ImageInfo, Mount, Progress, PushResult, RunResult, RunSpec,
+    check_hostname, check_key, check_mapping, check_name, check_ref, check_secrets, check_value,
+    docker_host, dockerfile_needs_buildkit,
+)
+from .docker_sdk import DockerEngine, connect, registry_auth
 
 
 def get_engine(kind: str = "docker", *, client=None) -> Engine:
     """An engine for DOCKER_HOST. kind: "docker" (docker SDK; also podman's socket) or "buildkit"
-    (builds through the BuildKit CLI, everything else through the SDK)."""
+    (builds through the BuildKit CLI, everything else through the SDK). ``client``: a docker SDK
+    client to use (tests), else one is connected."""
     if kind == "docker":
-        from .docker_sdk import DockerEngine
         return DockerEngine(client)
     if kind == "buildkit":
         from .buildkit import BuildKitEngine
@@ -242,14 +50,10 @@ def get_engine(kind: str = "docker", *, client=None) -> Engine:
     raise UsageError(f"unknown engine {kind!r} (one of: docker, buildkit)")
 
 
-def dockerfile_needs_buildkit(text: str) -> bool:
-    """True when a Dockerfile uses syntax only BuildKit understands (RUN --mount=...)."""
-    return bool(re.search(r"^\s*RUN\s+(?:--[a-z-]+=\S+\s+)*--mount=", text, re.MULTILINE | re.IGNORECASE))
-
-
 __all__ = [
-    "BuildResult", "Engine", "ImageInfo", "Mount", "Progress", "RunResult", "RunSpec",
-    "check_hostname", "check_key", "check_mapping", "check_name", "check_ref", "check_secrets",
-    "check_value", "connect", "docker_host", "dockerfile_needs_buildkit", "get_engine",
+    "BuildResult", "Container", "ContainerSession", "DockerEngine", "Engine", "HOSTNAME_RE",
+    "IMAGE_ID_RE", "ImageInfo", "KEY_RE", "Mount", "NAME_RE", "Progress", "PushResult", "REF_RE",
+    "RunResult", "RunSpec", "SECRET_ID_RE", "SIZE_RE", "check_hostname", "check_key",
+    "check_mapping", "check_name", "check_ref", "check_secrets", "check_value", "connect",
+    "docker_host", "dockerfile_needs_buildkit", "get_engine", "registry_auth",
 ]
-

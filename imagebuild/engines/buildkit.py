@@ -1,171 +1,28 @@
-"""The BuildKit CLI engine: builds with `DOCKER_BUILDKIT=1 docker build --progress=plain`.
-
-The docker SDK only speaks the classic builder, which knows no `RUN --mount=type=secret`. A build
-that needs a secret (a site CA bundle, a token) runs the Docker CLI with BuildKit instead: the
-secret is mounted at /run/secrets/<id> for the RUN steps that ask for it and is never written to
-a layer. No `# syntax=` line can be used (the frontend image cannot be pulled here); the engine's
-built-in Dockerfile frontend understands `RUN --mount`.
+"""The BuildKit CLI engine: builds with `DOCKER_BUILDKIT=1 docker build --progress=plain`
+(engines/buildkit_cli.py), needed for `RUN --mount=type=secret`.
 
 Everything but `build` (run, inspect, save, ...) is the docker SDK engine's.
 """
 
 from __future__ import annotations
 
-import collections
-import os
-import re
-import shutil
-import signal
-import subprocess
-import tempfile
-import threading
-import time
 from pathlib import Path
 from typing import Mapping
 
-from ..errors import EngineError
-from . import BuildResult, Progress, check_mapping, check_ref, check_secrets, docker_host
-from .docker_sdk import DockerEngine, _one_line, _open_log, cancellable, check_context, step_failure
+from .base import BuildResult, Progress
+from .buildkit_cli import DEFAULT_CLI, build_with_cli, docker_cli
+from .docker_sdk import DockerEngine
 
-DEFAULT_CLI = "/usr/bin/docker"   # Debian's client: speaks to the 20.10 engine's built-in BuildKit
-
-# "#5 [2/4] RUN echo hi", "#7 [devel 3/9] COPY a b", "#2 [internal] load .dockerignore"
-_VERTEX_RE = re.compile(r"^#(\d+) \[([^\]]+)\] (.*)\Z")
-_STEPNO_RE = re.compile(r"^(?:(\S+) )?(\d+)/(\d+)\Z")
-_CACHED_RE = re.compile(r"^#(\d+) CACHED\Z")
-_ERROR_RE = re.compile(r"^#(\d+) ERROR: (.*)\Z")
-_OUTPUT_RE = re.compile(r"^#(\d+) \d+\.\d+ (.*)\Z")
-
-
-def docker_cli() -> str:
-    cli = os.environ.get("IMAGEBUILD_DOCKER_CLI", DEFAULT_CLI)
-    path = shutil.which(cli)
-    if not path:
-        raise EngineError(f"BuildKit builds need the Docker CLI at {cli} (Debian package docker.io; "
-                          "set IMAGEBUILD_DOCKER_CLI to use another client with built-in BuildKit)")
-    return path
+__all__ = ["BuildKitEngine", "DEFAULT_CLI", "docker_cli"]
 
 
 class BuildKitEngine(DockerEngine):
-    """DockerEngine whose builds run through the BuildKit CLI."""
-
-    def __init__(self, client=None, *, _engine_name: str | None = None):
-        if _engine_name is not None and client is not None:   # shared client, version known
-            self._client = client
-            self.name = _engine_name
-            self.api_version = ""
-        else:
-            super().__init__(client)
+    """DockerEngine whose builds all run through the BuildKit CLI."""
 
     def build(self, context: Path, ref: str, *, dockerfile: str = "Dockerfile",
               buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
               secrets: Mapping[str, Path] | None = None, log: Path,
               progress: Progress | None = None, no_cache: bool = False) -> BuildResult:
-        if self.name == "podman":
-            raise EngineError(f"building {ref}: secrets and RUN --mount need BuildKit, which podman's "
-                              f"Docker API at DOCKER_HOST={docker_host()} does not offer; use Docker")
-        context, dockerfile_path = check_context(context, dockerfile)
-        check_ref(ref)
-        buildargs = check_mapping(buildargs, "build argument")
-        labels = check_mapping(labels, "label")
-        secrets = check_secrets(secrets)
-        cli = docker_cli()
-        progress = progress or (lambda _line: None)
-
-        with tempfile.TemporaryDirectory(prefix="imagebuild-bk-") as tmp:
-            iidfile = Path(tmp) / "iid"
-            argv = [cli, "build", "--progress=plain", "--iidfile", str(iidfile),
-                    "-f", str(dockerfile_path), "-t", ref]
-            for k, v in labels.items():
-                argv += ["--label", f"{k}={v}"]
-            for k, v in buildargs.items():
-                argv += ["--build-arg", f"{k}={v}"]
-            for sid, src in secrets.items():
-                argv += ["--secret", f"id={sid},src={src}"]
-            if no_cache:
-                argv.append("--no-cache")
-            argv.append(str(context))
-            env = dict(os.environ, DOCKER_BUILDKIT="1", DOCKER_HOST=docker_host())
-            env.pop("BUILDKIT_PROGRESS", None)
-
-            names: dict[str, str] = {}          # vertex -> "2/4 RUN ..."
-            counted: set[str] = set()           # vertices that are build steps (not FROM/internal)
-            cached_set: set[str] = set()
-            outputs: dict[str, collections.deque[str]] = collections.defaultdict(
-                lambda: collections.deque(maxlen=8))
-            last_lines: collections.deque[str] = collections.deque(maxlen=8)
-            failed: tuple[str, str] | None = None
-            t0 = time.monotonic()
-            with _open_log(log) as out:
-                out.write(f"# imagebuild: build {ref} from {context} ({dockerfile}), BuildKit CLI"
-                          f"{' with secrets ' + ','.join(secrets) if secrets else ''}\n")
-                try:
-                    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, env=env, text=True,
-                                            encoding="utf-8", errors="replace", bufsize=1)
-                except OSError as exc:
-                    raise EngineError(f"building {ref}: cannot run {cli}: {exc.strerror}") from None
-
-                def stop(proc=proc) -> None:
-                    # the CLI cancels its BuildKit session on SIGINT, which stops the running
-                    # step; killed if it has not ended 10 s later
-                    if proc.poll() is None:
-                        proc.send_signal(signal.SIGINT)
-                        timer = threading.Timer(10, lambda: proc.poll() is None and proc.kill())
-                        timer.daemon = True
-                        timer.start()
-
-                with cancellable(stop):
-                    try:
-                        assert proc.stdout is not None
-                        for line in proc.stdout:
-                            out.write(line)
-                            line = line.rstrip("\n")
-                            if line.strip():
-                                last_lines.append(line)
-                            m = _VERTEX_RE.match(line)
-                            if m:
-                                vid, bracket, text = m.groups()
-                                if vid in names:
-                                    continue
-                                sm = _STEPNO_RE.match(bracket)
-                                if not sm:
-                                    names[vid] = f"[{bracket}] {_one_line(text, 80)}"
-                                    continue
-                                names[vid] = f"{bracket} {_one_line(text, 80)}"
-                                if not text.upper().startswith("FROM "):
-                                    counted.add(vid)
-                                    progress(f"Step {sm.group(2)}/{sm.group(3)}: {_one_line(text, 60)}")
-                                continue
-                            m = _CACHED_RE.match(line)
-                            if m:
-                                if m.group(1) in counted and m.group(1) not in cached_set:
-                                    cached_set.add(m.group(1))
-                                    progress(f"Step {names[m.group(1)].split(' ', 1)[0]}: cached")
-                                continue
-                            m = _ERROR_RE.match(line)
-                            if m and failed is None:
-                                failed = (m.group(1), m.group(2))
-                                continue
-                            m = _OUTPUT_RE.match(line)
-                            if m:
-                                outputs[m.group(1)].append(m.group(2))
-                        rc = proc.wait()
-                    except BaseException:
-                        proc.kill()
-                        proc.wait()
-                        raise
-            seconds = time.monotonic() - t0
-            if rc != 0:
-                if failed is not None:
-                    vid, err = failed
-                    raise step_failure(ref, names.get(vid, f"#{vid}"), _one_line(err),
-                                       list(outputs.get(vid, ())), log)
-                raise step_failure(ref, "", f"docker build exited with {rc}", list(last_lines), log)
-            try:
-                image_id = iidfile.read_text().strip()
-            except OSError:
-                raise step_failure(ref, "", "BuildKit wrote no image id", list(last_lines), log) from None
-        info = self.inspect(image_id)
-        return BuildResult(ref=ref, image_id=info.id, size_bytes=info.size, seconds=seconds,
-                           steps=len(counted), cached_steps=len(cached_set), log_path=Path(log))
+        return build_with_cli(context, ref, engine_name=self.name, inspect=self.inspect,
+                              dockerfile=dockerfile, buildargs=buildargs, labels=labels,
+                              secrets=secrets, log=log, progress=progress, no_cache=no_cache)

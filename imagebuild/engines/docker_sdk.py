@@ -1,8 +1,11 @@
 """The docker SDK engine: Docker itself, or podman's Docker-compatible API socket.
 
+`connect()` returns a pinged docker SDK client for the engine in DOCKER_HOST (or the Docker
+context's, or the default socket: endpoint.py). This package is the only place that knows the
+SDK: everything else gets an Engine and the small values of engines/base.py.
+
 Builds go through the engine's classic builder (the only one the SDK speaks). A build that needs
-BuildKit (secrets, `RUN --mount=`) is handed to `BuildKitEngine`, which shares this client for
-everything but the build itself.
+BuildKit (secrets, `RUN --mount=`) is handed to the BuildKit CLI (buildkit_cli.build_with_cli).
 
 Containers started here carry the label `io.imagebuild.owner=imagebuild` and are always removed,
 also when the caller is interrupted.
@@ -12,21 +15,23 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import itertools
 import os
 import re
 import secrets as _secrets
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterator, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from ..errors import BuildError, EngineError, EngineUnavailable, ImagebuildError, UsageError
-from . import (
-    BuildResult, ImageInfo, Mount, Progress, RunResult, RunSpec, check_hostname, check_mapping,
-    check_name, check_ref, check_value, connect, docker_host, dockerfile_needs_buildkit, SIZE_RE,
+from ..errors import (EngineError, EngineRefused, EngineUnavailable, ImagebuildError, NoSuchImage,
+                      UsageError)
+from .base import (
+    SIZE_RE, BuildResult, Container, ImageInfo, Mount, Progress, PushResult, RunResult, RunSpec,
+    check_hostname, check_key, check_mapping, check_name, check_ref, check_value, docker_host,
+    dockerfile_needs_buildkit,
 )
+from .buildkit_cli import build_with_cli
+from .common import _one_line, _open_log, cancel_builds, cancellable, check_context, step_failure
 
 OWNER_LABEL = {"io.imagebuild.owner": "imagebuild"}
 # Docker's classic builder: "Step 2/5 : RUN x" / " ---> Using cache"; podman (buildah) through its
@@ -34,36 +39,6 @@ OWNER_LABEL = {"io.imagebuild.owner": "imagebuild"}
 _STEP_RE = re.compile(r"^(?:Step|STEP) (\d+)/(\d+) ?: (.*)\Z")
 _CACHE_RE = re.compile(r"^\s*-{2,3}> Using cache\b")
 _TARGET_RE = re.compile(r"^/[^\x00-\x1f\x7f:,]*\Z")
-
-
-# Builds running now, each with the function that stops it (Ctrl-C, SIGTERM): cancel_builds()
-# calls them all. Shared by every engine object (BuildKitEngine instances are made per build).
-_RUNNING_LOCK = threading.Lock()
-_RUNNING: dict[int, Callable[[], None]] = {}
-_RUNNING_KEYS = itertools.count()
-
-
-@contextlib.contextmanager
-def cancellable(stop: Callable[[], None]) -> Iterator[None]:
-    """Register ``stop`` (stops one running build) while the block runs."""
-    key = next(_RUNNING_KEYS)
-    with _RUNNING_LOCK:
-        _RUNNING[key] = stop
-    try:
-        yield
-    finally:
-        with _RUNNING_LOCK:
-            _RUNNING.pop(key, None)
-
-
-def cancel_builds() -> int:
-    """Stop every build running now (in any thread); returns how many were asked to stop."""
-    with _RUNNING_LOCK:
-        stops = list(_RUNNING.values())
-    for stop in stops:
-        with contextlib.suppress(Exception):
-            stop()
-    return len(stops)
 
 
 def _stream_closer(stream) -> Callable[[], None]:
@@ -86,11 +61,6 @@ def _stream_closer(stream) -> Callable[[], None]:
     return stop
 
 
-def _one_line(text: object, limit: int = 300) -> str:
-    s = " ".join(str(text).split())
-    return s if len(s) <= limit else s[: limit - 3] + "..."
-
-
 @contextlib.contextmanager
 def engine_errors(action: str) -> Iterator[None]:
     """Turn docker SDK and transport errors into one-line EngineErrors naming the action."""
@@ -100,25 +70,20 @@ def engine_errors(action: str) -> Iterator[None]:
         yield
     except ImagebuildError:
         raise
-    except docker.errors.ImageNotFound:
-        raise EngineError(f"{action}: no such image in the engine at DOCKER_HOST={docker_host()}") \
-            from None
+    except docker.errors.ImageNotFound as exc:
+        raise NoSuchImage(f"{action}: no such image in the engine at DOCKER_HOST={docker_host()}",
+                          detail=str(exc.explanation or exc)) from None
     except docker.errors.APIError as exc:
         text = _one_line(exc.explanation or exc)
         if "no space left on device" in text.lower():
-            raise EngineError(f"{action}: the engine's disk is full ({text})") from None
-        raise EngineError(f"{action}: {text}") from None
+            raise EngineRefused(f"{action}: the engine's disk is full ({text})",
+                                detail=str(exc.explanation or exc)) from None
+        raise EngineRefused(f"{action}: {text}", detail=str(exc.explanation or exc)) from None
     except docker.errors.DockerException as exc:
         raise EngineError(f"{action}: {_one_line(exc)}") from None
     except requests.exceptions.RequestException as exc:
         raise EngineUnavailable(f"{action}: the engine at DOCKER_HOST={docker_host()} stopped "
                                 f"answering ({type(exc).__name__})") from None
-
-
-def _open_log(log: Path):
-    log = Path(log)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    return open(log, "w", encoding="utf-8", errors="replace", buffering=1)
 
 
 def _parse_time(text: str | None) -> float | None:
@@ -133,6 +98,34 @@ def _parse_time(text: str | None) -> float | None:
     return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}").timestamp()
 
 
+def connect(timeout: int = 900):
+    """A pinged docker SDK client, or EngineError naming DOCKER_HOST."""
+    try:
+        import docker
+        from docker.errors import DockerException
+    except ImportError as exc:  # pragma: no cover - a dependency of the package
+        raise EngineError(f"the docker SDK is not installed ({exc})") from None
+    from .endpoint import client as endpoint_client
+    from .endpoint import resolve
+
+    found = resolve()
+    host = found.describe()
+    try:
+        if found.origin == "DOCKER_HOST":
+            client = docker.from_env(timeout=timeout)
+        else:   # a Docker context, or Docker's or podman's default socket
+            client = endpoint_client(found, timeout)
+        client.ping()
+    except DockerException as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EngineUnavailable(f"no container engine answers at {host} ({first}); "
+                          "start dockerd (see .ci/start-docker.sh) or podman's API service") from None
+    except Exception as exc:  # noqa: BLE001 - requests/urllib3 errors from a dead socket
+        raise EngineUnavailable(f"no container engine answers at {host} "
+                                f"({type(exc).__name__})") from None
+    return client
+
+
 class DockerEngine:
     """The Engine interface on the docker SDK."""
 
@@ -143,10 +136,6 @@ class DockerEngine:
         comps = " ".join(str(c.get("Name", "")) for c in version.get("Components") or [])
         self.name = "podman" if "podman" in comps.lower() else "docker"
         self.api_version = str(version.get("ApiVersion", ""))
-
-    @property
-    def client(self):
-        return self._client
 
     @staticmethod
     def cancel_builds() -> int:
@@ -160,10 +149,9 @@ class DockerEngine:
               progress: Progress | None = None, no_cache: bool = False) -> BuildResult:
         context, dockerfile_path = check_context(context, dockerfile)
         if secrets or dockerfile_needs_buildkit(dockerfile_path.read_text(errors="replace")):
-            from .buildkit import BuildKitEngine
-            return BuildKitEngine(self._client, _engine_name=self.name).build(
-                context, ref, dockerfile=dockerfile, buildargs=buildargs, labels=labels,
-                secrets=secrets, log=log, progress=progress, no_cache=no_cache)
+            return build_with_cli(context, ref, engine_name=self.name, inspect=self.inspect,
+                                  dockerfile=dockerfile, buildargs=buildargs, labels=labels,
+                                  secrets=secrets, log=log, progress=progress, no_cache=no_cache)
         check_ref(ref)
         buildargs = check_mapping(buildargs, "build argument")
         labels = check_mapping(labels, "label")
@@ -370,7 +358,7 @@ class DockerEngine:
         return ImageInfo(
             id=str(data["Id"]), repo_digests=tuple(sorted(data.get("RepoDigests") or ())),
             size=int(data.get("Size") or 0), labels=dict(sorted((cfg.get("Labels") or {}).items())),
-            env=env, layers=tuple((data.get("RootFS") or {}).get("Layers") or ()))
+            env=env, layers=tuple((data.get("RootFS") or {}).get("Layers") or ()), config=dict(cfg))
 
     def exists(self, ref: str) -> bool:
         import docker.errors
@@ -462,29 +450,242 @@ class DockerEngine:
                             loaded.append(text[len(prefix):])
         return loaded
 
+    def lookup(self, ref: str) -> ImageInfo | None:
+        """inspect(), or None when the engine holds no such image."""
+        try:
+            return self.inspect(ref)
+        except NoSuchImage:
+            return None
 
-def check_context(context: Path, dockerfile: str) -> tuple[Path, Path]:
-    context = Path(context)
-    if not context.is_dir():
-        raise BuildError(f"build context {context} is not a directory")
-    check_value(str(dockerfile), "Dockerfile name")
-    df = context / dockerfile
-    if not df.is_file():
-        raise BuildError(f"no Dockerfile {dockerfile} in build context {context}")
-    return context.resolve(), df
+    def tag(self, source: str, repository: str, tag: str) -> None:
+        """Name the image ``source`` (a reference or an id) ``repository:tag``. NoSuchImage when
+        the engine does not hold it."""
+        check_ref(source)
+        check_ref(f"{repository}:{tag}")
+        with engine_errors(f"tagging {source} as {repository}:{tag}"):
+            self._client.api.tag(source, repository, tag)
+
+    def untag(self, ref: str) -> None:
+        """Remove the name ``ref`` only: the image keeps its other names, its children and,
+        when it has no other name, its layers (no prune)."""
+        check_ref(ref)
+        with engine_errors(f"untagging {ref}"):
+            self._client.api.remove_image(ref, noprune=True)
+
+    def push(self, repository: str, tag: str, *,
+             auth: Mapping[str, str] | None = None) -> PushResult:
+        """Push ``repository:tag`` (with ``auth``: {"username", "password"}); the digests the
+        engine reported and the first error it reported, which ends the push. EngineRefused when
+        the engine refuses the request itself."""
+        check_ref(f"{repository}:{tag}")
+        kwargs: dict = {"stream": True, "decode": True}
+        if auth is not None:
+            kwargs["auth_config"] = dict(auth)
+        digests: list[str] = []
+        with engine_errors(f"pushing {repository}:{tag}"):
+            for event in self._client.api.push(repository, tag=tag, **kwargs):
+                if not isinstance(event, dict):
+                    continue
+                if "error" in event:
+                    return PushResult(tuple(digests), str(event.get("error") or ""))
+                aux = event.get("aux")
+                if isinstance(aux, dict) and isinstance(aux.get("Digest"), str):
+                    digests.append(aux["Digest"])
+        return PushResult(tuple(digests), None)
+
+    def save_stream(self, ref: str) -> Iterator[bytes]:
+        """The `docker save` tar of the image ``ref`` (saved by its id: no RepoTags), in chunks
+        as the engine sends them."""
+        info = self.inspect(ref)
+        with engine_errors(f"saving {ref}"):
+            yield from self._client.api.get_image(info.id, chunk_size=1 << 20)
+
+    def load_stream(self, chunks: Iterable[bytes]) -> None:
+        """`docker load` of a tar (docker save layout) given as chunks. EngineRefused with the
+        engine's words when it refuses the tar."""
+        with engine_errors("loading an image"):
+            for event in self._client.api.load_image(iter(chunks)):
+                if isinstance(event, dict) and "error" in event:
+                    text = str(event.get("error") or "")
+                    raise EngineRefused(f"loading an image: {_one_line(text)}", detail=text)
+
+    @contextlib.contextmanager
+    def export_filesystem(self, ref: str, *,
+                          labels: Mapping[str, str] | None = None) -> Iterator[Iterator[bytes]]:
+        """The file system of the image ``ref`` as one tar (whiteouts applied by the engine): the
+        `export` of a created, never started container without network, removed after the
+        block. Yields the tar's chunks."""
+        check_ref(ref)
+        with engine_errors(f"creating a container of {ref}"):
+            container = self._client.containers.create(
+                ref, command=["/bin/true"], entrypoint=[], network_disabled=True,
+                labels={**OWNER_LABEL, **check_mapping(labels, "label")})
+        try:
+            def chunks() -> Iterator[bytes]:
+                with engine_errors(f"exporting the file system of {ref}"):
+                    yield from container.export(chunk_size=1 << 20)
+            yield chunks()
+        finally:
+            with contextlib.suppress(Exception):   # cleanup must not hide the real error
+                container.remove(force=True)
+
+    def containers(self, prefix: str, label: str) -> "DockerSession":
+        """A ContainerSession whose containers and networks carry ``label=<prefix>-<token>``."""
+        return DockerSession(self._client, prefix, label)
 
 
-def step_failure(ref: str, step: str, error: str, tail: list[str], log: Path) -> BuildError:
-    """A BuildError naming the image, the step, the last lines of its output and the log."""
-    last = " | ".join(_one_line(t, 160) for t in tail[-3:] if t.strip())
-    where = f" at step {step}" if step else ""
-    msg = f"building {ref} failed{where}: {error}"
-    if last:
-        msg += f"; last lines: {last}"
-    msg += f"; full log: {log}"
-    exc = BuildError(msg)
-    exc.ref = ref  # type: ignore[attr-defined]
-    exc.step = step  # type: ignore[attr-defined]
-    exc.tail = tail  # type: ignore[attr-defined]
-    exc.log_path = Path(log)  # type: ignore[attr-defined]
-    return exc
+class DockerSession:
+    """engines.base.ContainerSession on the docker SDK."""
+
+    def __init__(self, client, prefix: str, label: str):
+        self._client = client
+        self.token = f"{prefix}-{_secrets.token_hex(4)}"
+        check_name(self.token, "container name prefix")
+        self._labels = {**OWNER_LABEL, check_key(label, "label"): self.token}
+        self._selector = {"label": f"{label}={self.token}"}     # this session's, and only those
+        self._containers: dict[str, object] = {}     # id -> the SDK's container
+        self._networks: list = []
+
+    def __enter__(self) -> "DockerSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _get(self, container: Container):
+        return self._containers[container.id]
+
+    def network(self, name: str) -> str:
+        """An internal bridge network (no route out, only between its containers)."""
+        name = check_name(name, "network name")
+        with engine_errors(f"creating network {name}"):
+            net = self._client.networks.create(name, driver="bridge", internal=True,
+                                               labels=dict(self._labels))
+        self._networks.append(net)
+        return name
+
+    def create(self, image: str, command: Sequence[str], *, name: str,
+               env: Mapping[str, str] | None = None, network: str | None = None,
+               hostname: str | None = None, shm_size: str | None = None, shareable: bool = False,
+               join: Container | None = None) -> Container:
+        """A container of ``image`` named ``<token>-<name>``: on ``network`` only (reachable there
+        as ``hostname``), its IPC namespace ``shareable``, or joining the IPC and PID namespaces
+        of ``join`` (then without a /dev/shm of its own)."""
+        kwargs: dict = {"command": list(command), "detach": True,
+                        "name": check_name(f"{self.token}-{name}", "container name"),
+                        "environment": dict(env or {}), "labels": dict(self._labels)}
+        if join is not None:
+            other = self._get(join).id
+            kwargs.update(ipc_mode=f"container:{other}", pid_mode=f"container:{other}")
+        else:
+            if shm_size:
+                kwargs["shm_size"] = shm_size
+            if shareable:
+                kwargs["ipc_mode"] = "shareable"
+        if hostname:
+            kwargs["hostname"] = check_hostname(hostname)
+        if network:
+            kwargs["network"] = check_name(network, "network name")
+            kwargs["networking_config"] = {network: self._client.api.create_endpoint_config(
+                aliases=[hostname] if hostname else None)}
+        with engine_errors(f"creating a container of {image}"):
+            made = self._client.containers.create(image, **kwargs)
+        self._containers[made.id] = made
+        return Container(id=made.id, name=made.name)
+
+    def put_files(self, container: Container, tar: bytes, path: str = "/") -> bool:
+        """Unpack the tar ``tar`` at ``path`` in the container; whether the engine took it."""
+        with engine_errors(f"copying files into {container.name}"):
+            return bool(self._get(container).put_archive(path, tar))
+
+    def start(self, container: Container) -> None:
+        with engine_errors(f"starting {container.name}"):
+            self._get(container).start()
+
+    def wait(self, container: Container, timeout: float) -> int | None:
+        """The exit code, or None when it still runs after ``timeout`` seconds (at least 1)."""
+        import requests
+        with engine_errors(f"waiting for {container.name}"):
+            try:
+                return int(self._get(container).wait(timeout=max(1, timeout))["StatusCode"])
+            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+                return None
+
+    def kill(self, container: Container) -> None:
+        with engine_errors(f"killing {container.name}"):
+            self._get(container).kill()
+
+    def status(self, container: Container) -> str:
+        """"created", "running", "exited", ... as the engine says now."""
+        c = self._get(container)
+        with engine_errors(f"inspecting {container.name}"):
+            c.reload()
+        return str(c.status)
+
+    def exec(self, container: Container, argv: Sequence[str]) -> tuple[int | None, bytes]:
+        """Run ``argv`` in the running container: its exit code and its output."""
+        with engine_errors(f"running a command in {container.name}"):
+            code, out = self._get(container).exec_run(list(argv), demux=False)
+        return code, out or b""
+
+    def logs(self, container: Container, tail: int | None = None) -> str:
+        with engine_errors(f"reading the output of {container.name}"):
+            data = self._get(container).logs(**({"tail": tail} if tail is not None else {}))
+        return data.decode("utf-8", "replace")
+
+    def follow(self, container: Container) -> Iterator[bytes]:
+        """The container's output as it comes, until it exits."""
+        with engine_errors(f"following the output of {container.name}"):
+            yield from self._get(container).logs(stream=True, follow=True)
+
+    def read_archive(self, container: Container, path: str) -> bytes | None:
+        """A tar of ``path`` (a file or a folder) in the container, running or stopped; None when
+        there is no such path."""
+        import docker.errors
+        with engine_errors(f"reading {path} from {container.name}"):
+            try:
+                stream, _ = self._get(container).get_archive(path)
+                return b"".join(stream)
+            except docker.errors.NotFound:
+                return None
+
+    def close(self) -> None:
+        """Remove every container (killing those still running) and network of the session,
+        also those whose create call was interrupted before it returned."""
+        found, networks = dict(self._containers), list(self._networks)
+        try:
+            for c in self._client.containers.list(all=True, filters=self._selector):
+                found.setdefault(c.id, c)
+            known = {n.id for n in networks}
+            networks += [n for n in self._client.networks.list(filters=self._selector) if n.id not in known]
+        except Exception:  # noqa: BLE001 - best effort: the engine may be the thing that failed
+            pass
+        for c in reversed(list(found.values())):
+            with contextlib.suppress(Exception):    # never mask the original error
+                c.remove(force=True)
+        self._containers.clear()
+        for net in reversed(networks):
+            with contextlib.suppress(Exception):
+                net.remove()
+        self._networks.clear()
+
+
+def registry_auth(config: Mapping, host: str, env: Mapping[str, str]) -> dict | None:
+    """The credentials for registry ``host`` in a Docker config (its parsed JSON ``config``), as
+    docker reads them: ``credHelpers``, ``credsStore`` (running the ``docker-credential-*``
+    helper with ``env``), ``auths``. None when there are none. EngineError, its message the
+    SDK's words, when the config or a helper fails."""
+    import json
+    import warnings
+
+    import docker.auth
+    import docker.errors
+
+    copy = json.loads(json.dumps(dict(config)))          # docker.auth consumes the dict it is given
+    try:
+        with warnings.catch_warnings():              # a missing helper warns, then fails below
+            warnings.simplefilter("ignore")
+            auth = docker.auth.load_config(config_dict=copy, credstore_env=dict(env))
+            return auth.resolve_authconfig(host)
+    except (docker.errors.DockerException, ValueError, KeyError, TypeError) as exc:
+        raise EngineError(str(exc)) from None
