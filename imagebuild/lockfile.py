@@ -422,11 +422,33 @@ def base_refs(dockerfile_text: str) -> list[str]:
     return refs
 
 
-def entry_for_image(client, *, image_id: str, stack: dict[str, str], local_ref: str,
+def final_base(dockerfile_text: str) -> str | None:
+    """The external image the last stage of a Dockerfile starts from (a stage name is followed
+    to the image that stage starts from); None for ``scratch`` or no FROM."""
+    stages: dict[str, str] = {}
+    last = None
+    for line in dockerfile_text.splitlines():
+        match = _FROM.match(line)
+        if not match:
+            continue
+        ref, alias = match.group(1), match.group(2)
+        ref = stages.get(ref.lower(), ref)
+        if alias:
+            stages[alias.lower()] = ref
+        last = ref
+    return None if last is None or last.lower() == "scratch" else last
+
+
+#: the labels naming the image the last stage starts from, and its registry digest or engine id
+BASE_NAME_LABEL = "org.opencontainers.image.base.name"
+BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
+
+
+def entry_for_image(engine, *, image_id: str, stack: dict[str, str], local_ref: str,
                     root: str | os.PathLike = ".", reports_dir: str | os.PathLike | None = None) -> dict:
     """The current lock entry of one image, read from the repository and the engine.
 
-    ``client`` is a docker SDK client (None: base and built image ids are recorded as null). The
+    ``engine`` is an imagebuild Engine (None: base and built image ids are recorded as null). The
     base image is the engine id of the first external FROM of the generated Dockerfile.
     """
     from .publish import REPORTS_DIR, default_report_path
@@ -436,20 +458,15 @@ def entry_for_image(client, *, image_id: str, stack: dict[str, str], local_ref: 
     refs = base_refs(Path(path).read_text(encoding="utf-8"))
     base = built = None
     bases = {ref: {"id": None, "digest": None} for ref in refs}
-    if client is not None:
-        from docker.errors import ImageNotFound
-
+    if engine is not None:
         for ref in refs:
-            try:
-                image = client.images.get(ref)
-            except ImageNotFound:
+            image = engine.lookup(ref)
+            if image is None:
                 continue
-            bases[ref] = {"id": image.id, "digest": repo_digest(ref, image.attrs.get("RepoDigests") or [])}
+            bases[ref] = {"id": image.id, "digest": repo_digest(ref, list(image.repo_digests))}
         base = bases[refs[0]]["id"] if refs else None
-        try:
-            built = client.images.get(local_ref).id
-        except ImageNotFound:
-            built = None
+        image = engine.lookup(local_ref)
+        built = image.id if image is not None else None
     report = default_report_path(image_id, Path(root) / REPORTS_DIR if reports_dir is None else reports_dir)
     return compute_entry(stack=stack, dockerfile_sha256=dockerfile_sha, base_image=base, image_id=built,
                          smoke=read_report_summary(report), bases=bases)
@@ -549,15 +566,14 @@ def report_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | No
     return sha256_bytes(raw) if ok else None
 
 
-def provenance_for(client, spec, matrix: str | os.PathLike, *, root: str | os.PathLike, built_id: str | None,
+def provenance_for(engine, spec, matrix: str | os.PathLike, *, root: str | os.PathLike, built_id: str | None,
                    report_path: str | os.PathLike, sbom_path: str | os.PathLike) -> dict:
     """The provenance of one image: the base it was built on (the built image's
     org.opencontainers.image.base.digest label), the recipe's hash, the wheel lock's, and the
     hashes of the SBOM and the smoke report that describe exactly this image id (null otherwise)."""
     base_digest = None
-    if client is not None and built_id is not None:
-        labels = (client.images.get(built_id).attrs.get("Config") or {}).get("Labels") or {}
-        value = labels.get("org.opencontainers.image.base.digest")
+    if engine is not None and built_id is not None:
+        value = engine.inspect(built_id).labels.get(BASE_DIGEST_LABEL)
         base_digest = value if isinstance(value, str) and _ID.match(value) else None
     wheel_lock = getattr(spec, "wheel_lock", None)
     return {

@@ -26,8 +26,10 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from .errors import BuildError
-from .lockfile import _FROM, _ID, _REPO_DIGEST, base_refs  # the lock's grammar of FROM lines, digests
+from .errors import BuildError, EngineRefused, NoSuchImage
+from .lockfile import (  # the lock's grammar of FROM lines and digests, and the base labels
+    _FROM, _ID, _REPO_DIGEST, BASE_DIGEST_LABEL, BASE_NAME_LABEL, base_refs, final_base,
+)
 
 PIN_REPOSITORY = "imagebuild-locked/base"
 LOCKED_DOCKERFILE = "Dockerfile.locked"
@@ -56,15 +58,12 @@ def pin_text(text: str, pins: dict[str, str]) -> str:
     return "".join(out)
 
 
-def pin_bases(client, text: str, locked: dict[str, dict], *, what: str) -> Pinned:
+def pin_bases(engine, text: str, locked: dict[str, dict], *, what: str) -> Pinned:
     """Pin the bases of Dockerfile ``text`` to ``locked`` (FROM ref -> the lock's
     ``{"id", "digest"}``): by registry digest where one is recorded, else by a temporary tag on
     the recorded id (created here; the caller removes ``temporary`` after the build). ``what``
-    names the image in errors. A base the lock records nothing for is refused."""
-    from docker.errors import APIError, ImageNotFound
-
-    from .reproducible import BASE_DIGEST_LABEL, BASE_NAME_LABEL, final_base
-
+    names the image in errors. A base the lock records nothing for is refused. ``engine`` is an
+    imagebuild Engine."""
     pins: dict[str, str] = {}
     digests: dict[str, str] = {}
     temporary: list[str] = []
@@ -82,28 +81,28 @@ def pin_bases(client, text: str, locked: dict[str, dict], *, what: str) -> Pinne
                                  "in the engine)")
             tag = f"{image_id.split(':', 1)[1]}-{secrets.token_hex(4)}"
             try:
-                client.api.tag(image_id, PIN_REPOSITORY, tag)
-            except ImageNotFound:
+                engine.tag(image_id, PIN_REPOSITORY, tag)
+            except NoSuchImage:
                 raise BuildError(f"{what}: the locked base {ref} ({image_id[:19]}) is no longer in the "
                                  "engine; rebuild or pull it, or run `imagebuild lock` to accept "
                                  "another") from None
-            except APIError as exc:
+            except EngineRefused as exc:
                 raise BuildError(f"{what}: cannot tag the locked base {image_id[:19]}: "
-                                 f"{exc.explanation or exc}") from None
+                                 f"{exc.detail}") from None
             temporary.append(f"{PIN_REPOSITORY}:{tag}")
             pins[ref], digests[ref] = temporary[-1], image_id
     except BaseException:
-        unpin(client, temporary)
+        unpin(engine, temporary)
         raise
     final = final_base(text)
     labels = {BASE_NAME_LABEL: final, BASE_DIGEST_LABEL: digests[final]} if final in digests else {}
     return Pinned(pin_text(text, pins), temporary, labels)
 
 
-def unpin(client, temporary: list[str]) -> None:
+def unpin(engine, temporary: list[str]) -> None:
     """Remove the temporary tags (untag only: the image keeps its other names and children)."""
     for tag in temporary:
         try:
-            client.api.remove_image(tag, noprune=True)
+            engine.untag(tag)
         except Exception:  # noqa: BLE001 - already gone, or the engine went away: nothing to undo
             pass

@@ -50,8 +50,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from .errors import ImagebuildError
-from .lockfile import sha256_file
+from .errors import EngineRefused, ImagebuildError
+from .lockfile import BASE_DIGEST_LABEL, BASE_NAME_LABEL, final_base, sha256_file  # noqa: F401 (ours too)
 
 #: regular files (and symlinks) under these paths are left out of every normalised layer
 VOLATILE = re.compile(
@@ -204,20 +204,19 @@ def config_bytes(config: dict) -> bytes:
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _base_layers(client, base: str | None, diff_ids: list[str]) -> list[str]:
+def _base_layers(engine, base: str | None, diff_ids: list[str]) -> list[str]:
     """The diff ids of ``base`` when they are the lowest of ``diff_ids``; [] otherwise."""
     if not base:
         return []
-    from docker.errors import ImageNotFound
-    try:
-        layers = list((client.images.get(base).attrs.get("RootFS") or {}).get("Layers") or [])
-    except ImageNotFound:
+    image = engine.lookup(base)
+    if image is None:
         return []
+    layers = list(image.layers)
     return layers if layers and diff_ids[:len(layers)] == layers else []
 
 
 class _Chunks(io.RawIOBase):
-    """A readable file over an iterator of byte chunks (the SDK's save stream)."""
+    """A readable file over an iterator of byte chunks (the engine's save stream)."""
 
     def __init__(self, chunks):
         self._chunks = iter(chunks)
@@ -237,12 +236,10 @@ class _Chunks(io.RawIOBase):
         return n
 
 
-def _load(client, folder: Path, ref: str) -> None:
+def _load(engine, folder: Path, ref: str) -> None:
     """`docker load` of the image layout in ``folder``, streamed as a tar through a pipe (no
     second copy of the image on disk)."""
     import threading
-
-    from docker.errors import APIError
 
     read_fd, write_fd = os.pipe()
     failed: list[BaseException] = []
@@ -266,37 +263,33 @@ def _load(client, folder: Path, ref: str) -> None:
                     if not chunk:
                         return
                     yield chunk
-            client.images.load(chunks())
-    except APIError as exc:
+            engine.load_stream(chunks())
+    except EngineRefused as exc:
         raise ImagebuildError(f"image {ref}: the engine refused the normalised image "
-                              f"({exc.explanation or exc})") from None
+                              f"({exc.detail})") from None
     finally:
         thread.join()
     if failed:
         raise ImagebuildError(f"image {ref}: writing the normalised image failed ({failed[0]})")
 
 
-def normalize_image(client, ref: str, epoch: int, *, base: str | None = None,
+def normalize_image(engine, ref: str, epoch: int, *, base: str | None = None,
                     workdir: str | os.PathLike | None = None,
                     progress: Callable[[str], None] | None = None) -> str:
     """Rewrite the engine's image ``ref`` into its normalised form and move ``ref`` to it; returns
-    the new image ID (``sha256:<hex>`` of its config). ``client`` is a docker SDK client.
+    the new image ID (``sha256:<hex>`` of its config). ``engine`` is an imagebuild Engine.
 
     The layers of ``base`` (the image the last stage starts from), when they are the image's
     lowest, are kept byte for byte: the base is an input, named by its own digest, and an SBOM or
     a registry can still see the image is built on it."""
-    from docker.errors import ImageNotFound
-
-    try:
-        image = client.images.get(ref)
-    except ImageNotFound:
-        raise ImagebuildError(f"image {ref} is not in the engine") from None
+    if engine.lookup(ref) is None:
+        raise ImagebuildError(f"image {ref} is not in the engine")
     tmp = Path(tempfile.mkdtemp(prefix="imagebuild-normalize-", dir=workdir))
     try:
         # the engine's save stream is unpacked as it comes (no copy of the whole image on disk)
         src = tmp / "src"
         src.mkdir()
-        with tarfile.open(fileobj=_Chunks(image.save(named=False)), mode="r|") as tf:
+        with tarfile.open(fileobj=_Chunks(engine.save_stream(ref)), mode="r|") as tf:
             tf.extractall(src, filter="fully_trusted") if hasattr(tarfile, "data_filter") \
                 else tf.extractall(src)
         manifest = json.loads((src / "manifest.json").read_text())
@@ -306,7 +299,7 @@ def normalize_image(client, ref: str, epoch: int, *, base: str | None = None,
         config = json.loads((src / entry["Config"]).read_text())
         out = tmp / "out"
         out.mkdir()
-        keep = _base_layers(client, base, (config.get("rootfs") or {}).get("diff_ids") or [])
+        keep = _base_layers(engine, base, (config.get("rootfs") or {}).get("diff_ids") or [])
         diff_ids, layer_paths = [], []
         for i, layer in enumerate(entry["Layers"]):
             dst = out / f"{i}.tar"
@@ -328,8 +321,8 @@ def normalize_image(client, ref: str, epoch: int, *, base: str | None = None,
             [{"Config": f"{new_id.split(':', 1)[1]}.json", "RepoTags": [ref], "Layers": layer_paths}]))
         if progress:
             progress(f"{ref}: normalised to {new_id[:19]} ({len(layer_paths)} layer(s))")
-        _load(client, out, ref)
-        loaded = client.images.get(ref).id
+        _load(engine, out, ref)
+        loaded = engine.inspect(ref).id
         if loaded != new_id:
             raise ImagebuildError(f"image {ref}: the engine loaded {loaded[:19]}, expected {new_id[:19]}")
         return new_id
@@ -337,46 +330,22 @@ def normalize_image(client, ref: str, epoch: int, *, base: str | None = None,
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def final_base(dockerfile_text: str) -> str | None:
-    """The external image the last stage of a Dockerfile starts from (a stage name is followed
-    to the image that stage starts from); None for ``scratch`` or no FROM."""
-    from .lockfile import _FROM
-
-    stages: dict[str, str] = {}
-    last = None
-    for line in dockerfile_text.splitlines():
-        match = _FROM.match(line)
-        if not match:
-            continue
-        ref, alias = match.group(1), match.group(2)
-        ref = stages.get(ref.lower(), ref)
-        if alias:
-            stages[alias.lower()] = ref
-        last = ref
-    return None if last is None or last.lower() == "scratch" else last
-
-
-BASE_NAME_LABEL = "org.opencontainers.image.base.name"
-BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
 REVISION_LABEL = "org.opencontainers.image.revision"
 
 
-def base_labels(client, dockerfile_text: str) -> dict[str, str]:
+def base_labels(engine, dockerfile_text: str) -> dict[str, str]:
     """``base.name`` (the last stage's external FROM) and ``base.digest`` (its registry digest when
     the engine has one for that repository, else the engine's image ID) as the engine holds it now;
     empty when the base is not in the engine or there is none."""
-    from docker.errors import ImageNotFound
-
     ref = final_base(dockerfile_text)
     if ref is None:
         return {}
-    try:
-        image = client.images.get(ref)
-    except ImageNotFound:
+    image = engine.lookup(ref)
+    if image is None:
         return {}
     repo = ref.rsplit("@", 1)[0]
     repo = repo.rsplit(":", 1)[0] if ":" in repo.rsplit("/", 1)[-1] else repo
-    digest = next((d.split("@", 1)[1] for d in image.attrs.get("RepoDigests") or []
+    digest = next((d.split("@", 1)[1] for d in image.repo_digests
                    if d.split("@", 1)[0] == repo), image.id)
     return {BASE_NAME_LABEL: ref, BASE_DIGEST_LABEL: digest}
 
@@ -411,23 +380,16 @@ class BuildTimeEngine:
     it is built from ``Dockerfile.locked``. Every other attribute is the wrapped engine's
     (``cancel_builds`` included)."""
 
-    def __init__(self, engine, epochs: dict[str, int], *, no_cache: bool = False, client=None,
+    def __init__(self, engine, epochs: dict[str, int], *, no_cache: bool = False,
                  pins: dict[str, dict[str, dict]] | None = None):
         self._engine = engine
         self._epochs = dict(epochs)
         self._no_cache = no_cache
-        self._client = client
         # image ref -> {FROM ref -> images.lock's {"id", "digest"}}: build FROM those (--locked)
         self._pins = dict(pins or {})
 
     def __getattr__(self, name):
         return getattr(self._engine, name)
-
-    def _docker(self):
-        if self._client is None:
-            from .engines import connect
-            self._client = connect(timeout=3600)
-        return self._client
 
     def build(self, context, ref, **kwargs):
         import dataclasses
@@ -442,12 +404,12 @@ class BuildTimeEngine:
         pinned = None
         if self._pins.get(ref):
             from .pinning import LOCKED_DOCKERFILE, pin_bases
-            pinned = pin_bases(self._docker(), text, self._pins[ref], what=ref)
+            pinned = pin_bases(self._engine, text, self._pins[ref], what=ref)
             kwargs["dockerfile"], text = LOCKED_DOCKERFILE, pinned.text
         try:
             if pinned is not None:
                 (Path(context) / LOCKED_DOCKERFILE).write_text(pinned.text, encoding="utf-8")
-            extra = pinned.labels if pinned and pinned.labels else base_labels(self._docker(), text)
+            extra = pinned.labels if pinned and pinned.labels else base_labels(self._engine, text)
             if extra:
                 kwargs["labels"] = {**extra, **dict(kwargs.get("labels") or {})}
             result = self._engine.build(context, ref, **kwargs)
@@ -455,12 +417,12 @@ class BuildTimeEngine:
             if epoch is None:
                 return result
             start = time.monotonic()
-            new_id = normalize_image(self._docker(), ref, epoch, base=final_base(text),
+            new_id = normalize_image(self._engine, ref, epoch, base=final_base(text),
                                      progress=kwargs.get("progress"))
         finally:
             if pinned is not None:
                 from .pinning import unpin
-                unpin(self._docker(), pinned.temporary)
-        size = int(self._docker().images.get(ref).attrs.get("Size") or result.size_bytes)
+                unpin(self._engine, pinned.temporary)
+        size = int(self._engine.inspect(ref).size or result.size_bytes)
         return dataclasses.replace(result, image_id=new_id, size_bytes=size,
                                    seconds=result.seconds + (time.monotonic() - start))

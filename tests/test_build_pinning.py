@@ -39,10 +39,13 @@ def test_pin_text_rewrites_only_external_from_lines():
 
 class _NoTagging:
     """Stands in for the engine where no tag may be made (a digest pin needs none)."""
-    class api:  # noqa: N801 - mimics the SDK's attribute
-        @staticmethod
-        def tag(*_a, **_k):
-            raise AssertionError("a base pinned by digest needs no temporary tag")
+    @staticmethod
+    def tag(*_a, **_k):
+        raise AssertionError("a base pinned by digest needs no temporary tag")
+
+    @staticmethod
+    def untag(*_a, **_k):
+        raise AssertionError("nothing was tagged")
 
 
 def test_a_recorded_registry_digest_is_used_as_is():
@@ -105,7 +108,7 @@ def test_build_uses_the_locked_id_when_the_tag_moved(docker_client, moved_tag, t
     ctx.mkdir()
     recipe = f"FROM {moving} AS first\nRUN cp /marker /seen\nFROM first\n"
     (ctx / "Dockerfile").write_text(recipe)
-    engine = BuildTimeEngine(get_engine("docker", client=docker_client), {}, client=docker_client,
+    engine = BuildTimeEngine(get_engine("docker", client=docker_client), {},
                              pins={built: {moving: {"id": image_a.id, "digest": None}}})
     before = set(_temporary_tags(docker_client))
     (out,) = build_all([BuildJob(image_id="pin-test", context=ctx, ref=built)], engine=engine,
@@ -121,7 +124,7 @@ def test_build_uses_the_locked_id_when_the_tag_moved(docker_client, moved_tag, t
     assert set(_temporary_tags(docker_client)) == before, "the temporary tag outlived the build"
 
     # without the pin the same recipe builds on B: the test above can tell the two apart
-    plain = BuildTimeEngine(get_engine("docker", client=docker_client), {}, client=docker_client)
+    plain = BuildTimeEngine(get_engine("docker", client=docker_client), {})
     (out,) = build_all([BuildJob(image_id="pin-test", context=ctx, ref=built)], engine=plain,
                        log_dir=tmp_path / "logs")
     assert out.ok, out.error
@@ -139,7 +142,7 @@ def test_a_locked_id_the_engine_lost_is_one_line(docker_client, moved_tag, tmp_p
     ctx.mkdir()
     (ctx / "Dockerfile").write_text(f"FROM {moving}\nRUN true\n")
     gone = "sha256:" + uuid.uuid4().hex * 2
-    engine = BuildTimeEngine(get_engine("docker", client=docker_client), {}, client=docker_client,
+    engine = BuildTimeEngine(get_engine("docker", client=docker_client), {},
                              pins={built: {moving: {"id": gone, "digest": None}}})
     (out,) = build_all([BuildJob(image_id="pin-test", context=ctx, ref=built)], engine=engine,
                        log_dir=tmp_path / "logs")

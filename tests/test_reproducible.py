@@ -219,8 +219,7 @@ def _build_twice(docker_client, tmp_path, *, normalize: bool) -> list:
     (ctx / "hello.txt").write_text("hello\n")
     refs = [f"imagebuild/test-repro-{token}-{i}:local" for i in (1, 2)]
     engine = rp.BuildTimeEngine(get_engine("docker", client=docker_client),
-                                {r: EPOCH for r in refs} if normalize else {}, no_cache=True,
-                                client=docker_client)
+                                {r: EPOCH for r in refs} if normalize else {}, no_cache=True)
     outcomes = []
     for i, ref in enumerate(refs):
         # a fresh checkout or rendering writes the context's files anew: another mtime each time

@@ -64,14 +64,14 @@ def check_locked(image_ids: list[str], k, lock_path: Path) -> dict[str, dict[str
     build from (imagebuild.pinning): image ref -> {FROM ref -> the lock's {"id", "digest"}}, for
     every external base (a matrix image another one starts from is built in this run instead)."""
     from .. import lockfile
-    from ..engines import connect
+    from ..engines import get_engine
     from ..errors import BuildError
     from ..images import expand, select
 
     locked = lockfile.read_lock(lock_path)
     every = {s.id: s for s in expand(k)[0]}
     specs = select(every, image_ids)
-    client = connect()
+    engine = get_engine()
     root = Path(k.path).resolve().parent
     problems = []
     ours = {s.local_ref for s in every.values()}
@@ -82,7 +82,7 @@ def check_locked(image_ids: list[str], k, lock_path: Path) -> dict[str, dict[str
         if spec.id not in locked:
             problems.append(f"{spec.id}: not in {lock_path.name}")
             continue
-        current = lockfile.entry_for_image(client, image_id=spec.id, stack=dict(spec.stack),
+        current = lockfile.entry_for_image(engine, image_id=spec.id, stack=dict(spec.stack),
                                            local_ref=spec.local_ref, root=root)
         lines = lockfile.drift(locked[spec.id], current, only=lockfile.BUILD_INPUTS)
         problems += [f"{spec.id}: {line}" for line in lines]

@@ -65,12 +65,12 @@ def run(args) -> int:
     root = os.path.dirname(os.path.abspath(args.matrix))
     lock_path = args.lock or os.path.join(root, lockfile.DEFAULT_LOCK)
     specs = _all_images(args.matrix, list(dict.fromkeys(args.images)))
-    client = None
+    engine = None
     if not args.no_engine:
-        from ..engines import connect
-        client = connect()
+        from ..engines import get_engine
+        engine = get_engine()
     current = {
-        image_id: lockfile.entry_for_image(client, image_id=image_id, stack=dict(spec.stack),
+        image_id: lockfile.entry_for_image(engine, image_id=image_id, stack=dict(spec.stack),
                                            local_ref=spec.local_ref, root=root,
                                            reports_dir=args.reports_dir)
         for image_id, spec in specs.items()
@@ -82,7 +82,7 @@ def run(args) -> int:
     sbom_dir = args.sbom_dir or os.path.join(root, ".imagebuild", "sbom")
     for image_id, spec in specs.items():
         current[image_id]["provenance"] = lockfile.provenance_for(
-            client, spec, args.matrix, root=root, built_id=current[image_id]["image_id"],
+            engine, spec, args.matrix, root=root, built_id=current[image_id]["image_id"],
             report_path=default_report_path(image_id, reports_dir),
             sbom_path=os.path.join(sbom_dir, f"{image_id}.cdx.json"))
     if args.check:
