@@ -38,12 +38,11 @@ import os
 import re
 import time
 import urllib.parse
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from .errors import ImagebuildError, RegistryError, RegistryUnavailable
+from .errors import EngineError, EngineRefused, ImagebuildError, RegistryError, RegistryUnavailable
 from .redact import redact
 
 #: where ``imagebuild test --report`` writes a report by default: ``REPORTS_DIR/<image-id>.json``
@@ -201,7 +200,7 @@ class Credentials:
 def find_credentials(host: str, *, env: dict[str, str] | None = None,
                      docker_config: str | os.PathLike | None = None) -> Credentials | None:
     """Credentials for ``host``: the environment first, then the Docker config as docker reads it
-    (``credHelpers``, ``credsStore``, ``auths``; through the SDK's ``docker.auth``, which runs the
+    (``credHelpers``, ``credsStore``, ``auths``; through engines.registry_auth, which runs the
     ``docker-credential-*`` helpers).
 
     None when neither has any (anonymous access). A malformed Docker config or a failing helper is
@@ -227,22 +226,17 @@ def find_credentials(host: str, *, env: dict[str, str] | None = None,
     if not isinstance(data, dict):
         raise RegistryError("the Docker config is not a JSON object", file=str(path))
     if not data:
-        return None     # (docker.auth would read another file for an empty dict)
-    import docker.auth
-    import docker.errors
+        return None     # (the SDK would read another file for an empty dict)
+    from .engines import registry_auth
 
-    config = json.loads(json.dumps(data))           # docker.auth consumes the dict it is given
     try:
-        with warnings.catch_warnings():              # a missing helper warns, then fails below
-            warnings.simplefilter("ignore")
-            auth = docker.auth.load_config(config_dict=config, credstore_env=dict(env))
-            found = auth.resolve_authconfig(host)
-    except (docker.errors.DockerException, ValueError, KeyError, TypeError) as exc:
+        found = registry_auth(data, host, env)
+    except EngineError as exc:
         helper = (data.get("credHelpers") or {}).get(host) if isinstance(data.get("credHelpers"), dict) \
             else None
         helper = helper or data.get("credsStore")
         what = f"the credential helper docker-credential-{helper}" if helper else "its auths entry"
-        detail = " ".join(str(exc).split())[:200]
+        detail = " ".join(exc.message.split())[:200]
         raise RegistryError(f"cannot read the credentials for {host} from {what} ({detail})",
                             file=str(path)) from None
     if not found:
@@ -666,13 +660,13 @@ class _TransientPush(RegistryError):
     """A push failed in a way worth retrying (connection reset, 5xx, 429)."""
 
 
-def _engine_push_retrying(client, repository: str, tag: str, credentials: Credentials | None,
+def _engine_push_retrying(engine, repository: str, tag: str, credentials: Credentials | None,
                           secrets: list[str], *, tries: int, backoff: float,
                           sleep: Callable[[float], None]) -> str | None:
     """_engine_push with bounded exponential backoff on transient failures."""
     for attempt in range(1, tries + 1):
         try:
-            return _engine_push(client, repository, tag, credentials, secrets)
+            return _engine_push(engine, repository, tag, credentials, secrets)
         except _TransientPush as exc:
             if attempt == tries:
                 raise RegistryUnavailable(f"{exc.message} (failed {tries} times)") from None
@@ -680,71 +674,57 @@ def _engine_push_retrying(client, repository: str, tag: str, credentials: Creden
     return None  # pragma: no cover - the loop returns or raises
 
 
-def _engine_push(client, repository: str, tag: str, credentials: Credentials | None,
+def _engine_push(engine, repository: str, tag: str, credentials: Credentials | None,
                  secrets: list[str]) -> str | None:
     """Push one tag through the engine; the digest it reports (stream ``aux``), or RegistryError."""
-    from docker.errors import APIError
-
-    kwargs: dict[str, Any] = {"stream": True, "decode": True}
-    if credentials is not None:
-        kwargs["auth_config"] = credentials.auth_config()
-    digest = None
     try:
-        for event in client.api.push(repository, tag=tag, **kwargs):
-            if not isinstance(event, dict):
-                continue
-            if "error" in event:
-                text = scrub(str(event.get("error", "")).splitlines()[0] if event.get("error") else "", secrets)
-                host = repository.split("/", 1)[0]
-                low = text.lower()
-                if "unauthorized" in low or "authentication required" in low or "denied" in low \
-                        or "no basic auth credentials" in low:
-                    user = credentials.user if credentials else "anonymous"
-                    raise RegistryError(f"registry {host} refused the credentials for {user} ({text})")
-                kind = _TransientPush if _TRANSIENT_PUSH.search(text) else RegistryError
-                raise kind(f"pushing {repository}:{tag} failed: {text}")
-            aux = event.get("aux")
-            if isinstance(aux, dict) and DIGEST_RE.match(str(aux.get("Digest", ""))):
-                digest = aux["Digest"]
-    except APIError as exc:
-        raise RegistryError(scrub(f"pushing {repository}:{tag} failed: {exc.explanation or exc}",
-                                  secrets)) from None
-    return digest
+        pushed = engine.push(repository, tag,
+                             auth=credentials.auth_config() if credentials is not None else None)
+    except EngineRefused as exc:
+        raise RegistryError(scrub(f"pushing {repository}:{tag} failed: {exc.detail}", secrets)) from None
+    if pushed.error is not None:
+        text = scrub(pushed.error.splitlines()[0] if pushed.error else "", secrets)
+        host = repository.split("/", 1)[0]
+        low = text.lower()
+        if "unauthorized" in low or "authentication required" in low or "denied" in low \
+                or "no basic auth credentials" in low:
+            user = credentials.user if credentials else "anonymous"
+            raise RegistryError(f"registry {host} refused the credentials for {user} ({text})")
+        kind = _TransientPush if _TRANSIENT_PUSH.search(text) else RegistryError
+        raise kind(f"pushing {repository}:{tag} failed: {text}")
+    digests = [d for d in pushed.digests if DIGEST_RE.match(d)]
+    return digests[-1] if digests else None
 
 
-def _engine_repo_digest(client, repository: str, local_ref: str) -> str | None:
-    image = client.images.get(local_ref)
-    for entry in image.attrs.get("RepoDigests") or []:
+def _engine_repo_digest(engine, repository: str, local_ref: str) -> str | None:
+    for entry in engine.inspect(local_ref).repo_digests:
         name, _, digest = entry.partition("@")
         if name == repository and DIGEST_RE.match(digest):
             return digest
     return None
 
 
-def publish_image(client, *, image_id: str, local_ref: str, tags: list[str], target: Target,
+def publish_image(engine, *, image_id: str, local_ref: str, tags: list[str], target: Target,
                   report: dict, report_source: str = "report", credentials: Credentials | None = None,
                   api: RegistryAPI | None = None,
                   progress: Callable[[str], None] | None = None,
                   after_dated: Callable[[str], None] | None = None) -> PublishResult:
     """Push ``local_ref`` as ``target/<image_id>:<tag>`` for every tag, in the safe order.
 
-    ``client`` is a docker SDK client; ``report`` the smoke report of the image (checked against the
+    ``engine`` is an imagebuild Engine; ``report`` the smoke report of the image (checked against the
     engine's image id before anything happens); ``api`` the registry HTTP API used to read digests
     back (built from ``target`` and ``credentials`` when None). ``after_dated(digest)`` runs once the
     dated tag is verified and before any floating tag moves (the SBOM referrer and the signature go
     there, so a floating tag never names an image without them); when it raises, nothing floats.
     """
-    from docker.errors import ImageNotFound
-
     say = progress or (lambda _msg: None)
     secrets = [credentials.password] if credentials else []
     ordered = order_tags(list(tags))
     repository_path = target.repository(image_id)
     repository = target.reference(image_id)
-    try:
-        image = client.images.get(local_ref)
-    except ImageNotFound:
-        raise ImagebuildError(f"image {local_ref} is not in the engine; build it first") from None
+    image = engine.lookup(local_ref)
+    if image is None:
+        raise ImagebuildError(f"image {local_ref} is not in the engine; build it first")
     engine_id = image.id
     check_report(report, engine_id, name=image_id, source=report_source)
 
@@ -753,7 +733,7 @@ def publish_image(client, *, image_id: str, local_ref: str, tags: list[str], tar
 
     dated = ordered[0]
     existing = api.manifest_digest(repository_path, dated)
-    if existing is not None and existing != _engine_repo_digest(client, repository, local_ref):
+    if existing is not None and existing != _engine_repo_digest(engine, repository, local_ref):
         # an immutable tag is never moved: refuse before anything is pushed
         raise RegistryError(f"immutable tag {repository}:{dated} already exists with digest {existing}, "
                             "which is not this image; nothing pushed")
@@ -761,11 +741,11 @@ def publish_image(client, *, image_id: str, local_ref: str, tags: list[str], tar
     pushed: list[PushedTag] = []
     digest_of_image: str | None = None
     for tag in ordered:
-        image.tag(repository, tag=tag)
+        engine.tag(engine_id, repository, tag)
         say(f"pushing {repository}:{tag}")
-        engine_digest = _engine_push_retrying(client, repository, tag, credentials, secrets,
+        engine_digest = _engine_push_retrying(engine, repository, tag, credentials, secrets,
                                               tries=api.tries, backoff=api.backoff, sleep=api._sleep)
-        engine_digest = engine_digest or _engine_repo_digest(client, repository, local_ref)
+        engine_digest = engine_digest or _engine_repo_digest(engine, repository, local_ref)
         if engine_digest is None:
             raise RegistryError(f"the engine reported no digest for {repository}:{tag}")
         registry_digest = api.manifest_digest(repository_path, tag)

@@ -22,6 +22,7 @@ import pytest
 import requests
 
 from imagebuild import cli, publish
+from imagebuild.engines import PushResult
 from imagebuild.errors import ImagebuildError, RegistryError
 
 from conftest import need
@@ -98,6 +99,12 @@ def engine(docker_client):
                     docker_client.images.remove(tag, noprune=False)
                 except Exception:  # noqa: BLE001 - best effort
                     pass
+
+
+def on_engine(client):
+    """imagebuild's Engine on the tests' docker SDK client (the SDK itself only sets images up)."""
+    from imagebuild.engines import get_engine
+    return get_engine("docker", client=client)
 
 
 def build_small(client, name: str) -> str:
@@ -195,31 +202,31 @@ def test_engine_push_retries_transient_errors_only():
     digest = "sha256:" + "a" * 64
     streams = []
 
-    class FakeAPI:  # the engine's push stream, as the docker SDK decodes it
-        def push(self, repository, tag, **kwargs):
-            return iter(streams.pop(0))
+    class FakeEngine:  # only push: what the engine reported for each push
+        def push(self, repository, tag, *, auth=None):
+            return streams.pop(0)
 
-    client = types.SimpleNamespace(api=FakeAPI())
+    engine = FakeEngine()
     waits = []
-    streams[:] = [[{"error": "received unexpected HTTP status: 503 Service Unavailable"}],
-                  [{"status": "Pushed"}, {"aux": {"Tag": "1", "Digest": digest, "Size": 528}}]]
-    assert publish._engine_push_retrying(client, "h:1/ns/x", "1", None, [], tries=4, backoff=0.5,
+    streams[:] = [PushResult(error="received unexpected HTTP status: 503 Service Unavailable"),
+                  PushResult(digests=(digest,))]
+    assert publish._engine_push_retrying(engine, "h:1/ns/x", "1", None, [], tries=4, backoff=0.5,
                                          sleep=waits.append) == digest
     assert waits == [0.5]
     waits.clear()
-    streams[:] = [[{"error": "manifest invalid: manifest invalid"}]]
+    streams[:] = [PushResult(error="manifest invalid: manifest invalid")]
     with pytest.raises(RegistryError, match="manifest invalid") as err:
-        publish._engine_push_retrying(client, "h:1/ns/x", "1", None, [], tries=4, backoff=0.5,
+        publish._engine_push_retrying(engine, "h:1/ns/x", "1", None, [], tries=4, backoff=0.5,
                                       sleep=waits.append)
     assert waits == [] and "failed 4 times" not in str(err.value)
-    streams[:] = [[{"error": "read: connection reset by peer"}]] * 4
+    streams[:] = [PushResult(error="read: connection reset by peer")] * 4
     with pytest.raises(RegistryError, match=r"connection reset by peer \(failed 4 times\)"):
-        publish._engine_push_retrying(client, "h:1/ns/x", "1", None, [], tries=4, backoff=0.5,
+        publish._engine_push_retrying(engine, "h:1/ns/x", "1", None, [], tries=4, backoff=0.5,
                                       sleep=waits.append)
     assert waits == [0.5, 1.0, 2.0]
-    streams[:] = [[{"error": "unauthorized: authentication required Pw-secret"}]]
+    streams[:] = [PushResult(error="unauthorized: authentication required Pw-secret")]
     with pytest.raises(RegistryError) as err:
-        publish._engine_push(client, "h:1/ns/x", "1", publish.Credentials("u", "Pw-secret"), ["Pw-secret"])
+        publish._engine_push(engine, "h:1/ns/x", "1", publish.Credentials("u", "Pw-secret"), ["Pw-secret"])
     assert str(err.value).startswith("registry h:1 refused the credentials for u") and "Pw-secret" not in str(err.value)
 
 
@@ -256,7 +263,7 @@ def test_push_verify_and_pull_back(engine, registry):
     engine_id = engine.images.get(ref).id
     target = publish.parse_target(f"{registry}/ci")
     seen = []
-    result = publish.publish_image(engine, image_id="pub-roundtrip", local_ref=ref,
+    result = publish.publish_image(on_engine(engine), image_id="pub-roundtrip", local_ref=ref,
                                    tags=["1.0-cpu", "1.0-cpu-20260101"], target=target,
                                    report=passing_report(engine, ref, "pub-roundtrip"),
                                    credentials=CREDS, api=api_for(registry), progress=seen.append)
@@ -290,7 +297,7 @@ def test_refuses_images_without_a_passing_report_for_that_id(engine, registry, t
     ]
     for report in reports:
         with pytest.raises(publish.NotTestedError):
-            publish.publish_image(engine, image_id="pub-untested", local_ref=ref,
+            publish.publish_image(on_engine(engine), image_id="pub-untested", local_ref=ref,
                                   tags=["1", "1-20260101"], target=target, report=report,
                                   credentials=CREDS, api=api_for(registry))
     api = api_for(registry)
@@ -305,7 +312,7 @@ def test_wrong_password_is_one_line_and_never_printed(engine, registry, tmp_path
     wrong = "Wr0ng-pass-Zq81-secret"
     api = publish.RegistryAPI(registry, publish.Credentials(USER, wrong), backoff=0.01)
     with pytest.raises(RegistryError) as err:
-        publish.publish_image(engine, image_id="pub-auth", local_ref=ref, tags=["1", "1-20260101"],
+        publish.publish_image(on_engine(engine), image_id="pub-auth", local_ref=ref, tags=["1", "1-20260101"],
                               target=publish.parse_target(f"{registry}/ci"),
                               report=passing_report(engine, ref, "pub-auth"),
                               credentials=publish.Credentials(USER, wrong), api=api)
@@ -355,7 +362,7 @@ def test_dead_registry_is_retried_then_one_clear_line(engine, tmp_path, monkeypa
     waits = []
     api = publish.RegistryAPI(dead, CREDS, backoff=0.01, sleep=waits.append)
     with pytest.raises(RegistryError) as err:
-        publish.publish_image(engine, image_id="pub-dead", local_ref=ref, tags=["1", "1-20260101"],
+        publish.publish_image(on_engine(engine), image_id="pub-dead", local_ref=ref, tags=["1", "1-20260101"],
                               target=publish.parse_target(f"{dead}/ci"),
                               report=passing_report(engine, ref, "pub-dead"), credentials=CREDS, api=api)
     assert str(err.value) == (f"registry {dead} is unreachable: GET /v2/ failed 4 times "
@@ -400,7 +407,7 @@ class _LyingRegistry(http.server.BaseHTTPRequestHandler):
 def test_digest_mismatch_stops_before_the_floating_tag_moves(engine, registry):
     target = publish.parse_target(f"{registry}/ci")
     first = build_small(engine, "pub-mismatch")
-    good = publish.publish_image(engine, image_id="pub-mismatch", local_ref=first,
+    good = publish.publish_image(on_engine(engine), image_id="pub-mismatch", local_ref=first,
                                  tags=["2.0", "2.0-20260101"], target=target,
                                  report=passing_report(engine, first, "pub-mismatch"),
                                  credentials=CREDS, api=api_for(registry))
@@ -411,7 +418,7 @@ def test_digest_mismatch_stops_before_the_floating_tag_moves(engine, registry):
     try:
         liar = publish.RegistryAPI(f"127.0.0.1:{server.server_address[1]}", CREDS, backoff=0.01)
         with pytest.raises(RegistryError) as err:
-            publish.publish_image(engine, image_id="pub-mismatch", local_ref=second,
+            publish.publish_image(on_engine(engine), image_id="pub-mismatch", local_ref=second,
                                   tags=["2.0", "2.0-20260202"], target=target,
                                   report=passing_report(engine, second, "pub-mismatch"),
                                   credentials=CREDS, api=liar)

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from imagebuild import cli, lockfile, publish, referrers, signing
 from imagebuild.errors import ImagebuildError
 from test_publish import (BASE, CREDS, PASSWORD, USER, api_for, build_small, engine, free_port,  # noqa: F401
-                          passing_report, registry)
+                          on_engine, passing_report, registry)
 
 KEY_PASSWORD = "Key-Pw-7Hq2-never-shown"
 
@@ -201,7 +201,7 @@ def test_sbom_referrer_is_read_back_byte_identical_beside_an_earlier_referrer(en
     repo = f"ci/{name}"
     target = publish.parse_target(f"{registry}/ci")
     # published once without an SBOM; another tool then attaches an unrelated referrer to it
-    first = publish.publish_image(engine, image_id=name, local_ref=ref, tags=["1", "1-20260101"], target=target,
+    first = publish.publish_image(on_engine(engine), image_id=name, local_ref=ref, tags=["1", "1-20260101"], target=target,
                                   report=passing_report(engine, ref, name), credentials=CREDS, api=api)
     spdx = b'{"spdxVersion":"SPDX-2.3","SPDXID":"SPDXRef-DOCUMENT","name":"earlier"}'
     earlier = referrers.attach(api, repo, referrers.subject_of(api, repo, first.digest),
@@ -502,7 +502,7 @@ def test_the_sbom_written_after_a_push_is_the_one_written_before(engine, registr
                                      image=ref).text
     before = generate()
     assert not engine.images.get(ref).attrs.get("RepoDigests")
-    publish.publish_image(engine, image_id="sbom-stable", local_ref=ref, tags=["1", "1-20260101"],
+    publish.publish_image(on_engine(engine), image_id="sbom-stable", local_ref=ref, tags=["1", "1-20260101"],
                           target=publish.parse_target(f"{registry}/ci"),
                           report=passing_report(engine, ref, "sbom-stable"), credentials=CREDS, api=api)
     assert engine.images.get(ref).attrs.get("RepoDigests"), "the push gave the engine a repo digest"

@@ -96,12 +96,11 @@ def run(args) -> int:
         image = LABEL_PREFIX in json.dumps(data)
         cuda_from = _cuda_provider(data) or cuda_from
     if args.image:
-        from ..engines import connect
-        from docker.errors import ImageNotFound
-        try:
-            labels = connect().images.get(args.image).labels or {}
-        except ImageNotFound:
-            raise UsageError(f"no image {args.image!r} in the engine", argument="--image") from None
+        from ..engines import get_engine
+        found = get_engine().lookup(args.image)
+        if found is None:
+            raise UsageError(f"no image {args.image!r} in the engine", argument="--image")
+        labels = dict(found.labels)
         stack.update(stack_from_mapping(labels, args.image))
         image = True
         cuda_from = _cuda_provider(labels) or cuda_from

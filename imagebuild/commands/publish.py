@@ -178,7 +178,7 @@ def record_published(result, args) -> None:
 
 def run(args) -> int:
     from .. import publish
-    from ..engines import connect
+    from ..engines import get_engine
 
     target = publish.parse_target(args.registry)
     if args.report and len(args.images) != 1:
@@ -202,15 +202,14 @@ def run(args) -> int:
     for image_id in specs:
         path = args.report or publish.default_report_path(image_id, reports_dir)
         reports[image_id] = (publish.load_report(path), str(path))
-    client = connect()
+    engine = get_engine()
     credentials = publish.find_credentials(target.host)
-    from docker.errors import ImageNotFound
     sboms: dict = {}
     for image_id, spec in specs.items():
-        try:
-            engine_id = client.images.get(spec.local_ref).id
-        except ImageNotFound:
-            raise ImagebuildError(f"image {spec.local_ref} is not in the engine; build it first") from None
+        found = engine.lookup(spec.local_ref)
+        if found is None:
+            raise ImagebuildError(f"image {spec.local_ref} is not in the engine; build it first")
+        engine_id = found.id
         report, source = reports[image_id]
         publish.check_report(report, engine_id, name=image_id, source=source)
         check_lock(image_id, engine_id, source, args)
@@ -223,7 +222,7 @@ def run(args) -> int:
         say = None if args.json else (lambda msg: print(msg, file=sys.stderr))
         done: dict = {}
         result = publish.publish_image(
-            client, image_id=image_id, local_ref=spec.local_ref, tags=list(spec.tags), target=target,
+            engine, image_id=image_id, local_ref=spec.local_ref, tags=list(spec.tags), target=target,
             report=report, report_source=source, credentials=credentials, api=api,
             progress=say,
             after_dated=attach_to(api, target, image_id, sboms[image_id], key, done, say)
