@@ -197,14 +197,13 @@ def enroot_files(config: dict) -> dict[str, str]:
 # --------------------------------------------------------------------------- helpers
 
 
-def _image(client, ref: str):
-    from docker.errors import ImageNotFound
-
+def _image(engine, ref: str):
+    """The engine's ImageInfo of ``ref``, or ExportError."""
     check_ref(ref)
-    try:
-        return client.images.get(ref)
-    except ImageNotFound:
-        raise ExportError(f"image {ref} is not in the engine; build it first") from None
+    image = engine.lookup(ref)
+    if image is None:
+        raise ExportError(f"image {ref} is not in the engine; build it first")
+    return image
 
 
 def _staging(output: Path, suffix: str = "") -> Path:
@@ -352,15 +351,13 @@ def report_sanitized(found: _Sanitized, keep_setuid: bool, say: Progress) -> Non
             f"{_listing(found.setuid_files)}")
 
 
-def _flatten(client, image, ref: str, rootfs: Path, say: Progress) -> None:
+def _flatten(engine, image, ref: str, rootfs: Path, say: Progress) -> None:
     """The image's file system into ``rootfs``: ``export`` of a created, never started
     container (whiteouts applied by the engine), without /dev/* and /.dockerenv."""
     tar = require_tool("tar")
     rootfs.mkdir()
     os.chmod(rootfs, 0o755)
-    container = client.containers.create(image.id, command=["/bin/true"], entrypoint=[],
-                                         network_disabled=True, labels={"io.imagebuild.export": "1"})
-    try:
+    with engine.export_filesystem(image.id, labels={"io.imagebuild.export": "1"}) as chunks:
         say(f"flattening {ref} into {rootfs}")
         untar = subprocess.Popen(
             [tar, "-C", str(rootfs), "--numeric-owner", "-p", "-x", "--anchored",
@@ -368,7 +365,7 @@ def _flatten(client, image, ref: str, rootfs: Path, say: Progress) -> None:
              "-f", "-"],
             stdin=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            for chunk in container.export(chunk_size=1 << 20):
+            for chunk in chunks:
                 untar.stdin.write(chunk)
             untar.stdin.close()
         except BrokenPipeError:
@@ -376,18 +373,13 @@ def _flatten(client, image, ref: str, rootfs: Path, say: Progress) -> None:
         err = untar.stderr.read().decode("utf-8", "replace").strip().splitlines()
         if untar.wait() != 0:
             raise ExportError(f"unpacking {ref} failed: {err[-1] if err else 'tar failed'}")
-    finally:
-        try:
-            container.remove(force=True)
-        except Exception:  # noqa: BLE001 - cleanup must not hide the real error
-            pass
     dev = rootfs / "dev"
     if dev.is_symlink() or (dev.exists() and not dev.is_dir()):
         dev.unlink()
     dev.mkdir(exist_ok=True)
 
 
-def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = False,
+def export_sqsh(engine, ref: str, output: str | os.PathLike, *, force: bool = False,
                 processors: int | None = None, keep_setuid: bool = False,
                 progress: Progress | None = None) -> ExportResult:
     """An enroot-compatible squashfs of ``ref`` at ``output`` (same image, same bytes)."""
@@ -395,13 +387,13 @@ def export_sqsh(client, ref: str, output: str | os.PathLike, *, force: bool = Fa
     output = Path(output)
     mksquashfs = require_tool("mksquashfs")
     require_tool("tar")
-    image = _image(client, ref)
+    image = _image(engine, ref)
     _refuse_existing(output, force)
-    files = enroot_files(image.attrs.get("Config") or {})
+    files = enroot_files(dict(image.config))
     stage = _staging(output)
     try:
         rootfs = stage / "rootfs"
-        _flatten(client, image, ref, rootfs, say)
+        _flatten(engine, image, ref, rootfs, say)
         found = sanitize_rootfs(rootfs, keep_setuid=keep_setuid)
         report_sanitized(found, keep_setuid, say)
         for rel, text in files.items():
@@ -533,7 +525,7 @@ def runtime_config(image_config: dict, defaults: dict, rootfs: Path) -> dict:
 OCI_METHODS = ("flatten", "umoci")
 
 
-def export_oci_bundle(client, ref: str, output: str | os.PathLike, *, force: bool = False,
+def export_oci_bundle(engine, ref: str, output: str | os.PathLike, *, force: bool = False,
                       method: str = "flatten", docker_host: str | None = None,
                       keep_setuid: bool = False, progress: Progress | None = None) -> ExportResult:
     """An OCI runtime bundle (config.json + rootfs/) of ``ref`` at directory ``output``.
@@ -552,7 +544,7 @@ def export_oci_bundle(client, ref: str, output: str | os.PathLike, *, force: boo
     else:
         runc = require_tool("runc")
         require_tool("tar")
-    image = _image(client, ref)
+    image = _image(engine, ref)
     _refuse_existing(output, force)
     stage = _staging(output)
     try:
@@ -585,9 +577,9 @@ def export_oci_bundle(client, ref: str, output: str | os.PathLike, *, force: boo
                 argv.insert(2, "--rootless")
             _run(argv, "runc spec")
             defaults = json.loads((specdir / "config.json").read_text(encoding="utf-8"))
-            _flatten(client, image, ref, bundle / "rootfs", say)
+            _flatten(engine, image, ref, bundle / "rootfs", say)
             found = sanitize_rootfs(bundle / "rootfs", keep_setuid=keep_setuid)
-            config = runtime_config(image.attrs.get("Config") or {}, defaults, bundle / "rootfs")
+            config = runtime_config(dict(image.config), defaults, bundle / "rootfs")
         report_sanitized(found, keep_setuid, say)
         (bundle / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n",
                                             encoding="utf-8")
@@ -609,7 +601,7 @@ def find_apptainer() -> str | None:
     return None
 
 
-def export_sif(client, ref: str, output: str | os.PathLike, *, force: bool = False,
+def export_sif(engine, ref: str, output: str | os.PathLike, *, force: bool = False,
                progress: Progress | None = None) -> ExportResult:
     """A SIF of ``ref`` built by Apptainer/Singularity from the engine (``docker-daemon://``)."""
     say = progress or (lambda _m: None)
@@ -618,7 +610,7 @@ def export_sif(client, ref: str, output: str | os.PathLike, *, force: bool = Fal
     if binary is None:
         raise ExportError("SIF export needs apptainer or singularity on PATH; neither is installed "
                           "(not packaged in Debian bookworm: install Apptainer from its release packages)")
-    image = _image(client, ref)
+    image = _image(engine, ref)
     _refuse_existing(output, force)
     stage = _staging(output)
     try:
@@ -639,14 +631,14 @@ def export_sif(client, ref: str, output: str | os.PathLike, *, force: bool = Fal
     return ExportResult("sif", output, image.id)
 
 
-def export_image(client, ref: str, fmt: str, output: str | os.PathLike, *, force: bool = False,
+def export_image(engine, ref: str, fmt: str, output: str | os.PathLike, *, force: bool = False,
                  keep_setuid: bool = False, progress: Progress | None = None) -> ExportResult:
     """Dispatch on ``fmt`` (one of FORMATS)."""
     if fmt == "sqsh":
-        return export_sqsh(client, ref, output, force=force, keep_setuid=keep_setuid, progress=progress)
+        return export_sqsh(engine, ref, output, force=force, keep_setuid=keep_setuid, progress=progress)
     if fmt == "oci-bundle":
-        return export_oci_bundle(client, ref, output, force=force, keep_setuid=keep_setuid,
+        return export_oci_bundle(engine, ref, output, force=force, keep_setuid=keep_setuid,
                                  progress=progress)
     if fmt == "sif":
-        return export_sif(client, ref, output, force=force, progress=progress)
+        return export_sif(engine, ref, output, force=force, progress=progress)
     raise ImagebuildError(f"unknown export format {fmt!r} (one of: {', '.join(FORMATS)})")

@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from imagebuild import cli, export
+from imagebuild.engines import get_engine
 from imagebuild.errors import ExportError, ImagebuildError
 
 from conftest import need
@@ -50,7 +51,7 @@ def image(docker_client):
                   'CMD ["cat", "token"]\n')
     ref = "imagebuild/export-test:test"
     docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ref, rm=True)
-    return {"ref": ref, "token": token, "client": docker_client}
+    return {"ref": ref, "token": token, "client": get_engine("docker", client=docker_client)}
 
 
 # ----------------------------------------------------------------------------- pure logic
@@ -200,7 +201,7 @@ def test_enroot_files_never_written_through_image_symlinks(docker_client, tmp_pa
                   "FROM scratch\nCOPY --from=src /out/ /\n")
     ref = "imagebuild/export-links:test"
     docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=ref, rm=True)
-    out = export.export_sqsh(docker_client, ref, tmp_path / "x.sqsh").path
+    out = export.export_sqsh(get_engine("docker", client=docker_client), ref, tmp_path / "x.sqsh").path
     assert os.listdir(outside) == []
     listing = subprocess.run(["unsquashfs", "-lls", str(out)], capture_output=True, text=True,
                              check=True).stdout
@@ -300,11 +301,12 @@ def test_hostile_image_oci_bundle(hostile, tmp_path):
 def test_hostile_image_keep_setuid_and_sqsh(hostile, docker_client, tmp_path):
     if shutil.which("mksquashfs") is None or shutil.which("unsquashfs") is None:
         need("mksquashfs/unsquashfs (Debian package squashfs-tools)", "not on PATH")
-    res = export.export_oci_bundle(docker_client, hostile["ref"], tmp_path / "kept", keep_setuid=True)
+    res = export.export_oci_bundle(get_engine("docker", client=docker_client), hostile["ref"], tmp_path / "kept",
+                                   keep_setuid=True)
     assert "/usr/local/bin/suid-true" in res.setuid_files and res.setuid_kept
     assert "/srv/null" in res.special_files and "/srv/fifo" in res.special_files
     assert oct(os.stat(res.path / "rootfs/usr/local/bin/suid-true").st_mode & 0o7777) == oct(0o4755)
-    sq = export.export_sqsh(docker_client, hostile["ref"], tmp_path / "x.sqsh")
+    sq = export.export_sqsh(get_engine("docker", client=docker_client), hostile["ref"], tmp_path / "x.sqsh")
     assert set(sq.setuid_files) >= {"/usr/local/bin/suid-true", "/usr/local/bin/sgid-true"}
     assert not sq.setuid_kept
     listing = subprocess.run(["unsquashfs", "-lls", str(sq.path)], capture_output=True, text=True,
@@ -362,7 +364,8 @@ def test_hostile_image_through_umoci(hostile, docker_client, tmp_path):
     for tool in ("skopeo", "umoci"):
         if shutil.which(tool) is None:
             need(f"{tool} (Debian package {tool})", "not on PATH")
-    res = export.export_oci_bundle(docker_client, hostile["ref"], tmp_path / "b", method="umoci")
+    res = export.export_oci_bundle(get_engine("docker", client=docker_client), hostile["ref"], tmp_path / "b",
+                                   method="umoci")
     assert {"/srv/null", "/srv/loop0", "/srv/fifo"} <= set(res.special_files)
     assert "/usr/local/bin/suid-true" in res.setuid_files
     import stat as st

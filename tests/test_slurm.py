@@ -15,6 +15,7 @@ import types
 import pytest
 
 from imagebuild import cli, export, slurm
+from imagebuild.engines import get_engine
 from imagebuild.errors import ImagebuildError
 
 from conftest import ROOT, need
@@ -177,7 +178,7 @@ def smoke_bundle(docker_client, slurm_cluster, tmp_path_factory):
     ref = "imagebuild/slurm-test:dev"
     docker_client.images.build(fileobj=io.BytesIO(smoke_context()), custom_context=True, tag=ref, rm=True)
     bundle = tmp_path_factory.mktemp("slurm") / "slurm-test.bundle"
-    export.export_oci_bundle(docker_client, ref, bundle)
+    export.export_oci_bundle(get_engine("docker", client=docker_client), ref, bundle)
     return bundle
 
 
@@ -228,7 +229,8 @@ def test_generated_sbatch_script_runs_under_slurm(smoke_bundle, tmp_path, monkey
 @pytest.mark.engine
 def test_smoke_cpu_image_under_slurm(smoke_cpu_image, docker_client, slurm_cluster, tmp_path):
     """The same path with the project's smoke-cpu image (Open MPI, UCX, torch CPU)."""
-    bundle = export.export_oci_bundle(docker_client, smoke_cpu_image, tmp_path / "smoke-cpu.bundle").path
+    bundle = export.export_oci_bundle(get_engine("docker", client=docker_client), smoke_cpu_image,
+                                      tmp_path / "smoke-cpu.bundle").path
     run = subprocess.run(
         ["srun", "--mpi=pmix", f"--container={bundle}", "imagebuild-smoke",
          "--only", "versions", "libraries", "mpi.config", "--report", "/srun-report.json"],

@@ -44,7 +44,7 @@ def resolve_ref(image: str, matrix: str) -> str:
 
 def run(args) -> int:
     from .. import export
-    from ..engines import connect
+    from ..engines import get_engine
 
     ref = resolve_ref(args.image, args.matrix)
     if args.format == "sif" and export.find_apptainer() is None:
@@ -52,11 +52,11 @@ def run(args) -> int:
     export.require_tools(args.format, args.oci_method)  # a missing tool is named before any engine
     say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
     if args.format == "oci-bundle":
-        result = export.export_oci_bundle(connect(), ref, args.output, force=args.force,
+        result = export.export_oci_bundle(get_engine(), ref, args.output, force=args.force,
                                           method=args.oci_method, keep_setuid=args.keep_setuid,
                                           progress=say)
     else:
-        result = export.export_image(connect(), ref, args.format, args.output, force=args.force,
+        result = export.export_image(get_engine(), ref, args.format, args.output, force=args.force,
                                      keep_setuid=args.keep_setuid, progress=say)
     print(f"{result.path} ({result.format}, image {result.image_id[:19]})")
     return 0
