@@ -1,4 +1,4 @@
-"""`imagebuild test` on the host: run the smoke suite inside built images through the docker SDK.
+"""`imagebuild test` on the host: run the smoke suite inside built images through the engine.
 
 For each image: inspect its labels (unknown image: one clear error), run ``imagebuild-smoke`` in a
 container and read its JSON report back with ``get_archive``, compare the image's labels with
@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .errors import EngineError, SmokeError, UsageError
+from .engines import Container
+from .errors import EngineError, EngineRefused, NoSuchImage, SmokeError, UsageError
 from .smoke import CHECK_NAMES, HOST_CHECK_NAMES
 from .smoke.expect import COMPONENTS
 from .smoke.report import FAIL, PASS, SKIP, CheckResult, Report, combine
@@ -87,18 +88,17 @@ def compare_labels(info: ImageInfo, image_json: dict | None) -> list[tuple[str, 
 
 
 class Containers:
-    """The few container operations the smoke run needs, with guaranteed clean-up.
+    """The few container operations the smoke run needs, with guaranteed clean-up, on an engine's
+    ContainerSession (imagebuild.engines).
 
-    Everything created goes into a list; ``close()`` (called by ``with``, also on Ctrl-C) removes
-    every container and network, killing those still running. Kept small so it can move into
-    imagebuild.engines as part of the Engine interface.
+    Everything created carries the label ``io.imagebuild.smoke=<token>``; ``close()`` (called by
+    ``with``, also on Ctrl-C) removes every container and network, killing those still running.
     """
 
-    def __init__(self, client, prefix: str = "imagebuild-smoke"):
-        self.client = client
-        self.token = f"{prefix}-{secrets.token_hex(4)}"
-        self._containers: list = []
-        self._networks: list = []
+    def __init__(self, engine, prefix: str = "imagebuild-smoke"):
+        self._session = engine.containers(prefix, "io.imagebuild.smoke")
+        self.token = self._session.token
+        self._networks = 0
 
     def __enter__(self) -> "Containers":
         return self
@@ -107,87 +107,68 @@ class Containers:
         self.close()
 
     def network(self) -> str:
-        from docker.errors import APIError
-
-        name = f"{self.token}-net{len(self._networks)}"
+        name = f"{self.token}-net{self._networks}"
         try:
-            net = self.client.networks.create(name, driver="bridge", internal=True,
-                                              labels={"io.imagebuild.smoke": self.token})
-        except APIError as exc:
-            raise EngineError(f"cannot create network {name}: {exc.explanation or exc}") from None
-        self._networks.append(net)
+            self._session.network(name)
+        except EngineRefused as exc:
+            raise EngineError(f"cannot create network {name}: {exc.detail}") from None
+        self._networks += 1
         return name
 
     def start(self, image: str, command: list[str], *, name: str, env: dict | None = None,
               network: str | None = None, hostname: str | None = None, shm_size: str = "512m",
-              files: bytes | None = None, shareable: bool = False, join=None):
+              files: bytes | None = None, shareable: bool = False, join: Container | None = None) -> Container:
         """Create and start a container: on `network` only (its one interface besides loopback),
         `files` (a tar) unpacked at / before it starts, its IPC namespace `shareable`, or joining
         the IPC and PID namespaces of the container `join` (two processes in two containers that
         see each other as on one host)."""
-        from docker.errors import APIError, ImageNotFound
-
-        kwargs = {"command": command, "detach": True, "name": f"{self.token}-{name}", "environment": env or {},
-                  "labels": {"io.imagebuild.smoke": self.token}}
-        if join is not None:
-            kwargs.update(ipc_mode=f"container:{join.id}", pid_mode=f"container:{join.id}")
-        else:
-            kwargs["shm_size"] = shm_size
-            if shareable:
-                kwargs["ipc_mode"] = "shareable"
-        if hostname:
-            kwargs["hostname"] = hostname
-        if network:
-            kwargs["network"] = network
-            kwargs["networking_config"] = {network: self.client.api.create_endpoint_config(
-                aliases=[hostname] if hostname else None)}
-        container = None
         try:
-            container = self.client.containers.create(image, **kwargs)
-            self._containers.append(container)
-            if files is not None and not container.put_archive("/", files):
+            container = self._session.create(image, command, name=name, env=env or {}, network=network,
+                                             hostname=hostname, shm_size=shm_size, shareable=shareable,
+                                             join=join)
+            if files is not None and not self._session.put_files(container, files):
                 raise SmokeError(f"cannot copy files into a container of {image}")
-            container.start()
-        except ImageNotFound:
+            self._session.start(container)
+        except NoSuchImage:
             raise SmokeError(f"image {image} not found") from None
-        except APIError as exc:
-            text = " ".join(str(exc.explanation or exc).split())
+        except EngineRefused as exc:
+            text = " ".join(str(exc.detail).split())
             raise SmokeError(f"cannot start a container of {image}: {text}") from None
         return container
 
-    def wait(self, container, deadline: float) -> int | None:
+    def wait(self, container: Container, deadline: float) -> int | None:
         """The exit code, or None after killing a container still running at the deadline."""
-        import requests
-        from docker.errors import APIError
-
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             try:
-                return int(container.wait(timeout=max(1, min(left, 30)))["StatusCode"])
-            except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
-                continue
-            except APIError as exc:
-                raise EngineError(f"waiting for container {container.name}: {exc.explanation or exc}") from None
+                code = self._session.wait(container, max(1, min(left, 30)))
+            except EngineRefused as exc:
+                raise EngineError(f"waiting for container {container.name}: {exc.detail}") from None
+            if code is not None:
+                return code
         self._kill(container)
         return None
 
-    def logs(self, container, lines: int = 20) -> str:
+    def logs(self, container: Container, lines: int = 20) -> str:
         try:
-            return container.logs(tail=lines).decode("utf-8", "replace")
+            return self._session.logs(container, lines)
         except Exception:  # noqa: BLE001 - logs are a courtesy in an error message
             return ""
 
-    def listening(self, container, port: int, deadline: float) -> bool:
+    def follow(self, container: Container):
+        """The container's output, in chunks as it comes, until it exits."""
+        return self._session.follow(container)
+
+    def listening(self, container: Container, port: int, deadline: float) -> bool:
         """Whether a process in `container` listens on TCP `port` before the deadline (read from
         /proc/net/tcp*, no tool needed); False at once when the container has stopped."""
         want = f":{port:04X}"
         while time.monotonic() < deadline:
-            container.reload()
-            if container.status != "running":
+            if self._session.status(container) != "running":
                 return False
-            code, out = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"], demux=False)
+            code, out = self._session.exec(container, ["cat", "/proc/net/tcp", "/proc/net/tcp6"])
             for line in (out or b"").decode("ascii", "replace").splitlines()[1:]:
                 fields = line.split()
                 if len(fields) > 3 and fields[1].endswith(want) and fields[3] == "0A":   # LISTEN
@@ -195,17 +176,14 @@ class Containers:
             time.sleep(0.2)
         return False
 
-    def read_files(self, container, path: str) -> dict[str, bytes]:
+    def read_files(self, container: Container, path: str) -> dict[str, bytes]:
         """Regular files at path (a file or a folder) in a container, running or stopped."""
-        from docker.errors import APIError, NotFound
-
         try:
-            stream, _ = container.get_archive(path)
-            data = b"".join(stream)
-        except NotFound:
+            data = self._session.read_archive(container, path)
+        except EngineRefused as exc:
+            raise EngineError(f"cannot read {path} from {container.name}: {exc.detail}") from None
+        if data is None:
             return {}
-        except APIError as exc:
-            raise EngineError(f"cannot read {path} from {container.name}: {exc.explanation or exc}") from None
         files = {}
         with tarfile.open(fileobj=io.BytesIO(data)) as tar:
             for member in tar.getmembers():
@@ -215,7 +193,7 @@ class Containers:
                         files[member.name] = fh.read()
         return files
 
-    def read_json(self, container, path: str) -> dict | None:
+    def read_json(self, container: Container, path: str) -> dict | None:
         for content in self.read_files(container, path).values():
             try:
                 data = json.loads(content)
@@ -224,48 +202,26 @@ class Containers:
             return data if isinstance(data, dict) else None
         return None
 
-    def _kill(self, container) -> None:
+    def _kill(self, container: Container) -> None:
         try:
-            container.kill()
+            self._session.kill(container)
         except Exception:  # noqa: BLE001 - already gone is fine
             pass
 
     def close(self) -> None:
-        label = {"label": f"io.imagebuild.smoke={self.token}"}
-        try:  # also those whose create call was interrupted before it returned
-            self._containers += [c for c in self.client.containers.list(all=True, filters=label)
-                                 if c.id not in {k.id for k in self._containers}]
-            self._networks += [n for n in self.client.networks.list(filters=label)
-                               if n.id not in {k.id for k in self._networks}]
-        except Exception:  # noqa: BLE001 - best effort: the engine may be the thing that failed
-            pass
-        for container in reversed(self._containers):
-            try:
-                container.remove(force=True)
-            except Exception:  # noqa: BLE001 - best effort, and never mask the original error
-                pass
-        self._containers.clear()
-        for net in reversed(self._networks):
-            try:
-                net.remove()
-            except Exception:  # noqa: BLE001
-                pass
-        self._networks.clear()
+        self._session.close()
 
 
-def inspect_image(client, ref: str) -> ImageInfo:
-    from docker.errors import APIError, ImageNotFound
-
+def inspect_image(engine, ref: str) -> ImageInfo:
     validate_ref(ref)
     try:
-        image = client.images.get(ref)
-    except ImageNotFound:
-        raise SmokeError(f"unknown image {ref} (not in the engine; build it first)") from None
-    except APIError as exc:
-        raise EngineError(f"cannot inspect {ref}: {exc.explanation or exc}") from None
-    labels = dict(image.labels or {})
-    info = ImageInfo(ref=ref, image_id=image.id, repo_digests=sorted(image.attrs.get("RepoDigests") or []),
-                     labels=labels)
+        image = engine.lookup(ref)
+    except EngineRefused as exc:
+        raise EngineError(f"cannot inspect {ref}: {exc.detail}") from None
+    if image is None:
+        raise SmokeError(f"unknown image {ref} (not in the engine; build it first)")
+    info = ImageInfo(ref=ref, image_id=image.id, repo_digests=sorted(image.repo_digests),
+                     labels=dict(image.labels))
     if not info.imagebuild_id:
         raise SmokeError(f"{ref} is not an imagebuild image (no {LABEL_PREFIX}image-id label)")
     return info
@@ -288,7 +244,7 @@ def _follow(cs: Containers, container, log: Callable[[str], None]):
     def pump() -> None:
         try:
             pending = b""
-            for chunk in container.logs(stream=True, follow=True):
+            for chunk in cs.follow(container):
                 pending += chunk
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
@@ -572,7 +528,7 @@ def two_container(cs: Containers, info: ImageInfo, opts: TestOptions, *, mpi_tls
     return combine(TWO_CONTAINER, parts, metrics)
 
 
-def test_image(client, ref: str, opts: TestOptions, progress: Callable[[CheckResult], None] | None = None,
+def test_image(engine, ref: str, opts: TestOptions, progress: Callable[[CheckResult], None] | None = None,
                log: Callable[[str], None] | None = None) -> Report:
     """Run the suite in `ref` and the host-side checks; the Report (image = ref, plus ids).
 
@@ -580,9 +536,9 @@ def test_image(client, ref: str, opts: TestOptions, progress: Callable[[CheckRes
     container is streamed to it line by line instead, and `progress` then receives only what the
     host decides (versions with the label comparison, ddp.two-node).
     """
-    info = inspect_image(client, ref)
+    info = inspect_image(engine, ref)
     checks: list[CheckResult] = []
-    with Containers(client) as cs:
+    with Containers(engine) as cs:
         results, image_json = _suite_in_container(cs, info, opts, progress, log)
         labels = compare_labels(info, image_json)
         for r in results:

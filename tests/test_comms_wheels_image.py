@@ -280,8 +280,10 @@ def test_mpi_over_ucx_between_two_containers(report):
 
 
 def _check(client, ref: str, **kwargs):
-    info = testrun.inspect_image(client, ref)
-    with testrun.Containers(client) as cs:
+    from imagebuild.engines import get_engine
+    engine = get_engine("docker", client=client)
+    info = testrun.inspect_image(engine, ref)
+    with testrun.Containers(engine) as cs:
         return testrun.two_container(cs, info, testrun.TestOptions(timeout=120), **kwargs)
 
 

@@ -66,7 +66,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     from .. import testrun
-    from ..engines import connect
+    from ..engines import get_engine
     from ..smoke.report import junit_path, write_atomic
 
     if args.report and len(args.images) != 1:
@@ -76,11 +76,11 @@ def run(args) -> int:
     for ref in args.images:
         testrun.validate_ref(ref)
     opts = testrun.TestOptions(ranks=args.ranks, timeout=args.timeout, only=testrun.check_only(args.only))
-    client = connect()
+    engine = get_engine()
     # a CI runner stops jobs with SIGTERM: leave through the same clean-up path as Ctrl-C
     signal.signal(signal.SIGTERM, _terminate)
     for ref in args.images:  # every image known and labelled before anything runs
-        testrun.inspect_image(client, ref)
+        testrun.inspect_image(engine, ref)
     failed = 0
     for ref in args.images:
         print(f"== {ref}", flush=True)
@@ -93,7 +93,7 @@ def run(args) -> int:
             if line.strip():
                 print(f"   | {line}", flush=True)
 
-        report = testrun.test_image(client, ref, opts, progress=show, log=None if args.quiet else inside)
+        report = testrun.test_image(engine, ref, opts, progress=show, log=None if args.quiet else inside)
         path = args.report or os.path.join(REPORTS_DIR, f"{report.extra['imagebuild_id']}.json")
         try:
             write_atomic(path, report.to_json())
