@@ -233,7 +233,7 @@ def _cuda_layout(spec: ImageSpec) -> _CudaLayout:
     cuda_major = parse_version(cuda).major
     py = _safe("version", s["python"], "python")
     pm = PACKAGERS[spec.os["family"]]
-    site = f"/opt/venv/lib/python{py}/site-packages/nvidia"
+    site = _wheels_site(py)
     wheels_cuda = spec.cuda_from == "wheels"
     if wheels_cuda and cuda_major < 13:
         raise RenderError(f"image {spec.id}: CUDA {cuda} from the wheels: only the CUDA 13 wheels "
@@ -242,6 +242,24 @@ def _cuda_layout(spec: ImageSpec) -> _CudaLayout:
     return _CudaLayout(cuda=cuda, mm=cuda_mm, major=cuda_major, home=f"/usr/local/cuda-{cuda_mm}",
                        tree=f"{site}/cu{cuda_major}", nccl_home=f"{site}/nccl", python=py,
                        python_bin=pm["python"].format(python=py), pm=pm, from_wheels=wheels_cuda)
+
+
+def _cuda_library_dir(spec: ImageSpec, cuda_home: str) -> str:
+    """Where a CUDA image's run time finds libcudart: CUDA_HOME's lib64, except in a run-time
+    image whose CUDA came from the repository beside PyTorch's wheels, which install no CUDA
+    library package (`_cuda_runtime_packages`): there, the nvidia-cuda-runtime wheel of torch's
+    closure (nvidia/cu13/lib for CUDA 13, nvidia/cuda_runtime/lib for CUDA 12's -cu12 wheel)."""
+    s = spec.stack
+    if spec.cuda_from == "wheels" or s["pytorch"] == NONE or spec.flavor != "runtime":
+        return f"{cuda_home}/lib64"
+    major = parse_version(s["cuda"]).major
+    folder = f"cu{major}" if major >= 13 else "cuda_runtime"
+    return f"{_wheels_site(s['python'])}/{folder}/lib"
+
+
+def _wheels_site(python: str) -> str:
+    """The folder NVIDIA's wheels install into, in the image's venv."""
+    return f"/opt/venv/lib/python{_safe('version', python, 'python')}/site-packages/nvidia"
 
 
 def _tarballs(spec: ImageSpec, k) -> dict[str, dict]:
@@ -554,8 +572,7 @@ class Renderer:
             Step("copy", comment="the CUDA repository as the devel stage verified it",
                  from_stage="devel", src=key_file, dest=key_file),
             Step("copy", from_stage="devel", src=repo_file, dest=repo_file),
-            self.fragment("cuda-runtime" + c.sfx, f"CUDA {c.cuda} run-time libraries", cuda=c.cuda,
-                          cuda_dash=c.dash),
+            self._cuda_runtime_packages(spec, c),
         ]
         cuda_libs = [
             _lock_copy("nccl.txt"),
@@ -563,6 +580,16 @@ class Renderer:
                           nccl_home=c.nccl_home, pytorch=s["pytorch"]),
         ]
         return cuda_runtime, cuda_libs
+
+    def _cuda_runtime_packages(self, spec: ImageSpec, c: _CudaLayout) -> Step:
+        """NVIDIA's run-time packages: cuda-compat always; cuda-libraries-X-Y only without PyTorch,
+        whose wheels bring the same libraries (UCX and nccl-tests then load torch's libcudart)."""
+        if spec.stack["pytorch"] == NONE:
+            return self.fragment("cuda-runtime" + c.sfx, f"CUDA {c.cuda} run-time libraries",
+                                 cuda=c.cuda, cuda_dash=c.dash, libraries=True)
+        return self.fragment("cuda-runtime" + c.sfx, f"CUDA {c.cuda} forward compatibility; its "
+                             "libraries come once, from PyTorch's wheels", cuda=c.cuda,
+                             cuda_dash=c.dash, libraries=False)
 
     def _runtime_steps(self, spec: ImageSpec, c: _CudaLayout, runtime_extra: list[str],
                        doca_copies: list[Step], rdma_pk: dict, rdma_name: str) -> list[Step]:
@@ -653,7 +680,7 @@ class Renderer:
         if cuda_home:   # CUDA from the repository, UCX and Open MPI built against it
             path += ["/opt/openmpi/bin", "/opt/ucx/bin", "/opt/nccl-tests/bin", f"{cuda_home}/bin"]
             ld += ["/opt/openmpi/lib", "/opt/ucx/lib", "/opt/gdrcopy/lib", f"{nccl_home}/lib",
-                   f"{cuda_home}/lib64"]
+                   _cuda_library_dir(spec, cuda_home)]
             env.update({"CUDA_HOME": cuda_home, "OMPI_MCA_osc": "ucx"})
         if spec.openmpi.get("line") == "4.1":
             # Open MPI 4.1's UCX PML only selects InfiniBand devices unless told otherwise, so a

@@ -196,8 +196,9 @@ def test_rocky_recipes_use_dnf_nvidias_rpm_key_and_pinned_cuda(k, specs):
     assert "/rhel9/x86_64/D42D0685.pub" in text and "610C7B14E068A878070DA4E99CD0A493D42D0685" in text
     assert "gpgcheck=1" in text and "gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-NVIDIA-CUDA" in text
     assert re.search(r"cuda-libraries-devel-13-0-13\.0\.2-1 ", text)
-    assert re.search(r"cuda-libraries-13-0-13\.0\.2-1\b", text)
     devel, runtime = _stages(text)
+    # torch's wheels bring CUDA's libraries: the run-time stage adds cuda-compat alone
+    assert "cuda-libraries" not in runtime and "cuda-compat-13-0 \\\n" in runtime
     assert "python3.12 python3.12-devel" in devel and "RUN python3.12 -m venv /opt/venv" in runtime
     assert " gcc " not in runtime and "gcc-c++" not in runtime and "configure" not in runtime
     assert "COPY --from=devel /etc/yum.repos.d/cuda.repo /etc/yum.repos.d/cuda.repo" in runtime
@@ -349,3 +350,40 @@ def test_no_pattern_in_the_package_is_anchored_with_a_dollar():
             if re.search(r"""r[f]?(["']).*\$(\1|\|)""", line):
                 offenders.append(f"{path.relative_to(ROOT)}:{no}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def _pins(lock_text: str) -> dict[str, str]:
+    return dict(re.findall(r"^([A-Za-z0-9._-]+)==([^ \\]+)", lock_text, re.MULTILINE))
+
+
+def test_each_cuda_library_once_in_pytorch_runtime_recipes(k, specs):
+    """A run-time image with PyTorch on NVIDIA's repository installs no cuda-libraries-X-Y: torch's
+    wheel closure has cuBLAS, cuFFT, ..., the CUDA runtime, and the prefixes compiled in the devel
+    stage (UCX's CUDA modules, nccl-tests) load the libcudart of torch's nvidia-cuda-runtime wheel,
+    which the image's own wheel lock pins, from the folder that wheel installs into. Without
+    PyTorch (comms) the repository's libraries stay: nothing else brings them."""
+    r = render.Renderer()
+    torch_runtime = [s for s in specs if s.flavor == "runtime" and s.cuda_from != "wheels"
+                     and s.stack["pytorch"] != "none" and s.stack["cuda"] != "none"]
+    comms = [s for s in specs if s.family == "comms" and s.cuda_from != "wheels"]
+    assert len(torch_runtime) >= 20 and comms
+    majors = set()
+    for s in torch_runtime:
+        text = r.dockerfile(s, k)
+        runtime = _stages(text)[-1]
+        assert "cuda-libraries" not in runtime, s.id
+        dash = ".".join(s.stack["cuda"].split(".")[:2]).replace(".", "-")
+        assert f"cuda-compat-{dash}" in runtime, s.id
+        major = int(s.stack["cuda"].split(".")[0])
+        majors.add(major)
+        wheel, folder = (("nvidia-cuda-runtime", "cu13") if major >= 13
+                         else ("nvidia-cuda-runtime-cu12", "cuda_runtime"))
+        pins = _pins((ROOT / s.wheel_lock).read_text(encoding="utf-8"))
+        assert wheel in pins, f"{s.id}: {s.wheel_lock} pins no {wheel}"
+        ld = re.search(r'LD_LIBRARY_PATH="([^"]+)"', text)[1].split(":")
+        site = f"/opt/venv/lib/python{s.stack['python']}/site-packages/nvidia"
+        assert f"{site}/{folder}/lib" in ld and f"/usr/local/cuda-{dash.replace('-', '.')}/lib64" not in ld, s.id
+    assert majors == {12, 13}       # both wheel layouts are exercised
+    for s in comms:
+        runtime = _stages(r.dockerfile(s, k))[-1]
+        assert re.search(r"cuda-libraries-\d+-\d+[-=]", runtime), s.id
