@@ -38,7 +38,7 @@ from typing import Callable
 
 from .engines import check_ref
 from .errors import ImagebuildError, UsageError
-from .lockfile import sha256_file
+from .digests import sha256_file
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The sha256 of a file, read in chunks: how the source cache, base images, the lock file and the
-normalising step check the bytes they were promised."""
+"""sha256, the one hash imagebuild checks bytes with: of a file read in chunks (the source cache,
+base images, the lock file, the normalising step), of bytes in memory, and as an OCI digest
+(``sha256:<hex>``: manifests, referrers, signatures)."""
 
 from __future__ import annotations
 
@@ -18,3 +19,12 @@ def sha256_file(path: str | os.PathLike) -> str:
     except OSError as exc:
         raise ImagebuildError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
     return digest.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_digest(data: bytes) -> str:
+    """The OCI content digest of `data`: ``sha256:<hex>``."""
+    return "sha256:" + sha256_bytes(data)

@@ -44,12 +44,12 @@ image id is recorded (``--no-engine``). It is no build input: `lock --check` doe
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import re
 from pathlib import Path
 
+from .digests import sha256_bytes, sha256_file
 from .errors import ImagebuildError
 
 LOCK_VERSION = 1
@@ -68,21 +68,6 @@ _IMAGE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
 
 class LockError(ImagebuildError):
     """images.lock is malformed."""
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    try:
-        with open(path, "rb") as fh:
-            digest = hashlib.file_digest(fh, "sha256")
-    except FileNotFoundError:
-        raise ImagebuildError("file not found (run `imagebuild generate` first?)", file=str(path)) from None
-    except OSError as exc:
-        raise ImagebuildError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
-    return digest.hexdigest()
 
 
 def dockerfile_path(root: str | os.PathLike, image_id: str) -> Path:
@@ -437,6 +422,20 @@ def final_base(dockerfile_text: str) -> str | None:
             stages[alias.lower()] = ref
         last = ref
     return None if last is None or last.lower() == "scratch" else last
+
+
+def without_bases(entry: dict, refs) -> dict:
+    """``entry`` without the bases among ``refs`` (images `build` makes in the same run from their
+    own locked inputs: a devel image's runtime), and without ``base_image`` when it was one of
+    theirs. The entry itself is not changed."""
+    bases = entry.get("bases") or {}
+    drop = [b for ref, b in bases.items() if ref in refs]
+    if not drop:
+        return entry
+    out = dict(entry, bases={ref: b for ref, b in bases.items() if ref not in refs})
+    if any(b.get("id") == entry.get("base_image") for b in drop):
+        out["base_image"] = None
+    return out
 
 
 #: the labels naming the image the last stage starts from, and its registry digest or engine id

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from .digests import sha256_digest
 from .errors import EngineError, EngineRefused, ImagebuildError, RegistryError, RegistryUnavailable
 from .redact import redact
 
@@ -555,11 +556,6 @@ class RegistryAPI:
 
 #: the largest manifest or index read (the distribution spec's suggested limit for manifests)
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
-
-
-def sha256_digest(data: bytes) -> str:
-    import hashlib
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ def artifact_manifest(*, artifact_type: str, layer: bytes, layer_media_type: str
                       annotations: dict[str, str], title: str | None = None) -> bytes:
     """An OCI 1.1 artifact manifest: empty config, one layer, ``subject``; the same inputs give the
     same bytes."""
-    from .publish import sha256_digest
+    from .digests import sha256_digest
 
     layer_desc: dict = {"mediaType": layer_media_type, "digest": sha256_digest(layer), "size": len(layer)}
     if title:
@@ -137,7 +137,7 @@ def attach(api: RegistryAPI, repository: str, subject: Manifest, *, artifact_typ
                              subject=subject.descriptor(), annotations=annotations, title=title)
     api.push_blob(repository, EMPTY_BLOB)
     layer_digest = api.push_blob(repository, layer)
-    from .publish import sha256_digest
+    from .digests import sha256_digest
     digest = sha256_digest(body)
     has_api = api.referrers(repository, subject.digest) is not None
     pushed, indexed = api.put_manifest(repository, digest, body, OCI_MANIFEST)

@@ -38,7 +38,6 @@ cold builds of an image that installs Python packages.
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import io
 import json
@@ -51,7 +50,9 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import EngineRefused, ImagebuildError
-from .lockfile import BASE_DIGEST_LABEL, BASE_NAME_LABEL, final_base, sha256_file  # noqa: F401 (ours too)
+from .digests import sha256_file
+from .lockfile import BASE_DIGEST_LABEL, BASE_NAME_LABEL, final_base  # noqa: F401 (ours too)
+from .sourcedate import rfc3339
 
 #: regular files (and symlinks) under these paths are left out of every normalised layer
 VOLATILE = re.compile(
@@ -59,20 +60,6 @@ VOLATILE = re.compile(
     r"|var/cache/apt/.*|var/lib/apt/lists/.*|var/cache/ldconfig/aux-cache"
     r"|var/cache/debconf/.*-old|var/lib/dpkg/.*-old"
     r"|root/\.cache/.*|tmp/.*|var/tmp/.*)\Z")
-
-
-def source_epoch(as_of: str) -> int:
-    """The source date: the matrix's ``as_of`` (YYYY-MM-DD) at 00:00:00 UTC, as a Unix time."""
-    try:
-        day = _dt.date.fromisoformat(str(as_of))
-    except ValueError:
-        raise ImagebuildError(f"as_of {as_of!r} is not a YYYY-MM-DD date") from None
-    return int(_dt.datetime(day.year, day.month, day.day, tzinfo=_dt.timezone.utc).timestamp())
-
-
-def rfc3339(epoch: int) -> str:
-    """``2026-11-21T00:00:00Z``: the RFC 3339 date-time of a Unix time, in UTC."""
-    return _dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _sort_key(name: str) -> tuple[str, ...]:

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import ImagebuildError, RegistryError, RegistryUnavailable, UsageError
-from .publish import DIGEST_RE, RegistryAPI, sha256_digest
+from .digests import sha256_digest
+from .publish import DIGEST_RE, RegistryAPI
 from .referrers import OCI_MANIFEST, canonical_json
 
 PASSWORD_ENV = "IMAGEBUILD_SIGN_KEY_PASSWORD"

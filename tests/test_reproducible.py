@@ -18,17 +18,18 @@ from pathlib import Path
 import pytest
 
 from imagebuild import reproducible as rp
+from imagebuild import sourcedate
 
 ROOT = Path(__file__).resolve().parent.parent
-EPOCH = rp.source_epoch("2026-11-21")
+EPOCH = sourcedate.source_epoch("2026-11-21")
 BASE = "imagebuild/base:debian-bookworm"
 
 
 def test_source_date_is_the_as_of_day_in_rfc3339():
-    assert rp.rfc3339(EPOCH) == "2026-11-21T00:00:00Z"
+    assert sourcedate.rfc3339(EPOCH) == "2026-11-21T00:00:00Z"
     assert EPOCH == 1795219200
     with pytest.raises(Exception, match="not a YYYY-MM-DD"):
-        rp.source_epoch("21.11.2026")
+        sourcedate.source_epoch("21.11.2026")
 
 
 def _tar(entries) -> bytes:

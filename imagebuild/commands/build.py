@@ -70,7 +70,7 @@ def check_locked(image_ids: list[str], k, lock_path: Path) -> dict[str, dict[str
 
     locked = lockfile.read_lock(lock_path)
     every = {s.id: s for s in expand(k)[0]}
-    specs = select(every, image_ids)
+    specs = _with_bases(select(every, image_ids), every)
     engine = get_engine()
     root = Path(k.path).resolve().parent
     problems = []
@@ -80,17 +80,40 @@ def check_locked(image_ids: list[str], k, lock_path: Path) -> dict[str, dict[str
             for spec in specs if spec.id in locked}
     for spec in specs:
         if spec.id not in locked:
-            problems.append(f"{spec.id}: not in {lock_path.name}")
+            users = [s.id for s in specs if spec.id in s.depends_on]
+            problems.append(f"{spec.id}: not in {lock_path.name}"
+                            + (f" (the image {users[0]} is built FROM it)" if users else ""))
             continue
         current = lockfile.entry_for_image(engine, image_id=spec.id, stack=dict(spec.stack),
                                            local_ref=spec.local_ref, root=root)
-        lines = lockfile.drift(locked[spec.id], current, only=lockfile.BUILD_INPUTS)
+        # a base that is a matrix image (a devel's runtime) is built in this run from its own
+        # locked inputs, checked above: its engine id is no input of this image's build
+        lines = lockfile.drift(lockfile.without_bases(locked[spec.id], ours),
+                               lockfile.without_bases(current, ours), only=lockfile.BUILD_INPUTS)
         problems += [f"{spec.id}: {line}" for line in lines]
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
         raise BuildError(f"refusing to build: drifted from {lock_path}: "
                          + "; ".join(problems[:3]) + more + " (run `imagebuild lock` to accept)")
     return pins
+
+
+def _with_bases(specs: list, every: dict) -> list:
+    """``specs`` with the matrix images they are built FROM (a devel's runtime) before them,
+    each once: what `build` builds for them (jobs_for), so what --locked checks."""
+    out: list = []
+
+    def add(spec) -> None:
+        if spec in out:
+            return
+        for dep in spec.depends_on:
+            if dep in every:
+                add(every[dep])
+        out.append(spec)
+
+    for spec in specs:
+        add(spec)
+    return out
 
 
 def check_ca_bundle(path: Path) -> Path:
@@ -164,7 +187,8 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
     for i in wanted:
         spec = specs[i]
         ctx = write_context(spec, Path(workdir) / spec.id, k=k)
-        tarballs = S.for_image(k, spec, spec.sources)
+        # a devel image is FROM its runtime image, which compiled them: it reads no tarball
+        tarballs = [] if spec.from_image else S.for_image(k, spec, spec.sources)
         prepare = None
         if tarballs:
             prepare = functools.partial(_put_sources, tarballs, Path(ctx),
@@ -245,7 +269,8 @@ def run(args) -> int:
     if not jobs:
         raise UsageError("no images to build")
     engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
-    from ..reproducible import BuildTimeEngine, source_epoch
+    from ..reproducible import BuildTimeEngine
+    from ..sourcedate import source_epoch
     epochs = {}
     if not args.context and not args.no_normalize:
         from ..images import expand

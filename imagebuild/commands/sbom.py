@@ -87,6 +87,7 @@ def from_registry(args) -> int:
     """`imagebuild sbom --from-registry REF --output FILE`: the SBOM referrer of the manifest REF names,
     checked against its layer digest, written as it was pushed."""
     from .. import publish, referrers
+    from ..digests import sha256_bytes
     from ..errors import UsageError
 
     if not args.from_registry:
@@ -102,5 +103,5 @@ def from_registry(args) -> int:
     digest, data = referrers.fetch_sbom(api, ref.repository, manifest.digest, referrer=args.referrer)
     write_atomically(args.output, data)
     print(f"{args.output}: the SBOM {ref.name}@{digest} attaches to {manifest.digest} "
-          f"(sha256:{publish.sha256_digest(data).split(':', 1)[1]}, {len(data)} bytes)")
+          f"(sha256:{sha256_bytes(data)}, {len(data)} bytes)")
     return 0
