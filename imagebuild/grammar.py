@@ -37,6 +37,7 @@ import yaml
 
 from .errors import KnowledgeError
 from .packagers import PACKAGERS
+from .reference import is_reference
 from .versions import VersionSyntaxError, parse_spec
 
 MAX_BYTES = 4 * 1024 * 1024      # matrix.yaml is about 60 KiB
@@ -216,8 +217,6 @@ _PATTERNS = {
     "commit": re.compile(r"[0-9a-f]{40}"),
     "word": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"),
     "package": re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"),
-    "ref": re.compile(r"[a-z0-9][a-z0-9._/-]{0,199}(?::[A-Za-z0-9._-]{1,128})?"
-                      r"(?:@sha256:[0-9a-f]{64})?"),
     "url": re.compile(r"https://[A-Za-z0-9.-]+(?:/[A-Za-z0-9._~%+-]+)*/?"),
     "date": re.compile(r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"),
     "month": re.compile(r"[0-9]{4}-(?:0[1-9]|1[0-2])(?:-(?:0[1-9]|[12][0-9]|3[01]))?"),
@@ -279,6 +278,8 @@ def check(kind: str, value: str, placeholders: Iterable[str] = ()) -> str | None
         return None if value == "none" else check("version", value)
     if kind == "url":
         return _check_url(value, tuple(placeholders))
+    if kind == "ref":     # the one grammar of image references
+        return None if is_reference(value) else f"must be {_DESCRIBE[kind]}"
     pattern = _PATTERNS[kind]
     if not pattern.fullmatch(value):
         if kind in ("version", "driver"):  # the words knowledge/ uses for the same mistake
@@ -289,7 +290,7 @@ def check(kind: str, value: str, placeholders: Iterable[str] = ()) -> str | None
         return f"must be {_DESCRIBE[kind]} (its parentheses do not pair)"
     if kind == "spdx" and "NOASSERTION" in value.split():
         return "must state licenses: NOASSERTION is a placeholder (leave project.licenses out instead)"
-    if kind in ("ref", "id") and ".." in value:
+    if kind == "id" and ".." in value:
         return "must not hold '..'"
     return None
 
@@ -752,20 +753,25 @@ def _images(c: _Checker, doc, os_ids: set[str], rdma_ids: set[str]):
         if cuda_from == "wheels":
             # CUDA is NVIDIA's wheels: torch's closure, or the cuda-toolkit wheels UCX, Open MPI
             # and nccl-tests are compiled against (see images.expand)
-            if any(f != "runtime" for f in flavors):
-                c.fail(f"{where}.cuda_from: wheels makes runtime images only (a devel or cpu "
-                       "flavor needs CUDA from the repository, or none)", fam, "flavors")
             if rdma not in (None, "rdma-core"):
                 c.fail(f"{where}.cuda_from: wheels images take RDMA user space from the OS's "
                        "rdma-core", fam, "rdma")
-            _wheels_comms(c, doc, fam, where, pytorch)
+            compiled = _wheels_comms(c, doc, fam, where, pytorch)
+            # a devel image adds the cuda-toolkit wheels (nvcc, headers) to its runtime image:
+            # only a family that compiles against them has them in its wheel lock
+            if any(f != "runtime" and not (f == "devel" and compiled) for f in flavors):
+                c.fail(f"{where}.cuda_from: wheels makes runtime images only, and devel ones where "
+                       "UCX and Open MPI are compiled against the CUDA toolkit's wheels (a cpu "
+                       "flavor, or a devel one beside torch's closure, needs CUDA from the "
+                       "repository, or none)", fam, "flavors")
         _what_images_need(c, doc, fam, where, flavors, pytorch, cuda_from or "repository")
 
 
-def _wheels_comms(c: _Checker, doc, fam, where: str, pytorch) -> None:
+def _wheels_comms(c: _Checker, doc, fam, where: str, pytorch) -> bool:
     """cuda_from: wheels, as images.expand renders it: UCX and Open MPI pinned to releases of
     their sections, both compiled from source against the cuda-toolkit wheels or both the OS's
-    packages beside torch's closure; the OS's packages only with PyTorch."""
+    packages beside torch's closure; the OS's packages only with PyTorch. True when they are
+    compiled (the family's lock has the cuda-toolkit wheels)."""
     installs = set()
     for comp in ("ucx", "openmpi"):
         section = doc.get(comp) if isinstance(doc.get(comp), dict) else {}
@@ -784,6 +790,7 @@ def _wheels_comms(c: _Checker, doc, fam, where: str, pytorch) -> None:
     if installs == {"os"} and str(pytorch if pytorch is not None else "none") == "none":
         c.fail(f"{where}.cuda_from: wheels without PyTorch compiles UCX and Open MPI against the "
                "CUDA toolkit's wheels: pin source releases, not the OS's packages", fam, "cuda_from")
+    return installs == {"source"}
 
 
 def _what_images_need(c: _Checker, doc, fam, where: str, flavors: list[str], pytorch,

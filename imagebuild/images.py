@@ -68,6 +68,9 @@ class ImageSpec:
     licenses: str | None = None     # an SPDX expression (matrix.yaml project.licenses), if set
     sources: str = "release"        # the UCX/Open MPI tarballs compiled: release assets or git tag archives
     build: dict = field(default_factory=dict)   # build choices (grammar.BUILD_KEYS), defaults filled in
+    # a devel image is built FROM its family's runtime image of the same stack (as NVIDIA's CUDA
+    # images are): that image's local_ref; its id is depends_on[0]. None for every other image.
+    from_image: str | None = None
 
     @property
     def local_ref(self) -> str:
@@ -282,6 +285,9 @@ def _read_family(k: Knowledge, fam) -> _Family:
     flavors = _as_list(fam.get("flavors"))
     if not flavors or any(f not in FLAVORS for f in flavors):
         fail(f"{name}: flavors must be some of {', '.join(FLAVORS)}")
+    if "devel" in flavors and "runtime" not in flavors:
+        fail(f"{name}: a devel image is built FROM the runtime image of its stack: list runtime "
+             "in flavors too")
     oses = _as_list(fam.get("os"))
     for o in oses:
         if o not in k.os:
@@ -408,6 +414,11 @@ class _Expansion:
             if not SAFE_ID.fullmatch(iid) or not SAFE_ID.fullmatch(tag):
                 f.fail(f"{f.name}: derived id {iid!r} or tag {tag!r} is not safe")
             self.seen[iid] = len(self.specs)
+            base = {}
+            if flavor == "devel":   # FROM the runtime image of the same stack (_read_family: listed)
+                rid = _image_id(f.name, stack, vtag, os_id, "runtime", f.rdma)
+                base = {"depends_on": (rid,),
+                        "from_image": f"imagebuild/{rid}:{_tag(stack, 'runtime', os_id, f.rdma)}"}
             self.specs.append(ImageSpec(
                 id=iid, family=f.name, flavor=flavor,
                 description=str(f.raw.get("description", f.name)), stack=stack,
@@ -416,7 +427,7 @@ class _Expansion:
                 wheels=f.wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
                 as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=f.rdma,
                 source=project_source(k), cuda_from=f.cuda_from, licenses=project_licenses(k),
-                sources=f.form, build=f.build))
+                sources=f.form, build=f.build, **base))
 
 
 def expand(k: Knowledge, *, require_locks: bool = True,
