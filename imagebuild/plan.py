@@ -28,10 +28,14 @@ class Verdict:
     before: str          # mode or "no"
     after: str
     detail: str
+    base: str | None = None   # the matrix image this one is built FROM (a devel's runtime)
 
     def to_json(self) -> dict:
-        return {"image": self.image, "status": self.status, "before": self.before,
-                "after": self.after, "detail": self.detail}
+        doc = {"image": self.image, "status": self.status, "before": self.before,
+               "after": self.after, "detail": self.detail}
+        if self.base:
+            doc["base"] = self.base
+        return doc
 
 
 def _mode(k: Knowledge, spec: ImageSpec, driver: str, gpu: str | None, date: str | None):
@@ -61,11 +65,16 @@ def plan(k: Knowledge, specs: list[ImageSpec], driver_from: str, driver_to: str,
             status, detail = "degraded", why_a
         else:
             status, detail = "unchanged", why_a
-        out.append(Verdict(spec.id, status, before, after, detail))
+        # a devel image shares its runtime's stack, so its verdict; it is rebuilt with it
+        base = spec.depends_on[0] if spec.depends_on else None
+        out.append(Verdict(spec.id, status, before, after, detail, base))
     return out
 
 
 def github_matrix(verdicts: list[Verdict]) -> dict:
-    """A GitHub Actions matrix of the images CI must (re)build, test and publish."""
-    return {"include": [{"image": v.image, "status": v.status, "mode": v.after}
+    """A GitHub Actions matrix of the images CI must (re)build, test and publish; an image built
+    FROM another (a devel from its runtime) names it as its `base`, to be built first (`imagebuild
+    build <devel>` builds it first on its own)."""
+    return {"include": [{"image": v.image, "status": v.status, "mode": v.after,
+                         **({"base": v.base} if v.base else {})}
                         for v in verdicts if v.status in REBUILD]}
