@@ -65,13 +65,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from . import reference
 from .errors import ExportError, ImagebuildError
 
 FORMATS = ("sqsh", "oci-bundle", "sif")
 
-#: a local image reference or id we accept (validated before it reaches any command line)
-REF_RE = re.compile(r"^(?:sha256:[0-9a-f]{64}|[a-z0-9][a-z0-9._/-]{0,254}(?::[0-9]{1,5}/[a-z0-9._/-]+)?"
-                    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?)\Z")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 _TAG = "imagebuild"
 
@@ -111,7 +109,7 @@ class _Sanitized:
 
 
 def check_ref(ref: str) -> str:
-    if not isinstance(ref, str) or not REF_RE.match(ref) or ".." in ref:
+    if not reference.is_reference_or_id(ref):   # checked before it reaches any command line
         raise ImagebuildError(f"{ref!r} is not a valid local image reference")
     return ref
 

@@ -50,6 +50,7 @@ import re
 from pathlib import Path
 
 from .digests import sha256_bytes, sha256_file
+from .reference import is_repo_digest
 from .errors import ImagebuildError
 
 LOCK_VERSION = 1
@@ -58,7 +59,6 @@ ENTRY_KEYS = ("base_image", "dockerfile_sha256", "image_id", "smoke", "stack")
 OPTIONAL_KEYS = ("bases", "provenance", "published")   # a lock without them is still read
 #: what an image was made from and what vouches for it (see provenance_for)
 PROVENANCE_KEYS = ("base_digest", "recipe_sha256", "sbom_sha256", "test_report_sha256", "wheel_lock_sha256")
-_REPO_DIGEST = re.compile(r"[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}\Z")
 STATUSES = ("fail", "pass", "skip")
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
@@ -161,7 +161,7 @@ def _check_entry(image_id: str, entry, where: str) -> None:
             if b["id"] is not None and not (isinstance(b["id"], str) and _ID.match(b["id"])):
                 raise bad(f"bases[{ref!r}].id is not sha256:<64 hex digits> or null")
             if b["digest"] is not None and not (isinstance(b["digest"], str)
-                                                and _REPO_DIGEST.match(b["digest"])):
+                                                and is_repo_digest(b["digest"])):
                 raise bad(f"bases[{ref!r}].digest is not NAME@sha256:<64 hex digits> or null")
     if "provenance" in entry:
         prov = entry["provenance"]
@@ -479,7 +479,7 @@ def repo_digest(ref: str, repo_digests: list[str]) -> str | None:
         name = name.rsplit(":", 1)[0]
     names = {name, f"docker.io/{name}", f"docker.io/library/{name}"}
     for entry in sorted(repo_digests):
-        if entry.split("@", 1)[0] in names and _REPO_DIGEST.match(entry):
+        if entry.split("@", 1)[0] in names and is_repo_digest(entry):
             return entry
     return None
 

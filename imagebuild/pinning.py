@@ -27,8 +27,9 @@ import secrets
 from dataclasses import dataclass, field
 
 from .errors import BuildError, EngineRefused, NoSuchImage
+from .reference import is_repo_digest
 from .lockfile import (  # the lock's grammar of FROM lines and digests, and the base labels
-    _FROM, _ID, _REPO_DIGEST, BASE_DIGEST_LABEL, BASE_NAME_LABEL, base_refs, final_base,
+    _FROM, _ID, BASE_DIGEST_LABEL, BASE_NAME_LABEL, base_refs, final_base,
 )
 
 PIN_REPOSITORY = "imagebuild-locked/base"
@@ -72,7 +73,7 @@ def pin_bases(engine, text: str, locked: dict[str, dict], *, what: str) -> Pinne
             if ref not in locked:
                 continue
             digest, image_id = locked[ref].get("digest"), locked[ref].get("id")
-            if isinstance(digest, str) and _REPO_DIGEST.match(digest):
+            if isinstance(digest, str) and is_repo_digest(digest):
                 pins[ref], digests[ref] = digest, digest.split("@", 1)[1]
                 continue
             if not (isinstance(image_id, str) and _ID.match(image_id)):

@@ -13,9 +13,11 @@ registries share::
 The first component is a registry host only when it looks like one, as Docker decides: it holds a
 "." or a ":", or it is "localhost", or it has an upper-case letter (`localhost:5000/hpc/x:1` is the
 repository `hpc/x` on `localhost:5000`; `hpc/x` is the repository `hpc/x` on the default registry).
-A name is at most 255 characters.
+One rule is stricter than Docker's: a host is lower case, so `UPPER/x`, which Docker would send
+to a host named UPPER, is refused as the mistyped repository it almost always is. A name is at
+most 255 characters.
 
-Engines also take an image ID where a reference goes (`sha256:<64 hex>`, or 12 to 64 hex digits):
+Engines also take an image ID where a reference goes (12 to 64 hex digits, `sha256:` or not):
 `is_image_id` says which it is. Nothing here talks to an engine or a registry.
 """
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 
 NAME_MAX = 255
 
-_LABEL = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
+_LABEL = r"(?:[a-z0-9]|[a-z0-9][a-z0-9-]*[a-z0-9])"
 _IPV6 = r"\[[0-9A-Fa-f:.]{2,45}\]"
 HOST = rf"(?:{_LABEL}(?:\.{_LABEL})*|{_IPV6})"
 DOMAIN = rf"{HOST}(?::[0-9]{{1,5}})?"
@@ -39,7 +41,7 @@ DOMAIN_RE = re.compile(rf"{DOMAIN}\Z")
 PATH_RE = re.compile(rf"{PATH}\Z")
 TAG_RE = re.compile(rf"{TAG}\Z")
 DIGEST_RE = re.compile(rf"{DIGEST}\Z")
-IMAGE_ID_RE = re.compile(r"(?:sha256:[0-9a-f]{64}|[0-9a-f]{12,64})\Z")
+IMAGE_ID_RE = re.compile(r"(?:sha256:)?[0-9a-f]{12,64}\Z")
 
 
 @dataclass(frozen=True)
@@ -108,8 +110,17 @@ def is_reference(text: object) -> bool:
 
 
 def is_image_id(text: object) -> bool:
-    """An engine's image ID: `sha256:<64 hex>`, or 12 to 64 hex digits (a short or bare ID)."""
+    """An engine's image ID or a prefix of it: 12 to 64 hex digits, with or without `sha256:`."""
     return isinstance(text, str) and bool(IMAGE_ID_RE.match(text))
+
+
+def is_repo_digest(text: object) -> bool:
+    """`[host/]name@sha256:<hex>` and no tag: how an engine records where an image came from."""
+    try:
+        ref = parse(text)   # type: ignore[arg-type]
+    except ValueError:
+        return False
+    return bool(ref.digest) and not ref.tag
 
 
 def is_reference_or_id(text: object) -> bool:

@@ -21,15 +21,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import reference
 from .engines import Container
 from .errors import EngineError, EngineRefused, NoSuchImage, SmokeError, UsageError
 from .smoke import CHECK_NAMES, HOST_CHECK_NAMES
 from .smoke.expect import COMPONENTS
 from .smoke.report import FAIL, PASS, SKIP, CheckResult, Report, combine
 
-# a local image reference (name[:tag]) or an engine image id; nothing else reaches the engine
-IMAGE_REF = re.compile(r"^(?:sha256:[0-9a-f]{64}|[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]{1,5})?"
-                       r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?)\Z")
 LABEL_PREFIX = "io.imagebuild."
 REPORT_IN_CONTAINER = "/tmp/imagebuild-smoke/report.json"
 IMAGE_JSON = "/opt/imagebuild/image.json"
@@ -37,7 +35,7 @@ RDZV_PORT = 29500
 
 
 def validate_ref(ref: str) -> str:
-    if not isinstance(ref, str) or len(ref) > 255 or not IMAGE_REF.match(ref):
+    if not reference.is_reference_or_id(ref):   # nothing else reaches the engine
         raise UsageError(f"not an image reference: {ref!r} (expected name[:tag] or sha256:<id>)",
                          argument="IMAGE")
     return ref

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from ..errors import UsageError
 from .base import (
-    HOSTNAME_RE, IMAGE_ID_RE, KEY_RE, NAME_RE, REF_RE, SECRET_ID_RE, SIZE_RE, BuildResult, Container,
+    HOSTNAME_RE, KEY_RE, NAME_RE, SECRET_ID_RE, SIZE_RE, BuildResult, Container,
     ContainerSession, Engine, ImageInfo, Mount, Progress, PushResult, RunResult, RunSpec,
     check_hostname, check_key, check_mapping, check_name, check_ref, check_secrets, check_value,
     docker_host, dockerfile_needs_buildkit,
@@ -52,7 +52,7 @@ def get_engine(kind: str = "docker", *, client=None) -> Engine:
 
 __all__ = [
     "BuildResult", "Container", "ContainerSession", "DockerEngine", "Engine", "HOSTNAME_RE",
-    "IMAGE_ID_RE", "ImageInfo", "KEY_RE", "Mount", "NAME_RE", "Progress", "PushResult", "REF_RE",
+    "ImageInfo", "KEY_RE", "Mount", "NAME_RE", "Progress", "PushResult",
     "RunResult", "RunSpec", "SECRET_ID_RE", "SIZE_RE", "check_hostname", "check_key",
     "check_mapping", "check_name", "check_ref", "check_secrets", "check_value", "connect",
     "docker_host", "dockerfile_needs_buildkit", "get_engine", "registry_auth",

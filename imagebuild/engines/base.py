@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import (Any, Callable, ContextManager, Iterable, Iterator, Mapping, Protocol, Sequence,
                     runtime_checkable)
 
+from .. import reference
 from ..errors import UsageError
 
 Progress = Callable[[str], None]
@@ -27,14 +28,6 @@ def docker_host() -> str:
 # --------------------------------------------------------------------------------------------
 # Validation of everything that reaches an engine or a command line
 
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-# a registry host must look like one (a dot, a port or localhost), as in Docker's own grammar
-_HOST = rf"(?:(?:localhost|{_LABEL}(?:\.{_LABEL})+)(?::[0-9]{{1,5}})?/|{_LABEL}:[0-9]{{1,5}}/)"
-_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
-_DIGEST = r"sha256:[0-9a-f]{64}"
-REF_RE = re.compile(rf"^(?:{_HOST})?{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG})?(?:@{_DIGEST})?\Z")
-IMAGE_ID_RE = re.compile(r"^(?:sha256:)?[0-9a-f]{12,64}\Z")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")           # containers, networks
 HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}\Z")              # build args, labels, env
@@ -44,8 +37,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def check_ref(ref: str, what: str = "image reference") -> str:
-    """An image reference (`name[:tag][@digest]`, optional registry host) or an image id."""
-    if not isinstance(ref, str) or len(ref) > 255 or not (REF_RE.match(ref) or IMAGE_ID_RE.match(ref)):
+    """An image reference (`[host[:port]/]name[:tag][@digest]`, reference.py's grammar) or an
+    image ID."""
+    if not reference.is_reference_or_id(ref):
         raise UsageError(f"invalid {what} {ref!r}: expected name[:tag] of lowercase letters, digits, "
                          "'.', '_', '-', '/' (e.g. imagebuild/base:debian-bookworm)")
     return ref
