@@ -149,12 +149,21 @@ def test_every_generated_image_has_the_check_the_entrypoint_and_the_constraints(
     assert {p.parent.name for p in dockerfiles} == set(SPECS)
     for path in dockerfiles:
         text = path.read_text()
+        spec = SPECS[path.parent.name]
+        if spec.from_image:   # a devel image: the check and the ENTRYPOINT come FROM its runtime
+            assert f"\nFROM {spec.from_image}\n" in text, path
+            text = (ROOT / "Dockerfiles" / spec.depends_on[0] / "Dockerfile").read_text()
         assert "> /usr/local/bin/imagebuild-check" in text, path
         assert '\nENTRYPOINT ["/usr/local/bin/imagebuild-entrypoint"]\nCMD ["/bin/bash"]\n' in text, path
         assert 'PIP_CONSTRAINT="/etc/pip/constraint.txt"' in text and "> /etc/pip/constraint.txt" in text, path
     for path in sorted((ROOT / "singularity").glob("*.def")):
+        image = path.name.removesuffix(".from-image.def").removesuffix(".def")
         if not path.name.endswith(".from-image.def"):
-            assert "> /usr/local/bin/imagebuild-check" in path.read_text(), path
+            text = path.read_text()
+            if SPECS[image].from_image:   # bootstraps from its runtime image, which has the check
+                assert f"Bootstrap: docker-daemon\nFrom: {SPECS[image].from_image}\n" in text, path
+                text = (ROOT / "singularity" / f"{SPECS[image].depends_on[0]}.def").read_text()
+            assert "> /usr/local/bin/imagebuild-check" in text, path
         # `apptainer run` runs %runscript, not the OCI ENTRYPOINT: it must call the same wrapper
         assert runscript(path) == RUNSCRIPT, path
 
