@@ -34,6 +34,7 @@ from .grammar import check as grammar_check
 from .imageneeds import image_needs
 from .images import ImageSpec
 from .packagers import GIT_FORM_TOOLS, HWLOC, OPENMP_RUNTIME, PACKAGERS, RDMA_DEVEL
+from .reference import is_reference
 from .sourcedate import source_epoch
 from .versions import NONE, major_minor, parse_version
 from .wheellock import LockError, read_lock, wheel_set
@@ -61,7 +62,6 @@ _PATTERNS = {
     "url": re.compile(r"https://[A-Za-z0-9.-]+(/[A-Za-z0-9._~%+-]+)*/?"),
     "sha256": re.compile(r"[0-9a-f]{64}"),
     "path": re.compile(r"/[A-Za-z0-9._/-]*"),
-    "ref": re.compile(r"[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9._-]{1,128})?(@sha256:[0-9a-f]{64})?"),
     "fingerprint": re.compile(r"[0-9A-F]{40}"),
     "keyid": re.compile(r"[0-9A-F]{16}"),
     "host": re.compile(r"[a-z0-9][a-z0-9.-]*[a-z0-9]"),
@@ -89,6 +89,11 @@ def _safe(kind: str, value, what: str) -> str:
         return text
     if ".." in text and kind in ("path", "url", "ref", "id"):
         raise RenderError(f"unsafe {what} {_show(text)}: '..' is not allowed")
+    if kind == "ref":     # the one grammar of image references
+        if not is_reference(text):
+            raise RenderError(f"unsafe {what} {_show(text)} (must be an image reference: "
+                              "[host[:port]/]name[:tag][@sha256:<hex>])")
+        return text
     if not _PATTERNS[kind].fullmatch(text):
         raise RenderError(f"unsafe {what} {_show(text)} (must match {_PATTERNS[kind].pattern})")
     return text
@@ -401,6 +406,8 @@ class Renderer:
             raise RenderError(f"image {spec.id}: CUDA recipes are written for "
                               f"{', '.join(sorted(PACKAGERS))}; {spec.os['id']} "
                               f"({spec.os['family']}) has none")
+        if spec.flavor == "devel":
+            return [self._devel_on_runtime(spec, k)]
         return self._cuda_stages(spec, k, base)
 
     def _common_tail(self, spec: ImageSpec, python_bin: str) -> list[Step]:
@@ -469,8 +476,9 @@ class Renderer:
         return stages
 
     def _cuda_stages(self, spec: ImageSpec, k, base: str) -> list[Stage]:
-        """A devel stage that compiles gdrcopy, UCX, Open MPI and nccl-tests against CUDA, and (for
-        a runtime image) a run-time stage that copies their prefixes. CUDA comes from NVIDIA's
+        """A devel stage that compiles gdrcopy, UCX, Open MPI and nccl-tests against CUDA, and a
+        run-time stage that copies their prefixes (a devel image is FROM that runtime image:
+        _devel_on_runtime). CUDA comes from NVIDIA's
         repository for the OS (pinned packages) or from NVIDIA's wheels (`cuda_from: wheels`: the
         cuda-toolkit wheels in the devel stage, the run-time subset of the same lock in the
         run-time stage); everything else is the same fragments either way."""
@@ -490,9 +498,6 @@ class Renderer:
         tail = self._common_tail(spec, "/opt/venv/bin/python")
         final = [Step("env", items=sorted(self.env_vars(spec, c.home, c.nccl_home).items())),
                  Step("label", items=image_labels(spec, k))]
-        if spec.flavor == "devel":
-            # sshd after the compiled stack: the devel stage a runtime image copies from stays as it is
-            return [Stage("devel", base, devel + [self._openssh(c.sfx)] + torch_steps + tail + final)]
         runtime = self._runtime_steps(spec, c, runtime_extra, doca_copies, rdma_pk, rdma_name)
         return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
 
@@ -509,7 +514,7 @@ class Renderer:
                 self.fragment("cuda-wheels-devel", f"CUDA {c.cuda} and NCCL {s['nccl']} from "
                               "NVIDIA's wheels, link-time stubs of the driver's libraries",
                               cuda=c.cuda, cuda_major=c.major, cuda_home=c.home,
-                              cuda_tree=c.tree, nccl_home=c.nccl_home),
+                              cuda_tree=c.tree, nccl_home=c.nccl_home, on_runtime=False),
             ]
             return cuda_devel, []
         repo = _safe("word", spec.os.get("nvidia_repo") or "",
@@ -555,6 +560,49 @@ class Renderer:
             self.fragment("nccl-tests", f"nccl-tests {ntests['version']}", cuda_home=c.home,
                           nccl_home=c.nccl_home, gencode=flags["gencode"], **ntests),
         ]
+
+    def _devel_on_runtime(self, spec: ImageSpec, k) -> Stage:
+        """A devel image: one stage FROM its runtime image (spec.from_image, the same stack), which
+        already holds the compiled prefixes (/opt/gdrcopy, /opt/ucx, /opt/openmpi,
+        /opt/nccl-tests), the venv with NCCL (and PyTorch) and sshd, so nothing is compiled again
+        and every layer of the runtime image is shared. On top: the OS build tools and the
+        devel stage's extras, CUDA's development packages (NVIDIA's repository as the runtime
+        image kept it, with the RDMA headers; or the cuda-toolkit wheels of the image's lock and
+        the driver stubs), then its own image.json, pip constraints, env and labels."""
+        if not spec.from_image or not spec.depends_on:
+            raise RenderError(f"image {spec.id}: a devel image is built FROM its runtime image, "
+                              "and it names none")
+        base = _safe("ref", spec.from_image, f"runtime image of {spec.id}")
+        c = _cuda_layout(spec)
+        if spec.stack["nccl"] == NONE:
+            raise RenderError(f"image {spec.id}: a CUDA image needs an NCCL version")
+        tarballs = _tarballs(spec, k)
+        _, _, rdma_pk, _ = self._rdma(spec, c.pm)
+        rdma_dev = rdma_pk.get("devel") or RDMA_DEVEL[c.pm["name"]]
+        devel_extra, _ = _os_extras(c, tarballs, rdma_dev)
+        steps = [self.fragment("os-devel" + c.sfx, "OS build tools and headers", python=c.python,
+                               extra=devel_extra)]
+        if c.from_wheels:
+            steps += [
+                _lock_copy("wheels.txt"),
+                self.fragment("cuda-wheels-devel", f"CUDA {c.cuda} toolkit from NVIDIA's wheels "
+                              "beside the runtime image's run time and NCCL, link-time stubs of "
+                              "the driver's libraries",
+                              cuda=c.cuda, cuda_major=c.major, cuda_home=c.home, cuda_tree=c.tree,
+                              nccl_home=c.nccl_home, on_runtime=True),
+                *self._pip_constraint(spec),
+            ]
+        else:   # the runtime image keeps the CUDA (and DOCA) repository the devel stage verified
+            steps.append(self.fragment("cuda-devel" + c.sfx, f"CUDA {c.cuda} development packages "
+                                       "and RDMA headers", cuda=c.cuda, cuda_dash=c.dash,
+                                       rdma_dev=rdma_dev))
+        steps += [
+            Step("copy", comment="what the image is expected to contain (this image's id and flavor)",
+                 src="image.json", dest="/opt/imagebuild/image.json"),
+            Step("env", items=sorted(self.env_vars(spec, c.home, c.nccl_home).items())),
+            Step("label", items=image_labels(spec, k)),
+        ]
+        return Stage(None, base, steps, bootstrap="docker-daemon")
 
     def _cuda_runtime(self, spec: ImageSpec, c: _CudaLayout) -> tuple[list[Step], list[Step]]:
         """The run-time stage's CUDA (before the copied prefixes) and its CUDA and NCCL libraries
