@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from . import reference
 from .digests import sha256_digest
 from .errors import EngineError, EngineRefused, ImagebuildError, RegistryError, RegistryUnavailable
 from .redact import redact
@@ -64,12 +65,12 @@ MANIFEST_ACCEPT = ", ".join([
 _HOST = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*"
 _PORT = r"(?::[0-9]{1,5})?"
 _IPV6 = r"\[[0-9A-Fa-f:.]{2,45}\]"
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 HOST_RE = re.compile(rf"^(?:{_HOST}|{_IPV6}){_PORT}\Z")
-NAMESPACE_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*\Z")
+# a repository path, a tag and a digest: reference.py's grammar (used with .match)
+NAMESPACE_RE = reference.PATH_RE
 REPOSITORY_RE = NAMESPACE_RE
-TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}\Z")
-DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
+TAG_RE = reference.TAG_RE
+DIGEST_RE = reference.DIGEST_RE
 IMAGE_ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
 
 TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})

@@ -220,6 +220,10 @@ class _CudaLayout:
     python_bin: str        # the interpreter the OS packages install
     pm: dict               # PACKAGERS[the OS family]
     from_wheels: bool      # cuda_from: wheels
+    # CUDA from the repository beside PyTorch, whose wheels bring CUDA's run-time libraries: the
+    # run-time stage installs cuda-compat alone, not cuda-libraries-X-Y (each library once)
+    torch_libs: bool
+    lib: str               # where the image's run time finds libcudart (LD_LIBRARY_PATH)
 
     @property
     def dash(self) -> str:     # 13-0: how NVIDIA's packages name the release
@@ -238,33 +242,23 @@ def _cuda_layout(spec: ImageSpec) -> _CudaLayout:
     cuda_major = parse_version(cuda).major
     py = _safe("version", s["python"], "python")
     pm = PACKAGERS[spec.os["family"]]
-    site = _wheels_site(py)
+    site = f"/opt/venv/lib/python{py}/site-packages/nvidia"
     wheels_cuda = spec.cuda_from == "wheels"
+    torch_libs = not wheels_cuda and s["pytorch"] != NONE
+    home = f"/usr/local/cuda-{cuda_mm}"
+    lib = f"{home}/lib64"
+    if torch_libs and spec.flavor == "runtime":
+        # torch's nvidia-cuda-runtime wheel: nvidia/cu13/lib, or nvidia/cuda_runtime/lib for the
+        # -cu12 wheel (a devel image adds the toolkit, whose lib64 then holds it)
+        lib = f"{site}/{f'cu{cuda_major}' if cuda_major >= 13 else 'cuda_runtime'}/lib"
     if wheels_cuda and cuda_major < 13:
         raise RenderError(f"image {spec.id}: CUDA {cuda} from the wheels: only the CUDA 13 wheels "
                           "install one tree (nvidia/cu13) that can serve as CUDA_HOME; the CUDA 12 "
                           "wheels put each component in a folder of its own")
-    return _CudaLayout(cuda=cuda, mm=cuda_mm, major=cuda_major, home=f"/usr/local/cuda-{cuda_mm}",
+    return _CudaLayout(cuda=cuda, mm=cuda_mm, major=cuda_major, home=home,
                        tree=f"{site}/cu{cuda_major}", nccl_home=f"{site}/nccl", python=py,
-                       python_bin=pm["python"].format(python=py), pm=pm, from_wheels=wheels_cuda)
-
-
-def _cuda_library_dir(spec: ImageSpec, cuda_home: str) -> str:
-    """Where a CUDA image's run time finds libcudart: CUDA_HOME's lib64, except in a run-time
-    image whose CUDA came from the repository beside PyTorch's wheels, which install no CUDA
-    library package (`_cuda_runtime_packages`): there, the nvidia-cuda-runtime wheel of torch's
-    closure (nvidia/cu13/lib for CUDA 13, nvidia/cuda_runtime/lib for CUDA 12's -cu12 wheel)."""
-    s = spec.stack
-    if spec.cuda_from == "wheels" or s["pytorch"] == NONE or spec.flavor != "runtime":
-        return f"{cuda_home}/lib64"
-    major = parse_version(s["cuda"]).major
-    folder = f"cu{major}" if major >= 13 else "cuda_runtime"
-    return f"{_wheels_site(s['python'])}/{folder}/lib"
-
-
-def _wheels_site(python: str) -> str:
-    """The folder NVIDIA's wheels install into, in the image's venv."""
-    return f"/opt/venv/lib/python{_safe('version', python, 'python')}/site-packages/nvidia"
+                       python_bin=pm["python"].format(python=py), pm=pm, from_wheels=wheels_cuda,
+                       torch_libs=torch_libs, lib=lib)
 
 
 def _tarballs(spec: ImageSpec, k) -> dict[str, dict]:
@@ -496,7 +490,7 @@ class Renderer:
         devel = self._devel_steps(spec, k, c, tarballs, flags, devel_extra, doca_repo, rdma_dev)
         torch_steps = self._torch_steps(spec, k)
         tail = self._common_tail(spec, "/opt/venv/bin/python")
-        final = [Step("env", items=sorted(self.env_vars(spec, c.home, c.nccl_home).items())),
+        final = [Step("env", items=sorted(self.env_vars(spec, c).items())),
                  Step("label", items=image_labels(spec, k))]
         runtime = self._runtime_steps(spec, c, runtime_extra, doca_copies, rdma_pk, rdma_name)
         return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
@@ -599,7 +593,7 @@ class Renderer:
         steps += [
             Step("copy", comment="what the image is expected to contain (this image's id and flavor)",
                  src="image.json", dest="/opt/imagebuild/image.json"),
-            Step("env", items=sorted(self.env_vars(spec, c.home, c.nccl_home).items())),
+            Step("env", items=sorted(self.env_vars(spec, c).items())),
             Step("label", items=image_labels(spec, k)),
         ]
         return Stage(None, base, steps, bootstrap="docker-daemon")
@@ -632,7 +626,7 @@ class Renderer:
     def _cuda_runtime_packages(self, spec: ImageSpec, c: _CudaLayout) -> Step:
         """NVIDIA's run-time packages: cuda-compat always; cuda-libraries-X-Y only without PyTorch,
         whose wheels bring the same libraries (UCX and nccl-tests then load torch's libcudart)."""
-        if spec.stack["pytorch"] == NONE:
+        if not c.torch_libs:
             return self.fragment("cuda-runtime" + c.sfx, f"CUDA {c.cuda} run-time libraries",
                                  cuda=c.cuda, cuda_dash=c.dash, libraries=True)
         return self.fragment("cuda-runtime" + c.sfx, f"CUDA {c.cuda} forward compatibility; its "
@@ -707,8 +701,7 @@ class Renderer:
         copies += [Step("copy", from_stage="devel", src=f, dest=f) for f in files[1:]]
         return [step], copies, pk, name
 
-    def env_vars(self, spec: ImageSpec, cuda_home: str | None = None,
-                 nccl_home: str | None = None) -> dict[str, str]:
+    def env_vars(self, spec: ImageSpec, c: _CudaLayout | None = None) -> dict[str, str]:
         """Everything an image needs at run time: enroot and pyxis read ENV, not ENTRYPOINT."""
         path = ["/opt/venv/bin"]
         ld = []
@@ -725,11 +718,10 @@ class Renderer:
                 # minor-version compatibility: any driver of this CUDA major from the floor up
                 "NVIDIA_REQUIRE_CUDA": f"cuda>={major}.0 driver>={spec.min_driver}",
             })
-        if cuda_home:   # CUDA from the repository, UCX and Open MPI built against it
-            path += ["/opt/openmpi/bin", "/opt/ucx/bin", "/opt/nccl-tests/bin", f"{cuda_home}/bin"]
-            ld += ["/opt/openmpi/lib", "/opt/ucx/lib", "/opt/gdrcopy/lib", f"{nccl_home}/lib",
-                   _cuda_library_dir(spec, cuda_home)]
-            env.update({"CUDA_HOME": cuda_home, "OMPI_MCA_osc": "ucx"})
+        if c is not None:   # CUDA, with UCX and Open MPI built against it
+            path += ["/opt/openmpi/bin", "/opt/ucx/bin", "/opt/nccl-tests/bin", f"{c.home}/bin"]
+            ld += ["/opt/openmpi/lib", "/opt/ucx/lib", "/opt/gdrcopy/lib", f"{c.nccl_home}/lib", c.lib]
+            env.update({"CUDA_HOME": c.home, "OMPI_MCA_osc": "ucx"})
         if spec.openmpi.get("line") == "4.1":
             # Open MPI 4.1's UCX PML only selects InfiniBand devices unless told otherwise, so a
             # single node or an Ethernet cluster would fail with "PML ucx cannot be selected".
