@@ -44,6 +44,37 @@ def docker_client():
     return client
 
 
+SHARED_SOURCES = ROOT.parent / "shared" / "sources"
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")   # Debian's ca-certificates: the index over HTTPS
+
+
+def build_debian_image(docker_client, image_id: str, *, sources: bool = False):
+    """Build one Debian image of matrix.yaml through the real path (`imagebuild build`, the wheels
+    from the package index with the host's CA bundle as the build's secret; with `sources`, the
+    tarballs from ../shared/sources), making the Debian base first when the engine lacks it.
+    Returns the image's ImageSpec."""
+    from imagebuild import cli
+    from imagebuild.images import load_images
+
+    matrix = ROOT / "matrix.yaml"
+    spec = load_images(matrix)[image_id]
+    if sources and not SHARED_SOURCES.is_dir():
+        need("../shared/sources", "the git tag archives of UCX and Open MPI are not beside this checkout")
+    if not CA_BUNDLE.is_file():
+        need("the host's CA bundle", f"{CA_BUNDLE} is missing (Debian's ca-certificates)")
+    try:
+        docker_client.images.get(spec.os["base"])
+    except Exception:  # noqa: BLE001 - ImageNotFound
+        if cli.main(["base", "debian-bookworm"]) != 0:
+            need("the local Debian base image", "imagebuild base debian-bookworm failed")
+    argv = ["build", "--matrix", str(matrix), "--ca-bundle", str(CA_BUNDLE)]
+    argv += ["--sources", str(SHARED_SOURCES)] if sources else []
+    code = cli.main(argv + [image_id])
+    assert code == 0, f"imagebuild build {image_id} failed (see .imagebuild/logs/{image_id}.log)"
+    docker_client.images.get(spec.local_ref)
+    return spec
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT

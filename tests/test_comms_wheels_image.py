@@ -22,11 +22,10 @@ import re
 import subprocess
 import sys
 import tarfile
-from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, need
+from conftest import CA_BUNDLE, ROOT, SHARED_SOURCES as SHARED, build_debian_image
 from imagebuild import cli, images, knowledge, render, testrun
 from imagebuild.resolve import Host, resolve
 from imagebuild.smoke.checks import mpirun_argv
@@ -34,8 +33,6 @@ from imagebuild.smoke.checks import mpirun_argv
 IMAGE = "comms-cu130-nccl2.30.7-debian12-runtime"
 UBUNTU_TWIN = "comms-cu130-nccl2.30.7-ubuntu24.04-runtime"   # the same stack, CUDA from the repository
 MATRIX = ROOT / "matrix.yaml"
-SHARED = ROOT.parent / "shared" / "sources"
-CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 # the fragments that compile the communication stack, in every CUDA image alike
 COMPILED = ["gdrcopy", "ucx", "openmpi", "nccl-tests"]
 
@@ -158,21 +155,7 @@ def comms_image(docker_client) -> str:
     """Built once per module through the real path: matrix.yaml -> resolver -> renderer ->
     `imagebuild build --sources ../shared/sources`, the wheels from the package index with the
     host's CA bundle as the build's secret (never a layer)."""
-    spec = images.load_images(MATRIX)[IMAGE]
-    if not SHARED.is_dir():
-        need("../shared/sources", "the git tag archives of UCX and Open MPI are not beside this checkout")
-    if not CA_BUNDLE.is_file():
-        need("the host's CA bundle", f"{CA_BUNDLE} is missing (Debian's ca-certificates)")
-    try:
-        docker_client.images.get(spec.os["base"])
-    except Exception:  # noqa: BLE001 - ImageNotFound
-        if cli.main(["base", "debian-bookworm"]) != 0:
-            need("the local Debian base image", "imagebuild base debian-bookworm failed")
-    code = cli.main(["build", "--matrix", str(MATRIX), "--ca-bundle", str(CA_BUNDLE),
-                     "--sources", str(SHARED), IMAGE])
-    assert code == 0, f"imagebuild build {IMAGE} failed (see .imagebuild/logs/{IMAGE}.log)"
-    docker_client.images.get(spec.local_ref)
-    return spec.local_ref
+    return build_debian_image(docker_client, IMAGE, sources=True).local_ref
 
 
 @pytest.fixture(scope="module")

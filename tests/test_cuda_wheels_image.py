@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, need
+from conftest import ROOT, build_debian_image, need
 from imagebuild import cli, images, knowledge, render
 from imagebuild.resolve import Host, check
 
 IMAGE = "pytorch-2.13.0-cu130-debian12-runtime"
 REPO_TWIN = "pytorch-2.13.0-cu130-ubuntu24.04-runtime"   # the same torch build, CUDA from the repository
 MATRIX = ROOT / "matrix.yaml"
-CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")   # Debian's ca-certificates: PyPI over HTTPS in the build
 NVIDIA_ENV = ("NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA", "NVIDIA_VISIBLE_DEVICES")
 
 
@@ -181,18 +180,7 @@ def wheels_image(docker_client) -> str:
     """The image built once per module through the real path: matrix.yaml -> resolver -> renderer
     -> `imagebuild build` on the engine, the torch closure downloaded from the package index with
     the host's CA bundle as the build's secret (never a layer)."""
-    spec = images.load_images(MATRIX)[IMAGE]
-    if not CA_BUNDLE.is_file():
-        need("the host's CA bundle", f"{CA_BUNDLE} is missing (Debian's ca-certificates)")
-    try:
-        docker_client.images.get(spec.os["base"])
-    except Exception:  # noqa: BLE001 - ImageNotFound
-        if cli.main(["base", "debian-bookworm"]) != 0:
-            need("the local Debian base image", "imagebuild base debian-bookworm failed")
-    code = cli.main(["build", "--matrix", str(MATRIX), "--ca-bundle", str(CA_BUNDLE), IMAGE])
-    assert code == 0, f"imagebuild build {IMAGE} failed (see .imagebuild/logs/{IMAGE}.log)"
-    docker_client.images.get(spec.local_ref)
-    return spec.local_ref
+    return build_debian_image(docker_client, IMAGE).local_ref
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, need
+from conftest import CA_BUNDLE, ROOT, SHARED_SOURCES as SHARED, build_debian_image
 from imagebuild import cli, images, knowledge, lockfile, render
 from imagebuild.commands.build import jobs_for
 from imagebuild.plan import github_matrix, plan
@@ -28,8 +28,6 @@ from imagebuild.plan import github_matrix, plan
 DEVEL = "comms-cu130-nccl2.30.7-debian12-devel"
 RUNTIME = "comms-cu130-nccl2.30.7-debian12-runtime"
 MATRIX = ROOT / "matrix.yaml"
-SHARED = ROOT.parent / "shared" / "sources"
-CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 COMPILED = {"gdrcopy", "ucx", "openmpi", "nccl-tests"}
 
 
@@ -158,19 +156,7 @@ def test_the_plan_names_the_devels_base(k, specs):
 def built(docker_client) -> tuple[str, str]:
     """The devel image built through `imagebuild build DEVEL`: its runtime first, from the build
     cache when it was built before (test_comms_wheels_image.py's fixture, an earlier run)."""
-    spec = images.load_images(MATRIX)[DEVEL]
-    if not SHARED.is_dir():
-        need("../shared/sources", "the git tag archives of UCX and Open MPI are not beside this checkout")
-    if not CA_BUNDLE.is_file():
-        need("the host's CA bundle", f"{CA_BUNDLE} is missing (Debian's ca-certificates)")
-    try:
-        docker_client.images.get(spec.os["base"])
-    except Exception:  # noqa: BLE001 - ImageNotFound
-        if cli.main(["base", "debian-bookworm"]) != 0:
-            need("the local Debian base image", "imagebuild base debian-bookworm failed")
-    code = cli.main(["build", "--matrix", str(MATRIX), "--ca-bundle", str(CA_BUNDLE),
-                     "--sources", str(SHARED), DEVEL])
-    assert code == 0, f"imagebuild build {DEVEL} failed (see .imagebuild/logs/)"
+    spec = build_debian_image(docker_client, DEVEL, sources=True)
     return spec.from_image, spec.local_ref
 
 
