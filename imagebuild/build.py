@@ -4,11 +4,16 @@
 BuildOutcome per job, in the jobs' order, whatever happened to the others. It never prints; it
 reports through `progress(line)`.
 
-Scheduling: a job starts when every job it depends on (by image id, among the given jobs) has been
-built; dependencies outside the list are assumed to exist in the engine already. With `jobs_n > 1`
-independent jobs build in parallel threads. After a failure, jobs that depend on the failed one are
-skipped; the others are built only with `keep_going`, otherwise no new job starts (running ones
-finish) and the rest are reported as not started.
+Scheduling is the standard library's `graphlib.TopologicalSorter`: one node per job, its
+dependencies among the given jobs (by image id) as predecessors; dependencies outside the list are
+assumed to exist in the engine already. `check_jobs` refuses duplicate or malformed ids and, from
+`prepare()`'s CycleError, names a dependency cycle. A job is started once `get_ready()` has given
+it (every job it depends on built and marked `done()`); when more are ready than workers are free
+(`jobs_n`, parallel threads), they start in the jobs' order. A job that failed is never marked
+done, so nothing that depends on it becomes ready: those jobs are reported as skipped at once,
+naming the dependency not built (and so are their own dependents). The other jobs are built only
+with `keep_going`; otherwise no new job starts (running ones finish) and the rest are reported as
+not started.
 
 Interrupts (Ctrl-C; SIGTERM through the command): no new job starts, the running builds are
 cancelled through the engine (`cancel_builds`: the SDK build's connection is cut, the BuildKit CLI
@@ -19,6 +24,7 @@ interrupt goes on to the caller.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import graphlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -62,8 +68,14 @@ class BuildOutcome:
         return self.status == BUILT
 
 
-def check_jobs(jobs: Sequence[BuildJob]) -> dict[str, BuildJob]:
-    """Unique, well-formed image ids and no dependency cycle among the jobs."""
+def _deps(job: BuildJob, by_id: Mapping[str, BuildJob]) -> list[str]:
+    """The jobs ``job`` waits for: its dependencies among the given jobs (any other one is assumed
+    to exist in the engine already)."""
+    return [d for d in job.depends_on if d in by_id]
+
+
+def _graph(jobs: Sequence[BuildJob]) -> tuple[dict[str, BuildJob], graphlib.TopologicalSorter]:
+    """The jobs by (checked) image id, and their dependency graph, prepared: a cycle is refused."""
     by_id: dict[str, BuildJob] = {}
     for job in jobs:
         if not NAME_RE.match(job.image_id):
@@ -71,30 +83,34 @@ def check_jobs(jobs: Sequence[BuildJob]) -> dict[str, BuildJob]:
         if job.image_id in by_id:
             raise UsageError(f"image {job.image_id} is listed twice")
         by_id[job.image_id] = job
-    state: dict[str, int] = {}   # 1 visiting, 2 done
+    graph: graphlib.TopologicalSorter = graphlib.TopologicalSorter()
+    for job in jobs:
+        graph.add(job.image_id, *_deps(job, by_id))
+    try:
+        graph.prepare()
+    except graphlib.CycleError as exc:
+        # graphlib lists the cycle with each image before the one that depends on it, first and
+        # last the same; say it the other way round (each image, then the one it needs), from
+        # the cycle's image listed first among the jobs, so that the line does not vary
+        ring = list(reversed(exc.args[1][1:]))
+        order = list(by_id)
+        start = min(range(len(ring)), key=lambda n: order.index(ring[n]))
+        ring = ring[start:] + ring[:start]
+        raise UsageError(f"dependency cycle between images: {' -> '.join(ring + ring[:1])} "
+                         "(each depends on the next)") from None
+    return by_id, graph
 
-    def visit(i: str, path: list[str]) -> None:
-        if state.get(i) == 2:
-            return
-        if state.get(i) == 1:
-            cycle = path[path.index(i):] + [i]
-            raise UsageError(f"dependency cycle between images: {' -> '.join(cycle)}")
-        state[i] = 1
-        for d in by_id[i].depends_on:
-            if d in by_id:
-                visit(d, path + [i])
-        state[i] = 2
 
-    for i in by_id:
-        visit(i, [])
-    return by_id
+def check_jobs(jobs: Sequence[BuildJob]) -> dict[str, BuildJob]:
+    """Unique, well-formed image ids and no dependency cycle among the jobs."""
+    return _graph(jobs)[0]
 
 
 def build_all(jobs: Sequence[BuildJob], *, engine: Engine, jobs_n: int = 1, keep_going: bool = False,
               log_dir: Path, progress: Callable[[str], None] | None = None) -> list[BuildOutcome]:
     if jobs_n < 1:
         raise UsageError(f"invalid number of parallel jobs {jobs_n}: expected 1 or more")
-    by_id = check_jobs(jobs)
+    by_id, graph = _graph(jobs)
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -127,52 +143,39 @@ def build_all(jobs: Sequence[BuildJob], *, engine: Engine, jobs_n: int = 1, keep
             f"({res.cached_steps}/{res.steps} steps cached)")
         return BuildOutcome(job.image_id, job.ref, BUILT, res, None, log_of(job))
 
+    index = {job.image_id: n for n, job in enumerate(jobs)}
     outcomes: dict[str, BuildOutcome] = {}
-    pending = [j for j in jobs]
+    ready: list[str] = []      # every dependency built, waiting for a free worker
     running: dict[cf.Future, BuildJob] = {}
     stop = False
     pool = cf.ThreadPoolExecutor(max_workers=jobs_n, thread_name_prefix="imagebuild-build")
     try:
-        while pending or running:
-            changed = True
-            while changed:          # settle skips and starts until nothing changes
-                changed = False
-                for job in list(pending):
-                    deps = [d for d in job.depends_on if d in by_id]
-                    bad = [d for d in deps if d in outcomes and outcomes[d].status != BUILT]
-                    if bad:
-                        pending.remove(job)
-                        why = f"not built because {bad[0]} {outcomes[bad[0]].status.replace('-', ' ')}"
-                        say(f"{job.image_id}: skipped ({why})")
-                        outcomes[job.image_id] = BuildOutcome(job.image_id, job.ref, SKIPPED, None, why,
-                                                              log_of(job))
-                        changed = True
-                        continue
-                    if stop or len(running) >= jobs_n:
-                        continue
-                    if all(d in outcomes for d in deps):
-                        pending.remove(job)
-                        running[pool.submit(one, job)] = job
-                        changed = True
-            if stop and not running:
-                for job in pending:
-                    why = "not started: an earlier image failed (use --keep-going to build the rest)"
-                    outcomes[job.image_id] = BuildOutcome(job.image_id, job.ref, NOT_STARTED, None, why,
-                                                          log_of(job))
-                pending = []
-                break
+        while True:
+            if not stop:       # start what is ready, in the jobs' order, while workers are free
+                ready = sorted([*ready, *graph.get_ready()], key=index.__getitem__)
+                while ready and len(running) < jobs_n:
+                    job = by_id[ready.pop(0)]
+                    running[pool.submit(one, job)] = job
             if not running:
-                if pending:   # cannot happen after check_jobs; never spin
-                    raise ImagebuildError("internal: no image can start: "
-                                          + ", ".join(j.image_id for j in pending))
                 break
             done, _ = cf.wait(list(running), return_when=cf.FIRST_COMPLETED)
             for fut in done:
                 job = running.pop(fut)
-                outcome = fut.result()
-                outcomes[job.image_id] = outcome
-                if outcome.status == FAILED and not keep_going:
+                outcomes[job.image_id] = outcome = fut.result()
+                if outcome.ok:
+                    graph.done(job.image_id)     # its dependents may become ready
+                elif not keep_going:
                     stop = True
+            # a failed image is never done(): what depends on it is never ready, it is skipped
+            for job, why in _unbuildable(jobs, by_id, outcomes):
+                say(f"{job.image_id}: skipped ({why})")
+                outcomes[job.image_id] = BuildOutcome(job.image_id, job.ref, SKIPPED, None, why, log_of(job))
+        left = [job for job in jobs if job.image_id not in outcomes]
+        if left and not stop:   # cannot happen after _graph; never report an image as done
+            raise ImagebuildError("internal: no image can start: " + ", ".join(j.image_id for j in left))
+        for job in left:
+            why = "not started: an earlier image failed (use --keep-going to build the rest)"
+            outcomes[job.image_id] = BuildOutcome(job.image_id, job.ref, NOT_STARTED, None, why, log_of(job))
     except BaseException:
         # Ctrl-C, SIGTERM or a bug in here: start nothing new, stop the running builds (the
         # engine cancels their steps and removes their containers; no tag is written), and wait
@@ -186,6 +189,27 @@ def build_all(jobs: Sequence[BuildJob], *, engine: Engine, jobs_n: int = 1, keep
         raise
     pool.shutdown(wait=True)
     return [outcomes[j.image_id] for j in jobs]
+
+
+def _unbuildable(jobs: Sequence[BuildJob], by_id: Mapping[str, BuildJob],
+                 outcomes: Mapping[str, BuildOutcome]) -> list[tuple[BuildJob, str]]:
+    """The jobs not yet decided that depend on one not built (failed or skipped), each with why,
+    naming its first such dependency. A skip skips the skipped job's own dependents too: the jobs
+    are gone through in their order, again until no other one is skipped."""
+    status = {image_id: o.status for image_id, o in outcomes.items()}
+    out: list[tuple[BuildJob, str]] = []
+    changed = True
+    while changed:
+        changed = False
+        for job in jobs:
+            if job.image_id in status:
+                continue
+            bad = [d for d in _deps(job, by_id) if d in status and status[d] != BUILT]
+            if bad:
+                out.append((job, f"not built because {bad[0]} {status[bad[0]].replace('-', ' ')}"))
+                status[job.image_id] = SKIPPED
+                changed = True
+    return out
 
 
 def _size(n: int) -> str:

@@ -35,8 +35,13 @@ def _job(i, deps=()):
 
 
 def test_dependency_cycles_and_duplicates_are_refused():
-    with pytest.raises(UsageError, match="cycle between images: a -> b -> c -> a"):
+    with pytest.raises(UsageError, match=r"cycle between images: a -> b -> c -> a \(each depends on the next\)"):
         check_jobs([_job("a", ["b"]), _job("b", ["c"]), _job("c", ["a"])])
+    # graphlib's CycleError names the cycle; it is said from the cycle's image listed first
+    with pytest.raises(UsageError, match="cycle between images: c -> a -> b -> c "):
+        check_jobs([_job("x"), _job("c", ["a"]), _job("a", ["b", "external"]), _job("b", ["c"])])
+    with pytest.raises(UsageError, match="cycle between images: a -> a "):
+        check_jobs([_job("a", ["a"])])
     with pytest.raises(UsageError, match="listed twice"):
         check_jobs([_job("a"), _job("a")])
     with pytest.raises(UsageError, match="invalid image id"):
@@ -77,6 +82,75 @@ def test_scheduling_skips_dependents_and_stops_without_keep_going(tmp_path):
     out = build_all(jobs, engine=eng, keep_going=False, log_dir=tmp_path)
     assert [o.status for o in out] == [FAILED, SKIPPED, NOT_STARTED, SKIPPED]
     assert eng.calls == ["imagebuild/a:local"]
+
+
+def test_ready_jobs_start_in_the_jobs_order_and_outside_dependencies_are_not_waited_for(tmp_path):
+    # z, x and w are ready at once; y once x is built: it then comes before w, as listed
+    jobs = [_job("z"), _job("y", ["x"]), _job("x", ["base-in-the-engine"]), _job("w")]
+    eng = _RecordingEngine()
+    out = build_all(jobs, engine=eng, log_dir=tmp_path)
+    assert [o.image_id for o in out] == ["z", "y", "x", "w"] and all(o.ok for o in out)
+    assert eng.calls == ["imagebuild/z:local", "imagebuild/x:local", "imagebuild/y:local", "imagebuild/w:local"]
+
+
+def test_a_skip_names_the_first_dependency_not_built(tmp_path):
+    jobs = [_job("a"), _job("ok"), _job("both", ["ok", "a"]), _job("next", ["both", "ok"])]
+    lines: list[str] = []
+    out = build_all(jobs, engine=_RecordingEngine(fail={"a"}), keep_going=True, log_dir=tmp_path,
+                    progress=lines.append)
+    assert [o.status for o in out] == [FAILED, BUILT, SKIPPED, SKIPPED]
+    assert [o.error for o in out[2:]] == ["not built because a failed", "not built because both skipped"]
+    assert "both: skipped (not built because a failed)" in lines
+    assert out[3].log_path == tmp_path / "next.log" and out[3].result is None
+
+
+class _GatedEngine:
+    """Builds that wait for each other: `together` must run at the same time (a barrier), and
+    each build records when it started and ended."""
+
+    def __init__(self, together=(), block=()):
+        import threading
+        self.events: list[str] = []
+        self.barrier = threading.Barrier(len(together), timeout=10) if together else None
+        self.together, self.block = set(together), set(block)
+        self.cancelled = threading.Event()
+        self.lock = threading.Lock()
+
+    def build(self, context, ref, *, log, progress=None, **kw):
+        name = ref.split("/")[1].split(":")[0]
+        with self.lock:
+            self.events.append(f"start {name}")
+        if name in self.together:
+            self.barrier.wait()
+        if name in self.block:
+            if not self.cancelled.wait(10):
+                raise AssertionError("never cancelled")
+            raise BuildError(f"{ref}: cancelled")
+        if name == "interrupted":
+            raise KeyboardInterrupt
+        with self.lock:
+            self.events.append(f"end {name}")
+        return BuildResult(ref, "sha256:" + "0" * 64, 1, 0.0, 1, 0, log)
+
+    def cancel_builds(self):
+        self.cancelled.set()
+
+
+def test_parallel_jobs_run_together_and_after_their_dependencies(tmp_path):
+    jobs = [_job("child", ["parent"]), _job("parent"), _job("other")]
+    eng = _GatedEngine(together=("parent", "other"))   # one worker: the barrier would time out
+    out = build_all(jobs, engine=eng, jobs_n=2, log_dir=tmp_path)
+    assert [o.status for o in out] == [BUILT, BUILT, BUILT]
+    assert eng.events.index("end parent") < eng.events.index("start child")
+
+
+def test_an_interrupt_cancels_the_running_builds_and_starts_no_other(tmp_path):
+    jobs = [_job("slow"), _job("interrupted"), _job("later"), _job("after", ["slow"])]
+    eng = _GatedEngine(block=("slow",))
+    with pytest.raises(KeyboardInterrupt):
+        build_all(jobs, engine=eng, jobs_n=2, log_dir=tmp_path)
+    assert eng.cancelled.is_set()
+    assert sorted(eng.events) == ["start interrupted", "start slow"]
 
 
 # ------------------------------------------------------------------ real builds
