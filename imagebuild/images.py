@@ -550,6 +550,26 @@ def load_images(matrix_path: str | Path) -> dict[str, ImageSpec]:
     return {s.id: s for s in specs}
 
 
+def with_bases(specs: list[ImageSpec], every: dict[str, ImageSpec]) -> list[ImageSpec]:
+    """``specs`` with the matrix images they are built FROM (``depends_on``: a devel image's
+    runtime) before them, each once, in dependency order: the images `build` builds for them, so
+    the ones `build --locked` checks and `lock` locks with them. A dependency ``every`` does not
+    hold is left out (it is no image of this matrix)."""
+    out: dict[str, ImageSpec] = {}
+
+    def add(spec: ImageSpec) -> None:
+        if spec.id in out:
+            return
+        for dep in spec.depends_on:       # a runtime: expand() makes no cycle
+            if dep in every:
+                add(every[dep])
+        out[spec.id] = spec
+
+    for spec in specs:
+        add(spec)
+    return list(out.values())
+
+
 def select(specs: dict[str, ImageSpec], names: list[str]) -> list[ImageSpec]:
     """Images by id (or family name); unknown names are one clear error."""
     if not names:

@@ -66,11 +66,11 @@ def check_locked(image_ids: list[str], k, lock_path: Path) -> dict[str, dict[str
     from .. import lockfile
     from ..engines import get_engine
     from ..errors import BuildError
-    from ..images import expand, select
+    from ..images import expand, select, with_bases
 
     locked = lockfile.read_lock(lock_path)
     every = {s.id: s for s in expand(k)[0]}
-    specs = _with_bases(select(every, image_ids), every)
+    specs = with_bases(select(every, image_ids), every)
     engine = get_engine()
     root = Path(k.path).resolve().parent
     problems = []
@@ -96,24 +96,6 @@ def check_locked(image_ids: list[str], k, lock_path: Path) -> dict[str, dict[str
         raise BuildError(f"refusing to build: drifted from {lock_path}: "
                          + "; ".join(problems[:3]) + more + " (run `imagebuild lock` to accept)")
     return pins
-
-
-def _with_bases(specs: list, every: dict) -> list:
-    """``specs`` with the matrix images they are built FROM (a devel's runtime) before them,
-    each once: what `build` builds for them (jobs_for), so what --locked checks."""
-    out: list = []
-
-    def add(spec) -> None:
-        if spec in out:
-            return
-        for dep in spec.depends_on:
-            if dep in every:
-                add(every[dep])
-        out.append(spec)
-
-    for spec in specs:
-        add(spec)
-    return out
 
 
 def check_ca_bundle(path: Path) -> Path:
@@ -161,7 +143,7 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
     from .. import sources as S
     from ..build import BuildJob
     try:
-        from ..images import expand
+        from ..images import expand, with_bases
         from ..render import write_context
     except ImportError as exc:
         raise ImagebuildError(f"building matrix images needs imagebuild.images and imagebuild.render, "
@@ -171,21 +153,9 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
     if unknown:
         raise UsageError(f"unknown image {unknown[0]!r} (known: {', '.join(sorted(specs))})",
                          argument="IMAGE")
-    wanted: list[str] = []
-
-    def add(i: str) -> None:
-        if i in wanted or i not in specs:
-            return
-        for d in specs[i].depends_on:
-            add(d)
-        wanted.append(i)
-
-    for i in (image_ids or sorted(specs)):
-        add(i)
     root = Path(k.path).resolve().parent
     jobs = []
-    for i in wanted:
-        spec = specs[i]
+    for spec in with_bases([specs[i] for i in image_ids or sorted(specs)], specs):
         ctx = write_context(spec, Path(workdir) / spec.id, k=k)
         # a devel image is FROM its runtime image, which compiled them: it reads no tarball
         tarballs = [] if spec.from_image else S.for_image(k, spec, spec.sources)
