@@ -93,8 +93,12 @@ def check_locked(image_ids: list[str], k, lock_path: Path) -> dict[str, dict[str
         problems += [f"{spec.id}: {line}" for line in lines]
     if problems:
         more = f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""
+        # `lock IMAGE` locks what `build IMAGE` builds (the runtime of a devel too): the images
+        # asked for, when named by id (`lock` takes no family name), accept every line above
+        named = image_ids and all(i in every for i in image_ids)
+        accept = " ".join(["imagebuild lock", *(image_ids if named else [])])
         raise BuildError(f"refusing to build: drifted from {lock_path}: "
-                         + "; ".join(problems[:3]) + more + " (run `imagebuild lock` to accept)")
+                         + "; ".join(problems[:3]) + more + f" (run `{accept}` to accept)")
     return pins
 
 

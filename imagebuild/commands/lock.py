@@ -2,6 +2,11 @@
 
 Writes images.lock (resolved stack, Dockerfile sha256, base image id, built image id and a smoke
 report summary per image) or, with --check, prints what drifted and exits 1 when anything did.
+
+An image is locked with the matrix images it is built FROM (a devel image's runtime), as `build`
+builds them with it (images.with_bases): its entry records that image's engine id as its base, so
+the lock also says what that image is, and `build --locked IMAGE` finds every image it builds in
+the lock. A dependency not named is said on stderr; --check compares the same images.
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ from ..errors import ImagebuildError
 def configure(parser) -> None:
     from ..cli import add_matrix_option
 
-    parser.add_argument("images", nargs="*", metavar="IMAGE", help="image ids (default: all)")
+    parser.add_argument("images", nargs="*", metavar="IMAGE",
+                        help="image ids (default: all); an image is locked (or checked) with the "
+                             "images it is built FROM, as `build` builds them: a devel image with "
+                             "its runtime")
     parser.add_argument("--check", action="store_true",
                         help="compare with the lock instead of writing it; exit 1 on any drift")
     parser.add_argument("--lock", default=None, metavar="FILE",
@@ -31,6 +39,8 @@ def configure(parser) -> None:
 
 
 def _all_images(matrix: str, names: list[str]) -> dict:
+    """The images to lock, by id: all of them (sorted), or the named ones with the matrix images
+    they are built FROM, each after those (dependency order)."""
     try:
         from ..images import load_images
     except ImportError as exc:
@@ -38,8 +48,16 @@ def _all_images(matrix: str, names: list[str]) -> dict:
     specs = load_images(matrix)
     if not names:
         return dict(sorted(specs.items()))
+    from ..images import with_bases
     from .publish import lookup_images
-    return lookup_images(matrix, names, specs)   # the same load: one matrix, read once
+    named = lookup_images(matrix, names, specs)   # the same load: one matrix, read once
+    return {spec.id: spec for spec in with_bases(list(named.values()), specs)}
+
+
+def _brought(specs: dict, names: list[str]) -> dict[str, str]:
+    """For each image of ``specs`` not among ``names``: the first image built FROM it."""
+    users = {dep: spec.id for spec in reversed(specs.values()) for dep in spec.depends_on}
+    return {image_id: users[image_id] for image_id in specs if names and image_id not in names}
 
 
 def _previous_lock(lock_path: str, *, strict: bool) -> dict:
@@ -65,6 +83,9 @@ def run(args) -> int:
     root = os.path.dirname(os.path.abspath(args.matrix))
     lock_path = args.lock or os.path.join(root, lockfile.DEFAULT_LOCK)
     specs = _all_images(args.matrix, list(dict.fromkeys(args.images)))
+    for image_id, user in _brought(specs, args.images).items():
+        print(f"{image_id}: {'checked' if args.check else 'locked'} too ({user} is built FROM it)",
+              file=sys.stderr)
     engine = None
     if not args.no_engine:
         from ..engines import get_engine
