@@ -51,7 +51,7 @@ from pathlib import Path
 
 from .digests import sha256_bytes, sha256_file
 from .reference import is_repo_digest
-from .errors import ImagebuildError
+from .errors import ImagebuildError, LockError  # LockError: the one of errors.py, named here too
 
 LOCK_VERSION = 1
 DEFAULT_LOCK = "images.lock"
@@ -64,10 +64,6 @@ STATUSES = ("fail", "pass", "skip")
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 _ID = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 _IMAGE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
-
-
-class LockError(ImagebuildError):
-    """images.lock is malformed."""
 
 
 def dockerfile_path(root: str | os.PathLike, image_id: str) -> Path:
