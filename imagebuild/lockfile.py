@@ -49,6 +49,7 @@ import os
 import re
 from pathlib import Path
 
+from .atomic import write_atomic
 from .digests import sha256_bytes, sha256_file
 from .reference import is_repo_digest
 from .errors import ImagebuildError, LockError  # LockError: the one of errors.py, named here too
@@ -129,8 +130,7 @@ def write_lock(path: str | os.PathLike, entries: dict[str, dict]) -> None:
     """Write the lock atomically (temp file in the same folder, then rename)."""
     for image_id, entry in entries.items():
         _check_entry(image_id, entry, str(path))
-    from .smoke.report import write_atomic
-    write_atomic(path, dumps(entries), mode=0o644)
+    write_atomic(path, dumps(entries), perm=0o644, parents=True)
 
 
 def _check_entry(image_id: str, entry, where: str) -> None:
