@@ -43,10 +43,11 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", *, perm: int | None =
                 suffix: str = ".tmp", parents: bool = False) -> Iterator[IO]:
     """A file opened with ``mode`` ("w"/"wb"; text is UTF-8 with "\\n" line ends) on a new file
     ``.<name>.<random><suffix>`` in ``path``'s folder (made first with ``parents``, else it must
-    exist): same file system, so the rename is atomic. When the block ends without an exception the file is closed, given ``perm``
-    (default: what ``open`` gives under the umask) and renamed onto ``path``; on any exception
-    (an interrupt too) it is removed and ``path`` is untouched. Nothing is fsync'd. ``.name`` is the
-    temporary path, for a caller that checks the written file before it takes ``path``'s place."""
+    exist): same file system, so the rename is atomic. When the block ends without an exception
+    the file is closed, given ``perm`` (default: what ``open`` gives under the umask) and renamed
+    onto ``path``; on any exception (an interrupt too) it is removed and ``path`` is untouched.
+    Nothing is fsync'd. ``.name`` is the temporary path, for a caller that checks the written file
+    before it takes ``path``'s place."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_file writes a new file: mode 'w' or 'wb', not {mode!r}")
     target = Path(path)
