@@ -1,6 +1,10 @@
-"""Replacing folders so that an interrupt never leaves one missing or half-written, and signals
-that stop a command cleanly.
+"""Replacing files and folders so that an interrupt never leaves one missing or half-written, and
+signals that stop a command cleanly.
 
+- ``atomic_file(path, mode)``: a file object on a new temporary file beside ``path``; when the
+  block ends it is renamed over ``path`` (one ``os.replace``), on any exception it is removed and
+  ``path`` is left as it was. ``write_atomic(path, data)`` writes text or bytes through it. This is
+  the host side's one file writer (the smoke suite, copied into images, keeps its own).
 - ``exchange(a, b)``: swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); where
   the file system cannot, ``swap_dir`` falls back to two renames (the old folder moved to a unique
   name first, moved back if the second rename fails).
@@ -21,16 +25,65 @@ import ctypes
 import errno
 import fcntl
 import os
+import secrets
 import shutil
 import signal
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 _renameat2 = None
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "wb", *, perm: int | None = None,
+                suffix: str = ".tmp", parents: bool = False) -> Iterator[IO]:
+    """A file opened with ``mode`` ("w"/"wb"; text is UTF-8 with "\\n" line ends) on a new file
+    ``.<name>.<random><suffix>`` in ``path``'s folder (made first with ``parents``, else it must
+    exist): same file system, so the rename is atomic. When the block ends without an exception
+    the file is closed, given ``perm`` (default: what ``open`` gives under the umask) and renamed
+    onto ``path``; on any exception (an interrupt too) it is removed and ``path`` is untouched.
+    Nothing is fsync'd. ``.name`` is the temporary path, for a caller that checks the written file
+    before it takes ``path``'s place."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_file writes a new file: mode 'w' or 'wb', not {mode!r}")
+    target = Path(path)
+    if parents:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    text = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
+    create = 0o666 if perm is None else 0o600   # a file meant to be private is private from the start
+    for _ in range(100):
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}{suffix}")
+        try:
+            fh = open(tmp, mode.replace("w", "x"), **text,
+                      opener=lambda name, flags: os.open(name, flags | os.O_CLOEXEC, create))
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name beside {target}")
+    try:
+        with fh:
+            yield fh
+        if perm is not None:
+            os.chmod(tmp, perm)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_atomic(path: str | os.PathLike, data: str | bytes, *, perm: int | None = None,
+                 suffix: str = ".tmp", parents: bool = False) -> None:
+    """Write ``data`` (text as UTF-8, or bytes) to ``path`` through ``atomic_file``: ``path`` is
+    the old file or the new one, complete, at every instant."""
+    with atomic_file(path, "w" if isinstance(data, str) else "wb", perm=perm, suffix=suffix,
+                     parents=parents) as fh:
+        fh.write(data)
 
 
 def exchange(a: Path, b: Path) -> bool:

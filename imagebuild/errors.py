@@ -63,6 +63,10 @@ class KnowledgeError(ImagebuildError):
     """matrix.yaml is malformed or contradicts itself."""
 
 
+class LockError(ImagebuildError):
+    """A lock file, images.lock or a wheel lock, is missing, malformed, stale or cannot be written."""
+
+
 class UsageError(ImagebuildError):
     """A command-line argument is malformed or names something unknown."""
 

@@ -509,6 +509,25 @@ TOOLS = {
 }
 
 
+def check_mapping(fail, node, where: str, required: Iterable[str], optional: Iterable[str] = (),
+                  parent=None, key=None):
+    """``node``, when it is a mapping that holds every key of ``required`` and no key outside
+    ``required`` and ``optional``; otherwise ``fail(message, node, key)`` raises. The one shape check
+    of the matrix's mappings: knowledge's sections (_Ctx.mapping) and gate 3 (_Checker.mapping)
+    both use it. A node that is no mapping (a scalar has no position of its own) is reported at
+    ``parent``'s ``key`` when a parent is given."""
+    if not isinstance(node, dict):
+        fail(f"{where}: expected a mapping, not {_kind(node)}", parent if parent is not None else node, key)
+    allowed = set(required) | set(optional)
+    for k in node:
+        if k not in allowed:
+            fail(f"{where}: unknown key {k!r} (allowed: {', '.join(sorted(allowed))})", node, k)
+    for k in required:
+        if k not in node:
+            fail(f"{where}: missing key {k!r}", node)
+    return node
+
+
 class _Checker:
     def __init__(self, ctx):
         self.ctx = ctx
@@ -523,18 +542,7 @@ class _Checker:
 
     def mapping(self, node, where: str, required: Iterable[str], optional: Iterable[str],
                 parent=None, key=None):
-        if not isinstance(node, dict):
-            self.fail(f"{where}: expected a mapping, not {_kind(node)}",
-                      parent if parent is not None else node, key)
-        allowed = set(required) | set(optional)
-        for k in node:
-            if k not in allowed:
-                self.fail(f"{where}: unknown key {k!r} (allowed: {', '.join(sorted(allowed))})",
-                          node, k)
-        for k in required:
-            if k not in node:
-                self.fail(f"{where}: missing key {k!r}", node)
-        return node
+        return check_mapping(self.fail, node, where, required, optional, parent, key)
 
     def string(self, node, key: str, where: str, grammar="text", optional=True):
         """node[key] as a string of `grammar` (None when absent and optional)."""

@@ -49,9 +49,10 @@ import os
 import re
 from pathlib import Path
 
+from .atomic import write_atomic
 from .digests import sha256_bytes, sha256_file
 from .reference import is_repo_digest
-from .errors import ImagebuildError
+from .errors import ImagebuildError, LockError  # LockError: the one of errors.py, named here too
 
 LOCK_VERSION = 1
 DEFAULT_LOCK = "images.lock"
@@ -64,10 +65,6 @@ STATUSES = ("fail", "pass", "skip")
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 _ID = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 _IMAGE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
-
-
-class LockError(ImagebuildError):
-    """images.lock is malformed."""
 
 
 def dockerfile_path(root: str | os.PathLike, image_id: str) -> Path:
@@ -133,8 +130,7 @@ def write_lock(path: str | os.PathLike, entries: dict[str, dict]) -> None:
     """Write the lock atomically (temp file in the same folder, then rename)."""
     for image_id, entry in entries.items():
         _check_entry(image_id, entry, str(path))
-    from .smoke.report import write_atomic
-    write_atomic(path, dumps(entries), mode=0o644)
+    write_atomic(path, dumps(entries), perm=0o644, parents=True)
 
 
 def _check_entry(image_id: str, entry, where: str) -> None:

@@ -17,12 +17,10 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -977,8 +975,9 @@ def host_wheels(lock, cache: Path) -> Path:
     if marker.exists():
         return dest
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".download-", dir=cache))
-    try:
+    with work_dir(cache, ".download-") as work:   # removed at the end, whatever happens
+        tmp = work / dest.name
+        tmp.mkdir()
         (tmp / ".requirements.txt").write_text(lock.text, encoding="utf-8")
         cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:",
                "--no-deps", "--require-hashes", "--dest", str(tmp), "-r", str(tmp / ".requirements.txt")]
@@ -991,13 +990,8 @@ def host_wheels(lock, cache: Path) -> Path:
             raise RenderError(f"pip download gave {len(got)} wheels for the {len(lock.entries)} "
                               f"entries of {lock.path}")
         (tmp / ".requirements.txt").unlink()
-        marker_tmp = tmp / ".complete"
-        marker_tmp.write_text("ok\n")
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / ".complete").write_text("ok\n")
+        swap_dir(tmp, dest, work)   # an incomplete folder left at dest goes into work
     return dest
 
 

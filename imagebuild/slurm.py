@@ -208,5 +208,5 @@ def render_sbatch(spec: SbatchSpec) -> str:
 
 def write_script(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temp file beside it, then rename), mode 0755."""
-    from .smoke.report import write_atomic
-    write_atomic(path, text, mode=0o755)
+    from .atomic import write_atomic
+    write_atomic(path, text, perm=0o755, parents=True)

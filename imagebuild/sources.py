@@ -20,14 +20,13 @@ archive, the file name the matrix records.
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import urljoin, urlsplit
 
+from .atomic import atomic_file
 from .digests import sha256_file
 from .errors import ImagebuildError, Unavailable, UsageError
 from .redact import redact
@@ -163,27 +162,17 @@ def fetch(tarballs: list[Tarball], cache: Path, origin: str | None = None,
 def _put(tb: Tarball, where: str, dest: Path, session) -> int:
     """Copy or download `where` into a temporary file beside `dest`, check its sha256, then move
     it into place (never a half-written or unchecked file under the cache's name)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{tb.file}.", suffix=".part", dir=dest.parent)
     h = hashlib.sha256()
     size = 0
-    try:
-        with os.fdopen(fd, "wb") as out:
-            for block in _read(where, session):
-                h.update(block)
-                size += len(block)
-                out.write(block)
+    with atomic_file(dest, "wb", perm=0o600, suffix=".part") as out:
+        for block in _read(where, session):
+            h.update(block)
+            size += len(block)
+            out.write(block)
         if h.hexdigest() != tb.sha256:
             raise SourceError(f"{tb.file}: sha256 {h.hexdigest()} from {where} is not the "
                               f"{tb.sha256} matrix.yaml records [{tb.source}]; refused")
-        os.replace(tmp, dest)
-        tmp = None
-        return size
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+    return size
 
 
 def _read(where: str, session) -> Iterable[bytes]:

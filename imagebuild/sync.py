@@ -28,7 +28,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
@@ -38,6 +37,7 @@ from typing import Any, Callable, Iterable
 from urllib.parse import urldefrag, urljoin
 
 from . import knowledge
+from .atomic import atomic_file
 from .errors import ImagebuildError, KnowledgeError, Unavailable
 from .redact import redact
 from .versions import VersionSyntaxError, parse_version
@@ -355,21 +355,14 @@ def write_matrix(path: str, differences: list[Difference]) -> bool:
     new = patch_text(text, doc, todo)
     if new == text:
         return False
-    fd, tmp = tempfile.mkstemp(prefix=f".{src.name}.", suffix=".sync", dir=str(src.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(new)
-        os.chmod(tmp, src.stat().st_mode & 0o7777)
+    with atomic_file(src, "w", perm=src.stat().st_mode & 0o7777, suffix=".sync") as fh:
+        fh.write(new)
+        fh.flush()
         try:
-            knowledge.load(tmp)
+            knowledge.load(fh.name)
         except KnowledgeError as exc:
             raise SyncError(f"the synced matrix would not load ({exc.message}, line {exc.line}); "
                             f"{path} is unchanged", file=path) from None
-        os.replace(tmp, src)
-        tmp = None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
     return True
 
 

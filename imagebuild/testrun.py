@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from . import reference
-from .engines import Container
+from .engines import Container, ImageInfo
 from .errors import EngineError, EngineRefused, NoSuchImage, SmokeError, UsageError
 from .smoke import CHECK_NAMES, HOST_CHECK_NAMES
 from .smoke.expect import COMPONENTS
@@ -41,35 +41,38 @@ def validate_ref(ref: str) -> str:
     return ref
 
 
-@dataclass
-class ImageInfo:
+@dataclass(frozen=True)
+class ImageUnderTest:
+    """The image a test run is about: the reference it was named by (every container starts from
+    it) and the engine's ImageInfo of it."""
     ref: str
-    image_id: str
-    repo_digests: list[str]
-    labels: dict[str, str]
-
-    @property
-    def imagebuild_id(self) -> str:
-        return self.labels.get(LABEL_PREFIX + "image-id", "")
-
-    def expected_from_labels(self) -> dict:
-        stack = {c: self.labels[f"{LABEL_PREFIX}stack.{c}"] for c in COMPONENTS
-                 if f"{LABEL_PREFIX}stack.{c}" in self.labels}
-        return {"id": self.imagebuild_id, "flavor": self.labels.get(LABEL_PREFIX + "flavor", ""), "stack": stack}
+    info: ImageInfo
 
 
-def compare_labels(info: ImageInfo, image_json: dict | None) -> list[tuple[str, str]]:
+def imagebuild_id(labels: dict[str, str]) -> str:
+    """The matrix's image id an image's labels name ("" when they name none)."""
+    return labels.get(LABEL_PREFIX + "image-id", "")
+
+
+def expected_from_labels(labels: dict[str, str]) -> dict:
+    """What image.json should say, as the labels say it: id, flavor and the stack."""
+    stack = {c: labels[f"{LABEL_PREFIX}stack.{c}"] for c in COMPONENTS
+             if f"{LABEL_PREFIX}stack.{c}" in labels}
+    return {"id": imagebuild_id(labels), "flavor": labels.get(LABEL_PREFIX + "flavor", ""), "stack": stack}
+
+
+def compare_labels(labels: dict[str, str], image_json: dict | None) -> list[tuple[str, str]]:
     """The labels must say exactly what /opt/imagebuild/image.json inside the image says."""
     if image_json is None:
         return [(FAIL, f"labels: the image has no readable {IMAGE_JSON}")]
-    want = info.expected_from_labels()
+    want = expected_from_labels(labels)
     diffs = []
     for key in ("id", "flavor"):
         if str(image_json.get(key, "")) != want[key]:
             diffs.append(f"{LABEL_PREFIX}{'image-id' if key == 'id' else key}={want[key]!r} but "
                          f"image.json {key}={image_json.get(key)!r}")
-    if "min_driver" in image_json and str(image_json["min_driver"]) != info.labels.get(LABEL_PREFIX + "min-driver"):
-        diffs.append(f"{LABEL_PREFIX}min-driver={info.labels.get(LABEL_PREFIX + 'min-driver')!r} but "
+    if "min_driver" in image_json and str(image_json["min_driver"]) != labels.get(LABEL_PREFIX + "min-driver"):
+        diffs.append(f"{LABEL_PREFIX}min-driver={labels.get(LABEL_PREFIX + 'min-driver')!r} but "
                      f"image.json min_driver={image_json['min_driver']!r}")
     stack = image_json.get("stack", {}) if isinstance(image_json.get("stack"), dict) else {}
     for comp in COMPONENTS:
@@ -210,19 +213,18 @@ class Containers:
         self._session.close()
 
 
-def inspect_image(engine, ref: str) -> ImageInfo:
+def inspect_image(engine, ref: str) -> ImageUnderTest:
+    """The engine's ImageInfo of ``ref``, which must be an imagebuild image."""
     validate_ref(ref)
     try:
-        image = engine.lookup(ref)
+        info = engine.lookup(ref)
     except EngineRefused as exc:
         raise EngineError(f"cannot inspect {ref}: {exc.detail}") from None
-    if image is None:
+    if info is None:
         raise SmokeError(f"unknown image {ref} (not in the engine; build it first)")
-    info = ImageInfo(ref=ref, image_id=image.id, repo_digests=sorted(image.repo_digests),
-                     labels=dict(image.labels))
-    if not info.imagebuild_id:
+    if not imagebuild_id(info.labels):
         raise SmokeError(f"{ref} is not an imagebuild image (no {LABEL_PREFIX}image-id label)")
-    return info
+    return ImageUnderTest(ref, info)
 
 
 @dataclass
@@ -257,15 +259,15 @@ def _follow(cs: Containers, container, log: Callable[[str], None]):
     return thread
 
 
-def _suite_in_container(cs: Containers, info: ImageInfo, opts: TestOptions,
+def _suite_in_container(cs: Containers, image: ImageUnderTest, opts: TestOptions,
                         progress: Callable[[CheckResult], None] | None,
                         log: Callable[[str], None] | None = None) -> tuple[list[CheckResult], dict | None]:
     names = [n for n in CHECK_NAMES if opts.wants(n)]
     if not names:
         return [], None
     argv = ["imagebuild-smoke", "--report", REPORT_IN_CONTAINER, "--ranks", str(opts.ranks),
-            "--timeout", str(int(opts.timeout)), "--image", info.ref, "--only", *names]
-    container = cs.start(info.ref, argv, name="suite")
+            "--timeout", str(int(opts.timeout)), "--image", image.ref, "--only", *names]
+    container = cs.start(image.ref, argv, name="suite")
     follower = _follow(cs, container, log) if log else None
     wall = opts.timeout * max(len(names), 1) + 60
     code = cs.wait(container, time.monotonic() + wall)
@@ -311,7 +313,7 @@ def rank_errors(results: dict[int, dict], errs: list[str]) -> list[str]:
     return out
 
 
-def two_node(cs: Containers, info: ImageInfo, opts: TestOptions) -> CheckResult:
+def two_node(cs: Containers, image: ImageUnderTest, opts: TestOptions) -> CheckResult:
     """Two containers, one rank each, DDP over TCP with torchrun's c10d rendezvous at node0."""
     started = time.monotonic()
     net = cs.network()
@@ -322,7 +324,7 @@ def two_node(cs: Containers, info: ImageInfo, opts: TestOptions) -> CheckResult:
         argv = ["imagebuild-smoke", "ddp-node", "--nnodes", "2", "--rdzv-endpoint", f"node0:{RDZV_PORT}",
                 "--rdzv-id", rdzv_id, "--out", out, "--steps", "5", "--timeout", str(int(opts.timeout))]
         env = {"OMP_NUM_THREADS": "1"}
-        nodes.append(cs.start(info.ref, argv, name=node, env=env, network=net, hostname=node))
+        nodes.append(cs.start(image.ref, argv, name=node, env=env, network=net, hostname=node))
     deadline = time.monotonic() + opts.timeout
     codes = [cs.wait(c, deadline) for c in nodes]
     results = rank_results(cs, nodes, out)
@@ -427,7 +429,7 @@ def _why(cs: Containers, container) -> str:
     return " | ".join(errors[:2] or lines[-4:]) or "no output"
 
 
-def _mpi_across(cs: Containers, info: ImageInfo, tls: str | None, deadline: float,
+def _mpi_across(cs: Containers, image: ImageUnderTest, tls: str | None, deadline: float,
                 metrics: dict) -> tuple[str, str]:
     """One rank in each of two containers on a private network: mpirun in node0 starts node1's
     rank over ssh (sshd in node1), the all-reduce worker verifies every element."""
@@ -436,12 +438,12 @@ def _mpi_across(cs: Containers, info: ImageInfo, tls: str | None, deadline: floa
     keys = ssh_files(hosts)
     out = "/tmp/imagebuild-two-container"
     via = f"pml ucx, UCX_TLS={tls}" if tls else "Open MPI's default pml"
-    sshd = cs.start(info.ref, SSHD_COMMAND, name="mpi-node1", network=net, hostname="node1", files=keys)
+    sshd = cs.start(image.ref, SSHD_COMMAND, name="mpi-node1", network=net, hostname="node1", files=keys)
     if not cs.listening(sshd, SSH_PORT, deadline):
         return FAIL, f"sshd did not start in node1: {_why(cs, sshd)}"
     started = time.monotonic()
     argv = ["imagebuild-smoke", "mpi-hosts", "--hosts", ",".join(hosts), "--out", out]
-    launcher = cs.start(info.ref, argv + (["--tls", tls] if tls else []), name="mpi-node0", network=net,
+    launcher = cs.start(image.ref, argv + (["--tls", tls] if tls else []), name="mpi-node0", network=net,
                         hostname="node0", files=keys, env={"OMP_NUM_THREADS": "1"})
     code = cs.wait(launcher, deadline)
     metrics["seconds_mpirun"] = round(time.monotonic() - started, 3)
@@ -465,20 +467,20 @@ def _mpi_across(cs: Containers, info: ImageInfo, tls: str | None, deadline: floa
                   f"{int(metrics['elements_checked'])} doubles per rank verified element by element")
 
 
-def _shared_memory_across(cs: Containers, info: ImageInfo, share: bool, deadline: float,
+def _shared_memory_across(cs: Containers, image: ImageUnderTest, share: bool, deadline: float,
                           metrics: dict) -> tuple[str, str]:
     """UCX's shared-memory transports between two containers sharing IPC and PID namespaces (as
     the containers of one pod or one node's job may): ucx_perftest tag_bw, UCX_TLS=self,sm."""
     net = cs.network()
     env = {"UCX_TLS": SM_TLS}
     how = "sharing IPC and PID namespaces" if share else "with their own IPC and PID namespaces"
-    server = cs.start(info.ref, ["/bin/sh", "-c", "command -v ucx_perftest >/dev/null || { echo 'no ucx_perftest "
+    server = cs.start(image.ref, ["/bin/sh", "-c", "command -v ucx_perftest >/dev/null || { echo 'no ucx_perftest "
                                  "in the image' >&2; exit 127; }; ucx_perftest -p " + str(UCX_PERF_PORT)
                                  + "; exec sleep 600"],
                       name="shm-node1", network=net, hostname="node1", env=env, shareable=share)
     if not cs.listening(server, UCX_PERF_PORT, deadline):
         return FAIL, f"ucx_perftest did not start in node1: {_why(cs, server)}"
-    client = cs.start(info.ref, ["ucx_perftest", "node1", "-p", str(UCX_PERF_PORT), *UCX_PERF_ARGS],
+    client = cs.start(image.ref, ["ucx_perftest", "node1", "-p", str(UCX_PERF_PORT), *UCX_PERF_ARGS],
                       name="shm-node0", network=net, hostname="node0", env={**env, "UCX_PROTO_INFO": "y"},
                       join=server if share else None)
     code = cs.wait(client, deadline)
@@ -501,7 +503,7 @@ def _shared_memory_across(cs: Containers, info: ImageInfo, share: bool, deadline
                   "network-only UCX addresses")
 
 
-def two_container(cs: Containers, info: ImageInfo, opts: TestOptions, *, mpi_tls: str | None = TCP_TLS,
+def two_container(cs: Containers, image: ImageUnderTest, opts: TestOptions, *, mpi_tls: str | None = TCP_TLS,
                   share_namespaces: bool = True) -> CheckResult:
     """mpi.two-container: MPI over UCX with one rank in each of two containers (over TCP: the
     containers are two hosts to Open MPI), and UCX's shared memory between two containers that
@@ -509,15 +511,15 @@ def two_container(cs: Containers, info: ImageInfo, opts: TestOptions, *, mpi_tls
     default pml and the shared-memory part is skipped."""
     started = time.monotonic()
     metrics: dict[str, float] = {"containers": 2}
-    ucx = info.labels.get(f"{LABEL_PREFIX}stack.ucx") != "none"
+    ucx = image.info.labels.get(f"{LABEL_PREFIX}stack.ucx") != "none"
     parts = []
     for run in ("mpi", "shm"):
         deadline = time.monotonic() + opts.timeout
         try:
             if run == "mpi":
-                parts.append(_mpi_across(cs, info, mpi_tls if ucx else None, deadline, metrics))
+                parts.append(_mpi_across(cs, image, mpi_tls if ucx else None, deadline, metrics))
             elif ucx:
-                parts.append(_shared_memory_across(cs, info, share_namespaces, deadline, metrics))
+                parts.append(_shared_memory_across(cs, image, share_namespaces, deadline, metrics))
             else:
                 parts.append((SKIP, "UCX shared memory between containers: UCX absent by design (ucx none)"))
         except (SmokeError, EngineError) as exc:
@@ -534,11 +536,12 @@ def test_image(engine, ref: str, opts: TestOptions, progress: Callable[[CheckRes
     container is streamed to it line by line instead, and `progress` then receives only what the
     host decides (versions with the label comparison, ddp.two-node).
     """
-    info = inspect_image(engine, ref)
+    image = inspect_image(engine, ref)
+    info = image.info
     checks: list[CheckResult] = []
     with Containers(engine) as cs:
-        results, image_json = _suite_in_container(cs, info, opts, progress, log)
-        labels = compare_labels(info, image_json)
+        results, image_json = _suite_in_container(cs, image, opts, progress, log)
+        labels = compare_labels(info.labels, image_json)
         for r in results:
             if r.name == "versions":
                 status = FAIL if labels[0][0] == FAIL or r.status == FAIL else r.status
@@ -555,7 +558,7 @@ def test_image(engine, ref: str, opts: TestOptions, progress: Callable[[CheckRes
                 progress(result)
         elif opts.wants("ddp.two-node"):
             try:
-                result = two_node(cs, info, opts)
+                result = two_node(cs, image, opts)
             except (SmokeError, EngineError) as exc:
                 result = CheckResult("ddp.two-node", FAIL, str(exc))
             checks.append(result)
@@ -567,13 +570,13 @@ def test_image(engine, ref: str, opts: TestOptions, progress: Callable[[CheckRes
             if progress:
                 progress(result)
         elif opts.wants(TWO_CONTAINER):
-            result = two_container(cs, info, opts)
+            result = two_container(cs, image, opts)
             checks.append(result)
             if progress:
                 progress(result)
     return Report(image=ref, checks=checks, tier="cpu",
-                  extra={"image_id": info.image_id, "repo_digests": info.repo_digests,
-                         "imagebuild_id": info.imagebuild_id, "ranks": opts.ranks})
+                  extra={"image_id": info.id, "repo_digests": sorted(info.repo_digests),
+                         "imagebuild_id": imagebuild_id(info.labels), "ranks": opts.ranks})
 
 
 def check_only(names: list[str]) -> list[str]:

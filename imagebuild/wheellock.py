@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ImagebuildError, KnowledgeError, Unavailable
+from .errors import KnowledgeError, LockError, Unavailable  # LockError: errors.py's, named here too
 from .redact import redact
 from .sync import pip_settings
 from .versions import NONE, major_minor, parse_version
@@ -33,10 +33,6 @@ HEADER = "# Wheel lock written by `imagebuild wheels lock` from matrix.yaml: do 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]*)\s*\\?\Z")
 _HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})\s*\\?\Z")
-
-
-class LockError(ImagebuildError):
-    """A wheel lock is missing, broken, stale, or cannot be written."""
 
 
 class LockUnavailable(Unavailable, LockError):

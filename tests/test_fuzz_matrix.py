@@ -223,6 +223,14 @@ def test_unknown_key(original, tmp_path, capsys):
     assert "unknown key 'colour'" in err
 
 
+def test_a_scalar_where_a_mapping_belongs_says_what_it_found(original, tmp_path, capsys):
+    """knowledge's sections and gate 3 share grammar.check_mapping, and its message."""
+    n = _line_of(original, r"- \{name: H100, ")
+    text = _edit(original, n, lambda ln: ln[:ln.index("{")] + "H100\n")
+    _path, err = _refused(tmp_path, capsys, text)
+    assert "gpus[]: expected a mapping, not a string" in err
+
+
 @pytest.mark.parametrize("bad", ["12.x", "latest", "1.0; rm -rf /"])
 def test_bad_version(original, tmp_path, capsys, bad):
     n = _line_of(original, r'- \{version: "12\.4\.1", driver:')

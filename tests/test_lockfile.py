@@ -85,6 +85,12 @@ def test_malformed_lock_is_one_line_naming_the_file(tmp_path, text, where):
     assert "\n" not in message and message.startswith(str(tmp_path / where))
 
 
+def test_one_lock_error_for_both_kinds_of_lock():
+    from imagebuild import errors, wheellock
+    assert lockfile.LockError is wheellock.LockError is errors.LockError
+    assert issubclass(wheellock.LockUnavailable, errors.LockError)
+
+
 def test_summarize_report_counts_statuses(tmp_path):
     report = {"image": "x", "passed": True, "summary": {"pass": 2, "fail": 0, "skip": 1},
               "checks": [{"name": "a", "status": "pass"}]}

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+import types
 from xml.etree import ElementTree as ET
 
 import pytest
@@ -393,29 +394,44 @@ def test_cli_writes_json_and_junit(tmp_path):
 
 # -------------------------------------------------------------------- host side (pure parts)
 
-def _info(**stack):
-    from imagebuild.testrun import ImageInfo
-
+def _labels(**stack):
     base = {"os": "debian-bookworm", "python": "3.11", "cuda": "none", "cudnn": "none", "nccl": "none",
             "ucx": "1.13.1", "openmpi": "4.1.4", "pytorch": "2.13.0"}
     base.update(stack)
     labels = {f"io.imagebuild.stack.{k}": v for k, v in base.items()}
     labels.update({"io.imagebuild.image-id": "smoke-cpu", "io.imagebuild.flavor": "cpu"})
-    return ImageInfo(ref="imagebuild/smoke-cpu:t", image_id="sha256:" + "0" * 64, repo_digests=[], labels=labels), base
+    return labels, base
 
 
 def test_labels_must_equal_image_json():
     from imagebuild.testrun import compare_labels
 
-    info, stack = _info()
+    labels, stack = _labels()
     same = {"id": "smoke-cpu", "flavor": "cpu", "stack": dict(stack)}
-    assert compare_labels(info, same)[0][0] == PASS
+    assert compare_labels(labels, same)[0][0] == PASS
     other = {"id": "smoke-cpu", "flavor": "cpu", "stack": dict(stack, pytorch="2.12.0")}
-    status, text = compare_labels(info, other)[0]
+    status, text = compare_labels(labels, other)[0]
     assert status == FAIL and "io.imagebuild.stack.pytorch='2.13.0' but image.json says '2.12.0'" in text
-    assert compare_labels(info, None)[0][0] == FAIL
-    del info.labels["io.imagebuild.stack.ucx"]
-    assert "label io.imagebuild.stack.ucx missing" in compare_labels(info, same)[0][1]
+    assert compare_labels(labels, None)[0][0] == FAIL
+    del labels["io.imagebuild.stack.ucx"]
+    assert "label io.imagebuild.stack.ucx missing" in compare_labels(labels, same)[0][1]
+
+
+def test_inspect_image_keeps_the_ref_beside_the_engines_image_info():
+    from imagebuild.engines import ImageInfo
+    from imagebuild.errors import SmokeError
+    from imagebuild.testrun import ImageUnderTest, inspect_image
+
+    labels, _ = _labels()
+    images = {"imagebuild/smoke-cpu:t": ImageInfo(id="sha256:" + "0" * 64, repo_digests=(), size=1, labels=labels),
+              "ubuntu:24.04": ImageInfo(id="sha256:" + "1" * 64, repo_digests=(), size=1)}
+    engine = types.SimpleNamespace(lookup=images.get)
+    image = inspect_image(engine, "imagebuild/smoke-cpu:t")
+    assert image == ImageUnderTest("imagebuild/smoke-cpu:t", images["imagebuild/smoke-cpu:t"])
+    with pytest.raises(SmokeError, match="ubuntu:24.04 is not an imagebuild image"):
+        inspect_image(engine, "ubuntu:24.04")
+    with pytest.raises(SmokeError, match="unknown image other:1"):
+        inspect_image(engine, "other:1")
 
 
 @pytest.mark.parametrize("ref", ["imagebuild/smoke-cpu:2.13.0", "localhost:5000/a/b:tag", "ubuntu",
@@ -448,10 +464,10 @@ def test_only_names_checked():
 def test_min_driver_label_must_match_image_json():
     from imagebuild.testrun import compare_labels
 
-    info, stack = _info()
-    info.labels["io.imagebuild.min-driver"] = "none"
-    assert compare_labels(info, {"id": "smoke-cpu", "flavor": "cpu", "stack": stack, "min_driver": "none"})[0][0] == PASS
-    status, text = compare_labels(info, {"id": "smoke-cpu", "flavor": "cpu", "stack": stack, "min_driver": "535.54"})[0]
+    labels, stack = _labels()
+    labels["io.imagebuild.min-driver"] = "none"
+    assert compare_labels(labels, {"id": "smoke-cpu", "flavor": "cpu", "stack": stack, "min_driver": "none"})[0][0] == PASS
+    status, text = compare_labels(labels, {"id": "smoke-cpu", "flavor": "cpu", "stack": stack, "min_driver": "535.54"})[0]
     assert status == FAIL and "min_driver='535.54'" in text
 
 

@@ -12,7 +12,6 @@ import functools
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 from ..errors import ImagebuildError, UsageError
@@ -206,16 +205,8 @@ def jobs_for_contexts(contexts: list[Path], *, secrets: dict[str, Path] | None =
 
 
 def _write_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from ..atomic import write_atomic
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", perm=0o600, parents=True)
 
 
 def run(args) -> int:

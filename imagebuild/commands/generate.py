@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from ..cli import add_matrix_option
@@ -58,6 +56,7 @@ def run(args) -> int:
 
 def _write(args, files, chosen, out) -> int:
     from .. import render
+    from ..atomic import write_atomic
 
     if args.images:
         # a partial run rewrites only its own files, never removes the others (each one replaced
@@ -66,16 +65,7 @@ def _write(args, files, chosen, out) -> int:
         for rel, text in files.items():
             dest = out / rel
             if not dest.exists() or dest.read_text(encoding="utf-8") != text:
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-                try:
-                    with os.fdopen(fd, "w", encoding="utf-8") as f:
-                        f.write(text)
-                    os.chmod(tmp, 0o644)
-                    os.replace(tmp, dest)
-                except BaseException:
-                    Path(tmp).unlink(missing_ok=True)
-                    raise
+                write_atomic(dest, text, perm=0o644, parents=True)
                 changed.append(rel)
     else:
         changed = render.write_tree(files, out)

@@ -69,18 +69,13 @@ def run(args) -> int:
 
 
 def write_atomically(out: str, data: bytes) -> None:
+    from ..atomic import write_atomic
     from ..errors import UsageError
 
-    tmp = f"{out}.{os.getpid()}.tmp"
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, out)
+        write_atomic(out, data)
     except OSError as exc:
         raise UsageError(f"cannot write the SBOM: {exc.strerror}", file=out) from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def from_registry(args) -> int:

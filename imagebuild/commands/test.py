@@ -67,7 +67,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args) -> int:
     from .. import testrun
     from ..engines import get_engine
-    from ..smoke.report import junit_path, write_atomic
+    from ..atomic import write_atomic
+    from ..smoke.report import junit_path
 
     if args.report and len(args.images) != 1:
         raise UsageError("--report names the report of one image; give one IMAGE "
@@ -96,8 +97,8 @@ def run(args) -> int:
         report = testrun.test_image(engine, ref, opts, progress=show, log=None if args.quiet else inside)
         path = args.report or os.path.join(REPORTS_DIR, f"{report.extra['imagebuild_id']}.json")
         try:
-            write_atomic(path, report.to_json())
-            write_atomic(junit_path(path), report.to_junit())
+            write_atomic(path, report.to_json(), perm=0o600, parents=True)
+            write_atomic(junit_path(path), report.to_junit(), perm=0o600, parents=True)
         except OSError as exc:
             raise UsageError(f"cannot write the report: {exc.strerror}", file=path) from None
         summ = report.summary()

@@ -44,7 +44,7 @@ def _wheel_sets(args):
 
 def run(args) -> int:
     from ..errors import EXIT_UNAVAILABLE
-    from ..smoke.report import write_atomic
+    from ..atomic import write_atomic
     from ..sync import default_index, validate_index_url
     from ..wheellock import LockError, compile_lock, lock_root, parse_lock, pip_sources, read_lock
 
@@ -71,7 +71,7 @@ def run(args) -> int:
             unavailable += exc.exit_code == EXIT_UNAVAILABLE
             print(f"imagebuild wheels: {exc}", file=sys.stderr)
             continue
-        write_atomic(root / ws.path, text, 0o644)
+        write_atomic(root / ws.path, text, perm=0o644, parents=True)
         n = len(parse_lock(text, str(ws.path)).entries)
         print(f"{ws.path}: {n} packages, {len(ids)} image(s)")
     if failed:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import os
 import re
 import secrets as _secrets
 import time
@@ -23,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
+from ..atomic import atomic_file
 from ..errors import (EngineError, EngineRefused, EngineUnavailable, ImagebuildError, NoSuchImage,
                       UsageError)
 from .base import (
@@ -386,18 +386,12 @@ class DockerEngine:
         self.inspect(ref)  # a clear error for an unknown image, before any file exists
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{_secrets.token_hex(3)}.tmp")
         try:
-            with engine_errors(f"saving {ref}"):
-                with open(tmp, "wb") as f:
-                    for chunk in self._client.api.get_image(ref, chunk_size=1 << 20):
-                        f.write(chunk)
-            os.replace(tmp, path)
+            with atomic_file(path, "wb") as f, engine_errors(f"saving {ref}"):
+                for chunk in self._client.api.get_image(ref, chunk_size=1 << 20):
+                    f.write(chunk)
         except OSError as exc:
             raise EngineError(f"saving {ref} to {path}: {exc.strerror or exc}") from None
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
         return path
 
     def layer_sizes(self, ref: str) -> list[tuple[str, int]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..errors import KnowledgeError
+from ..grammar import check_mapping
 from ..versions import VersionSyntaxError, parse_driver, parse_spec, parse_version
 from .model import Rule
 from .schema import DEFAULT_PLATFORM
@@ -43,18 +44,10 @@ class _Ctx:
             line, col = node.line, node.column
         raise KnowledgeError(msg, file=self.path, line=line, column=col)
 
-    def mapping(self, node, where: str, required: Iterable[str], optional: Iterable[str] = ()):
-        if not isinstance(node, _Map):
-            self.fail(f"{where}: expected a mapping", node)
-        allowed = set(required) | set(optional)
-        for key in node:
-            if key not in allowed:
-                self.fail(f"{where}: unknown key {key!r} (allowed: {', '.join(sorted(allowed))})",
-                          node, key)
-        for key in required:
-            if key not in node:
-                self.fail(f"{where}: missing key {key!r}", node)
-        return node
+    def mapping(self, node, where: str, required: Iterable[str], optional: Iterable[str] = (),
+                parent=None, key=None):
+        """grammar.check_mapping, failing at the node's line and column."""
+        return check_mapping(self.fail, node, where, required, optional, parent, key)
 
     def seq(self, node, where: str, parent=None, key=None):
         if not isinstance(node, _List):

@@ -149,8 +149,9 @@ def junit_path(report_path: str) -> str:
 
 def write_atomic(path, text: str, mode: int | None = None) -> None:
     """Write through a temporary file in the same folder and rename: never a half-written file.
-    The one atomic writer of the project (the smoke suite's copy is the standard-library one that
-    also ships inside images); `mode` sets the file's permissions before it appears."""
+    The smoke suite's own copy of imagebuild.atomic.write_atomic: this package is standard-library
+    only and ships inside images, so it cannot import it. `mode` sets the file's permissions
+    before it appears."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
