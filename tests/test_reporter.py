@@ -273,3 +273,47 @@ def test_an_error_with_json_is_the_usual_line(capsys):
     assert cli.main(["images", "--matrix", str(ROOT / "no-such-matrix.yaml"), "--json"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and err.startswith("imagebuild images: ")
+
+
+def test_test_json_without_an_engine(capsys, tmp_path, monkeypatch):
+    """`test --json` over a stand-in for the engine and the suite (testrun is tested on its own):
+    the verdict and counts per image on stdout, each check as it ends and the suite's output as
+    stderr events; the text run prints the same lines it always did."""
+    import signal
+
+    from imagebuild import engines, testrun
+    from imagebuild.smoke.report import CheckResult, Report
+
+    def fake_test_image(engine, ref, opts, progress=None, log=None):
+        checks = [CheckResult("versions", "pass", "all match", {"seconds": 1.5}),
+                  CheckResult("mpi.allreduce", "fail", "rank 1 got 3"),
+                  CheckResult("gpudirect", "skip", "no GPU")]
+        if log:
+            log("hello from the suite")
+        for c in checks:
+            progress(c)
+        return Report(image=ref, checks=checks, extra={"imagebuild_id": "smoke-cpu"})
+
+    monkeypatch.setattr(engines, "get_engine", lambda *a, **k: object())
+    monkeypatch.setattr(testrun, "inspect_image", lambda engine, ref: None)
+    monkeypatch.setattr(testrun, "test_image", fake_test_image)
+    monkeypatch.setattr(signal, "signal", lambda *a: None)
+    ref, report = "imagebuild/smoke-cpu:local", str(tmp_path / "r.json")
+    doc, events = _json_run(capsys, "test", ref, "--report", report, code=1)
+    assert doc == {"passed": False, "images": [{
+        "ref": ref, "image": "smoke-cpu", "passed": False, "tier": "cpu",
+        "summary": {"pass": 1, "fail": 1, "skip": 1}, "skipped": {"gpudirect": "no GPU"},
+        "failed_checks": ["mpi.allreduce"], "report": report, "junit": str(tmp_path / "r.xml")}]}
+    assert json.loads((tmp_path / "r.json").read_text())["summary"] == doc["images"][0]["summary"]
+    assert [(e.get("check"), e.get("status")) for e in events if "check" in e] == \
+        [("versions", "pass"), ("mpi.allreduce", "fail"), ("gpudirect", "skip")]
+    assert {"event": "progress", "command": "test", "message": "hello from the suite", "image": ref,
+            "stream": "suite"} in events
+    assert cli.main(["test", ref, "--report", report]) == 1
+    out, err = capsys.readouterr()
+    assert err == "" and out.splitlines() == [
+        f"== {ref}", "   | hello from the suite",
+        "PASS versions             1.5s  all match",
+        "FAIL mpi.allreduce        0.0s  rank 1 got 3",
+        "SKIP gpudirect            0.0s  no GPU",
+        f"FAILED {ref}: 1 passed, 1 failed, 1 skipped (skipped: gpudirect); report {report}"]
