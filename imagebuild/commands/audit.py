@@ -12,8 +12,7 @@ failing, or no data for some wheels without --allow-partial); 2: bad input.
 
 from __future__ import annotations
 
-import json
-import sys
+from ..reporter import Reporter
 
 
 def configure(parser) -> None:
@@ -65,17 +64,14 @@ def run(args) -> int:
     from ..audit import audit_lock
     from ..errors import EXIT_UNAVAILABLE
 
+    rep = Reporter.for_args("audit", args)
     lock = _lock_of(args)
     result = audit_lock(lock, source=args.json_api, fail_on=args.fail_on)
     code = result.exit_code(args.allow_partial)
-    if args.json:
-        print(json.dumps(result.to_json(args.allow_partial), indent=2, sort_keys=True))
-    else:
-        print(result.table(args.allow_partial))
+    rep.result(result.to_json(args.allow_partial), result.table(args.allow_partial))
     if code == EXIT_UNAVAILABLE:
-        print(f"imagebuild audit: the index served no vulnerability data for "
-              f"{len(result.not_audited)} of {len(result.findings)} wheels "
-              f"({', '.join(f.name for f in result.not_audited[:5])}"
-              f"{' ...' if len(result.not_audited) > 5 else ''}); --allow-partial accepts that",
-              file=sys.stderr)
+        rep.error(f"the index served no vulnerability data for "
+                  f"{len(result.not_audited)} of {len(result.findings)} wheels "
+                  f"({', '.join(f.name for f in result.not_audited[:5])}"
+                  f"{' ...' if len(result.not_audited) > 5 else ''}); --allow-partial accepts that")
     return code

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+
+from ..reporter import Reporter
 
 
 def configure(parser) -> None:
@@ -16,6 +17,8 @@ def configure(parser) -> None:
                                                       "(default: $TMPDIR or /var/tmp)")
     parser.add_argument("--log", type=Path, help="keep debootstrap's output in this file")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("--json", action="store_true",
+                        help="print the result as JSON (ref, image id, whether it was created, size)")
 
 
 def run(args) -> int:
@@ -27,12 +30,15 @@ def run(args) -> int:
     if args.mirror:
         check_mirror(args.mirror)
     engine = get_engine("docker")
-    progress = None if args.quiet else (lambda line: print(f"base {args.name}: {line}", file=sys.stderr))
+    rep = Reporter.for_args("base", args)
     res = create_base(args.name, engine=engine, ref=args.ref, mirror=args.mirror, force=args.force,
-                      workdir=args.workdir, log=args.log, progress=progress)
+                      workdir=args.workdir, log=args.log,
+                      progress=None if args.quiet else lambda line: rep.progress(f"base {args.name}: {line}"))
+    doc = {"name": args.name, "ref": res.ref, "image_id": res.image_id, "created": res.created,
+           "layer": res.layer or None, "size_bytes": res.size_bytes, "seconds": round(res.seconds, 3)}
     if not res.created:
-        print(f"{res.ref} already exists ({res.image_id}); nothing done (use --force to recreate it)")
+        rep.result(doc, f"{res.ref} already exists ({res.image_id}); nothing done (use --force to recreate it)")
         return 0
-    print(f"created {res.ref} {res.image_id} (layer {res.layer}, {res.size_bytes / 1e6:.1f} MB) "
-          f"in {res.seconds:.1f} s")
+    rep.result(doc, f"created {res.ref} {res.image_id} (layer {res.layer}, {res.size_bytes / 1e6:.1f} MB) "
+                    f"in {res.seconds:.1f} s")
     return 0

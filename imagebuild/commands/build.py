@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 from pathlib import Path
 
 from ..errors import ImagebuildError, UsageError
+from ..reporter import Reporter
 
 CA_SECRET = "ca-bundle"   # RUN --mount=type=secret,id=ca-bundle  ->  /run/secrets/ca-bundle
 
@@ -212,6 +212,7 @@ def _write_json(path: Path, data) -> None:
 def run(args) -> int:
     from ..build import build_all, format_table, outcomes_as_dict
     from ..engines import get_engine
+    rep = Reporter.for_args("build", args)
     if args.jobs < 1:
         raise UsageError(f"--jobs must be 1 or more, not {args.jobs}", argument="--jobs")
     if args.context and args.images:
@@ -229,8 +230,7 @@ def run(args) -> int:
         if args.locked:
             pins = check_locked(list(dict.fromkeys(args.images)), k, args.lock or root / "images.lock")
         jobs = jobs_for(list(dict.fromkeys(args.images)), k, Path(output), secrets=secrets,
-                        sources=args.sources,
-                        progress=None if args.quiet else lambda m: print(m, file=sys.stderr))
+                        sources=args.sources, progress=None if args.quiet else rep.progress)
     if not jobs:
         raise UsageError("no images to build")
     engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
@@ -241,15 +241,13 @@ def run(args) -> int:
         from ..images import expand
         epochs = {s.local_ref: source_epoch(s.as_of) for s in expand(k)[0]}   # the same one matrix
     engine = BuildTimeEngine(engine, epochs, no_cache=args.no_cache, pins=pins)
-    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     from ..atomic import terminate_as_interrupt
     with terminate_as_interrupt():  # SIGTERM stops the builds as Ctrl-C does
         outcomes = build_all(jobs, engine=engine, jobs_n=args.jobs, keep_going=args.keep_going,
-                             log_dir=log_dir, progress=progress)
+                             log_dir=log_dir, progress=None if args.quiet else rep.progress)
     _write_json(Path(output) / "build-report.json", outcomes_as_dict(outcomes))
-    print(json.dumps(outcomes_as_dict(outcomes), indent=2, sort_keys=True) if args.json
-          else format_table(outcomes))
+    rep.result(outcomes_as_dict(outcomes), format_table(outcomes))
     failed = [o for o in outcomes if not o.ok]
     for o in failed:
-        print(f"imagebuild build: {o.image_id}: {o.status}: {o.error}", file=sys.stderr)
+        rep.error(f"{o.image_id}: {o.status}: {o.error}", image=o.image_id, status=o.status)
     return 1 if failed else 0

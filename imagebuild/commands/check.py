@@ -9,6 +9,7 @@ import json
 
 from ..cli import add_matrix_option
 from ..errors import UsageError
+from ..reporter import Reporter
 from .resolve import WISH_FLAGS, add_host_options, host_from, print_resolution, wishes_from
 
 LABEL_PREFIX = "io.imagebuild.stack."
@@ -113,7 +114,7 @@ def run(args) -> int:
     res = R.check(k, host_from(args), stack, args.allow_unverified, system=system, image=image,
                   cuda_from=cuda_from)
     if args.json:
-        print(json.dumps(res.to_json(), indent=2, sort_keys=True))
+        Reporter.for_args("check", args).result(res.to_json())
     elif res.ok:
         print("consistent:")
         print_resolution(res)

@@ -6,11 +6,11 @@ captured file)."""
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 
 from ..cli import add_matrix_option
+from ..reporter import Reporter
 
 SHOWN = 5   # images listed in the text output after the best one
 
@@ -38,17 +38,19 @@ def quote(arg: str) -> str:
 def run(args) -> int:
     from .. import doctor, images, knowledge
 
+    rep = Reporter.for_args("doctor", args)
     if args.capture:
         written = doctor.capture(args.capture, args.root)
-        print(f"captured {len(written)} file(s) into {args.capture} "
-              f"(read it with: imagebuild doctor --root {quote(args.capture)})")
+        rep.result({"capture": args.capture, "root": args.root, "files": written},
+                   f"captured {len(written)} file(s) into {args.capture} "
+                   f"(read it with: imagebuild doctor --root {quote(args.capture)})")
         return 0
     node = doctor.read_node(args.root)
     k = knowledge.load(args.matrix)
     specs, _ = images.expand(k)
     d = doctor.diagnose(k, specs, node)
     if args.json:
-        print(json.dumps(d.to_json(), indent=2, sort_keys=True))
+        rep.result(d.to_json())
         return 0
     print_text(d)
     return 0

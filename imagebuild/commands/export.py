@@ -8,7 +8,9 @@ are removed unless --keep-setuid is given; both are listed in warning lines on s
 
 from __future__ import annotations
 
-import sys
+import os
+
+from ..reporter import Reporter
 
 FORMATS = ("sqsh", "oci-bundle", "sif")
 
@@ -27,6 +29,8 @@ def configure(parser) -> None:
     parser.add_argument("--oci-method", choices=("flatten", "umoci"), default="flatten",
                         help="oci-bundle: the engine's flattened export + runc spec (default, fast), "
                              "or skopeo + umoci")
+    parser.add_argument("--json", action="store_true",
+                        help="print the result as JSON: path, format, image id, size, files left out")
     add_matrix_option(parser)
 
 
@@ -50,13 +54,22 @@ def run(args) -> int:
     if args.format == "sif" and export.find_apptainer() is None:
         export.export_sif(None, ref, args.output)  # raises the one line naming what is missing
     export.require_tools(args.format, args.oci_method)  # a missing tool is named before any engine
-    say = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
+    rep = Reporter.for_args("export", args)
     if args.format == "oci-bundle":
         result = export.export_oci_bundle(get_engine(), ref, args.output, force=args.force,
                                           method=args.oci_method, keep_setuid=args.keep_setuid,
-                                          progress=say)
+                                          progress=rep.progress)
     else:
         result = export.export_image(get_engine(), ref, args.format, args.output, force=args.force,
-                                     keep_setuid=args.keep_setuid, progress=say)
-    print(f"{result.path} ({result.format}, image {result.image_id[:19]})")
+                                     keep_setuid=args.keep_setuid, progress=rep.progress)
+    # a file's size (sqsh, sif; an oci-bundle is a folder); no digest: hashing gigabytes is not
+    # what export does. Apptainer builds a SIF itself: its files are not examined here (null).
+    size = os.path.getsize(result.path) if os.path.isfile(result.path) else None
+    examined = result.format != "sif"
+    rep.result({"image": args.image, "ref": ref, "format": result.format, "path": str(result.path),
+                "image_id": result.image_id, "size_bytes": size,
+                "special_files_left_out": list(result.special_files) if examined else None,
+                "setuid_files": list(result.setuid_files) if examined else None,
+                "setuid_kept": result.setuid_kept if examined else None},
+               f"{result.path} ({result.format}, image {result.image_id[:19]})")
     return 0

@@ -29,6 +29,7 @@ import os
 
 from ..cli import add_matrix_option
 from ..errors import UsageError
+from ..reporter import Reporter
 from .resolve import add_host_options
 
 SHOWN = 10
@@ -204,11 +205,11 @@ def run(args) -> int:
                     "repository": target.reference(f.spec.id), "recorded": digest_of(f),
                     "status": "unchecked"}
             out.append(item)
-        print(json.dumps({"host": facts, "lock": lock_path, "images": out,
-                          "not_offered": [{"image": f.spec.id, "why": status[f.spec.id]["why"],
-                                           "registry": status[f.spec.id]} for f in refused],
-                          "left_out": [{"image": i, "why": w} for i, w in left_out]},
-                         indent=2, sort_keys=True))
+        Reporter.for_args("find", args).result(
+            {"host": facts, "lock": lock_path, "images": out,
+             "not_offered": [{"image": f.spec.id, "why": status[f.spec.id]["why"],
+                              "registry": status[f.spec.id]} for f in refused],
+             "left_out": [{"image": i, "why": w} for i, w in left_out]})
         return 0 if offered else 1
     if not offered:
         if good:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..cli import add_matrix_option
+from ..reporter import Reporter
 
 
 def configure(parser) -> None:
@@ -20,6 +21,8 @@ def configure(parser) -> None:
                              "package data read with importlib.resources)")
     parser.add_argument("--allow-unverified", action="store_true",
                         help="also images that rely on facts marked verified: false (needs --output)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the images, the files and which were changed (or are stale) as JSON")
 
 
 def run(args) -> int:
@@ -42,12 +45,14 @@ def run(args) -> int:
             bad = [p for p in render.stale(files, out) if not p.endswith(")")]
         else:
             bad = render.stale(files, out)
+        rep = Reporter.for_args("generate", args)
+        doc = {"check": True, "output": str(out), "images": [s.id for s in chosen],
+               "files": sorted(files), "stale": bad, "up_to_date": not bad}
         if bad:
-            print(f"{len(bad)} generated file(s) are stale; run `imagebuild generate`:")
-            for p in bad[:20]:
-                print(f"  {p}")
+            rep.result(doc, "\n".join([f"{len(bad)} generated file(s) are stale; run `imagebuild generate`:"]
+                                      + [f"  {p}" for p in bad[:20]]))
             return 1
-        print(f"{len(files)} generated files are up to date ({len(chosen)} images)")
+        rep.result(doc, f"{len(files)} generated files are up to date ({len(chosen)} images)")
         return 0
     from ..atomic import terminate_as_interrupt
     with terminate_as_interrupt():
@@ -69,7 +74,13 @@ def _write(args, files, chosen, out) -> int:
                 changed.append(rel)
     else:
         changed = render.write_tree(files, out)
-    print(f"{len(chosen)} images, {len(files)} files, {len(changed)} changed under {out}")
-    for p in changed[:40]:
-        print(f"  {p}")
+    return _written(args, files, chosen, out, changed)
+
+
+def _written(args, files, chosen, out, changed) -> int:
+    Reporter.for_args("generate", args).result(
+        {"check": False, "output": str(out), "images": [s.id for s in chosen], "files": sorted(files),
+         "changed": changed},
+        "\n".join([f"{len(chosen)} images, {len(files)} files, {len(changed)} changed under {out}"]
+                  + [f"  {p}" for p in changed[:40]]))
     return 0

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 from ..cli import add_matrix_option
+from ..reporter import Reporter
 
 
 def configure(parser) -> None:
@@ -29,7 +28,7 @@ def run(args) -> int:
         if args.all:
             doc["skipped"] = [{"family": x.family, "combination": x.combination,
                                "reason": x.reason(k)} for x in skipped]
-        print(json.dumps(doc, indent=2, sort_keys=True))
+        Reporter.for_args("images", args).result(doc)
         return 0
     width = max(len(s.id) for s in specs) if specs else 10
     for s in specs:

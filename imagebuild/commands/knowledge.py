@@ -9,9 +9,8 @@
 
 from __future__ import annotations
 
-import sys
-
 from ..errors import UsageError
+from ..reporter import Reporter
 
 SECTIONS = ("sources", "cuda", "drivers", "architectures", "gpus", "cudnn", "nccl", "pytorch", "ucx",
             "openmpi", "os", "constraints", "rules")
@@ -37,6 +36,8 @@ def configure(parser) -> None:
                    help="the package index (default: pip's configured index-url, else pip's default)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_matrix_option(p)
+    for p in sub.choices.values():
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
     # subparsers inherit argparse's own error(); route theirs through the one-line error too
     for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse has no public API
         for name, subparser in action.choices.items():
@@ -63,11 +64,15 @@ def _validate(args) -> int:
     k = knowledge.load(args.matrix)
     facts = _facts(k)
     unverified = sum(1 for f in facts if not f[1])
-    print(f"{args.matrix}: valid")
-    print(f"  sources:    {len(k.sources)}")
-    print(f"  facts:      {len(facts)}")
-    print(f"  rules:      {len(k.rules)}")
-    print(f"  unverified: {unverified} facts, {sum(1 for r in k.rules if not r.verified)} rules")
+    unverified_rules = sum(1 for r in k.rules if not r.verified)
+    Reporter.for_args("knowledge", args).result(
+        {"matrix": args.matrix, "valid": True, "sources": len(k.sources), "facts": len(facts),
+         "rules": len(k.rules), "unverified_facts": unverified, "unverified_rules": unverified_rules},
+        f"{args.matrix}: valid\n"
+        f"  sources:    {len(k.sources)}\n"
+        f"  facts:      {len(facts)}\n"
+        f"  rules:      {len(k.rules)}\n"
+        f"  unverified: {unverified} facts, {unverified_rules} rules")
     return 0
 
 
@@ -116,32 +121,48 @@ def _show(args) -> int:
     if section not in SECTIONS:
         raise UsageError(f"unknown section {section!r} (one of: {', '.join(SECTIONS)})",
                          argument="SECTION")
-    k = knowledge.load(args.matrix)
+    tables = _section_tables(knowledge.load(args.matrix), section)
+    lines: list[str] = []
+    for n, (title, header, rows) in enumerate(tables):
+        shown = [[f"[{c}]" if h == "source" else c for c, h in zip(row, header)] for row in rows]
+        lines += ([""] if n else []) + ([f"{title}:"] if title else []) + _table(header, shown)
+    # JSON: the same tables as data, each cell as the text shows it but a source without brackets
+    Reporter.for_args("knowledge", args).result(
+        {"matrix": args.matrix, "section": section,
+         "tables": [{"title": title, "columns": header, "rows": [["" if c is None else str(c) for c in row]
+                                                                 for row in rows]}
+                    for title, header, rows in tables]},
+        "\n".join(lines))
+    return 0
+
+
+def _section_tables(k, section: str) -> list[tuple[str | None, list[str], list[list]]]:
+    """One section of the knowledge as tables: (title or None, header, rows) each."""
     raw = k.raw
     if section == "sources":
-        lines = _table(["id", "title", "url"], [[s.id, s.title, s.url] for s in k.sources.values()])
-    elif section == "cuda":
-        rows = [[m.id, m.driver_floor, m.package or "", f"[{m.source}]"] for m in k.modes]
-        lines = ["modes:"] + _table(["mode", "driver floor", "package", "source"], rows)
-        rows = [[f"{maj}.x", drv, f"[{src}]"] for maj, (drv, src) in sorted(k.majors.items())]
-        lines += ["", "majors:"] + _table(["major", "minor-compat driver", "source"], rows)
-        rows = [[r.version, r.driver or "?", f"[{r.source}]", _mark(r.verified)]
-                for r in k.releases.values()]
-        lines += ["", "releases:"] + _table(["cuda", "min driver", "source", ""], rows)
-    elif section == "drivers":
+        return [(None, ["id", "title", "url"], [[s.id, s.title, s.url] for s in k.sources.values()])]
+    if section == "cuda":
+        return [("modes", ["mode", "driver floor", "package", "source"],
+                 [[m.id, m.driver_floor, m.package or "", m.source] for m in k.modes]),
+                ("majors", ["major", "minor-compat driver", "source"],
+                 [[f"{maj}.x", drv, src] for maj, (drv, src) in sorted(k.majors.items())]),
+                ("releases", ["cuda", "min driver", "source", ""],
+                 [[r.version, r.driver or "?", r.source, _mark(r.verified)]
+                  for r in k.releases.values()])]
+    if section == "drivers":
         rows = [[f"R{b.branch}", b.type or "", "end of life" if b.eol is True else (b.eol or "?"),
-                 b.newest_cuda or "", f"[{b.source}]"] for b in k.branches.values()]
-        lines = _table(["branch", "type", "eol", "newest cuda", "source"], rows)
-    elif section == "architectures":
+                 b.newest_cuda or "", b.source] for b in k.branches.values()]
+        return [(None, ["branch", "type", "eol", "newest cuda", "source"], rows)]
+    if section == "architectures":
         rows = [[a["cc"], a["name"], a["first_cuda"] or "", a["last_cuda"] or "",
-                 f"R{a['last_branch']}" if a["last_branch"] else "", f"[{a['source']}]"]
+                 f"R{a['last_branch']}" if a["last_branch"] else "", a["source"]]
                 for a in k.architectures.values()]
-        lines = _table(["cc", "name", "first cuda", "last cuda", "last branch", "source"], rows)
-    elif section == "gpus":
+        return [(None, ["cc", "name", "first cuda", "last cuda", "last branch", "source"], rows)]
+    if section == "gpus":
         rows = [[g.name, g.cc, k.architectures[g.cc]["name"], "yes" if g.datacenter else "no",
-                 f"[{g.source}]"] for g in k.gpus.values()]
-        lines = _table(["gpu", "cc", "architecture", "data center", "source"], rows)
-    elif section == "pytorch":
+                 g.source] for g in k.gpus.values()]
+        return [(None, ["gpu", "cc", "architecture", "data center", "source"], rows)]
+    if section == "pytorch":
         rows = []
         for ver, rel in k.pytorch.items():
             for (pv, _), v in k.variants.items():
@@ -149,40 +170,38 @@ def _show(args) -> int:
                     continue
                 rows.append([ver, rel["python"], v.tag, v.cudnn, v.nccl, v.cuda_runtime or "",
                              "yes" if v.default else "", ",".join(v.arch) if v.arch else "?",
-                             f"[{v.source}]", _mark(v.verified)])
-        lines = _table(["torch", "python", "variant", "cudnn", "nccl", "cuda runtime", "default",
-                        "arch", "source", ""], rows)
-    elif section in ("cudnn", "nccl"):
+                             v.source, _mark(v.verified)])
+        return [(None, ["torch", "python", "variant", "cudnn", "nccl", "cuda runtime", "default",
+                        "arch", "source", ""], rows)]
+    if section in ("cudnn", "nccl"):
         node = raw.get(section) or {}
-        lines = []
+        tables: list = []
         if section == "cudnn":
-            rows = [[ln["versions"], ln["cuda"], ln.get("driver", ""), ln.get("cc", ""),
-                     f"[{ln['source']}]"] for ln in node.get("lines", [])]
-            lines += ["lines:"] + _table(["cudnn", "cuda", "driver", "cc", "source"], rows) + [""]
-        rows = [[f"cu{b['cuda_major']}", b["versions"], f"[{b['source']}]"]
-                for b in node.get("builds", [])]
-        lines += ["builds:"] + _table(["cuda major", "versions", "source"], rows)
+            tables.append(("lines", ["cudnn", "cuda", "driver", "cc", "source"],
+                           [[ln["versions"], ln["cuda"], ln.get("driver", ""), ln.get("cc", ""),
+                             ln["source"]] for ln in node.get("lines", [])]))
+        tables.append(("builds", ["cuda major", "versions", "source"],
+                       [[f"cu{b['cuda_major']}", b["versions"], b["source"]]
+                        for b in node.get("builds", [])]))
         if section == "nccl":
-            rows = [[f["since"], f["feature"], f"[{f['source']}]"] for f in k.nccl_features]
-            lines += ["", "features:"] + _table(["since", "feature", "source"], rows)
-    elif section in ("ucx", "openmpi"):
+            tables.append(("features", ["since", "feature", "source"],
+                           [[f["since"], f["feature"], f["source"]] for f in k.nccl_features]))
+        return tables
+    if section in ("ucx", "openmpi"):
         rows = [[v, e["install"], ",".join(e.get("os", [])) if e.get("os") else "",
-                 "no" if e.get("cuda") is False else "", f"[{e['source']}]"]
+                 "no" if e.get("cuda") is False else "", e["source"]]
                 for v, e in getattr(k, section).items()]
-        lines = _table([section, "install", "os", "cuda", "source"], rows)
-    elif section == "os":
+        return [(None, [section, "install", "os", "cuda", "source"], rows)]
+    if section == "os":
         rows = [[o["id"], o["name"], ",".join(o["python"]), o["cuda"] or "none", o["kernel"] or "",
-                 f"[{o['source']}]"] for o in k.os.values()]
-        lines = _table(["os", "name", "python", "cuda", "kernel", "source"], rows)
-    elif section == "constraints":
-        rows = [[r.id, r.text, f"[{r.source}]", _mark(r.verified)] for r in k.rules
+                 o["source"]] for o in k.os.values()]
+        return [(None, ["os", "name", "python", "cuda", "kernel", "source"], rows)]
+    if section == "constraints":
+        rows = [[r.id, r.text, r.source, _mark(r.verified)] for r in k.rules
                 if any(r.id == c.get("id") for c in raw.get("constraints", []))]
-        lines = _table(["id", "fact", "source", ""], rows)
-    else:  # rules
-        rows = [[r.id, r.line, r.text, f"[{r.source}]", _mark(r.verified)] for r in k.rules]
-        lines = _table(["rule", "line", "fact", "source", ""], rows)
-    print("\n".join(lines))
-    return 0
+        return [(None, ["id", "fact", "source", ""], rows)]
+    rows = [[r.id, r.line, r.text, r.source, _mark(r.verified)] for r in k.rules]   # rules
+    return [(None, ["rule", "line", "fact", "source", ""], rows)]
 
 
 def _sync(args) -> int:
@@ -195,17 +214,24 @@ def _sync(args) -> int:
             raise UsageError("no version given", argument="--versions")
     index_url = sync.validate_index_url(args.index_url) if args.index_url else None
 
-    def progress(line: str) -> None:
-        if not args.quiet:
-            print(line, file=sys.stderr, flush=True)
-
-    result = sync.sync_pytorch(args.matrix, versions, index_url, write=args.write, progress=progress)
-    print("\n".join(result.lines))
-    if result.agree:
-        print(f"all {len(result.reports)} releases agree with the index")
-        return 0
+    rep = Reporter.for_args("knowledge", args)
+    result = sync.sync_pytorch(args.matrix, versions, index_url, write=args.write, progress=rep.progress)
+    text = "\n".join(result.lines)
     n = sum(len(r.differences) for r in result.reports)
-    if args.write:
-        print(f"{args.matrix}: " + ("updated" if result.written else "nothing writable changed")
-              + f" ({n} difference(s); values marked 'fix by hand' were not written)")
-    return 1
+    if result.agree:
+        text += f"\nall {len(result.reports)} releases agree with the index"
+    elif args.write:
+        text += (f"\n{args.matrix}: " + ("updated" if result.written else "nothing writable changed")
+                 + f" ({n} difference(s); values marked 'fix by hand' were not written)")
+    rep.result({"matrix": args.matrix, "agree": result.agree, "write": args.write,
+                "written": result.written, "differences": n,
+                "releases": [_release_json(r) for r in result.reports]}, text)
+    return 0 if result.agree else 1
+
+
+def _release_json(report) -> dict:
+    """One release of `knowledge sync`: the matrix's pins, the index's, and where they differ."""
+    from dataclasses import asdict
+
+    return {"release": report.release, "line": report.line, "matrix": report.matrix,
+            "index": asdict(report.pins), "differences": [asdict(d) for d in report.differences]}

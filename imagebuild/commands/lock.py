@@ -12,9 +12,9 @@ the lock. A dependency not named is said on stderr; --check compares the same im
 from __future__ import annotations
 
 import os
-import sys
 
 from ..errors import ImagebuildError
+from ..reporter import Reporter
 
 
 def configure(parser) -> None:
@@ -35,6 +35,8 @@ def configure(parser) -> None:
                              "(default: .imagebuild/sbom beside the matrix)")
     parser.add_argument("--no-engine", action="store_true",
                         help="record no base/built image ids (for a machine without an engine)")
+    parser.add_argument("--json", action="store_true",
+                        help="print what was locked, or with --check what drifted, as JSON")
     add_matrix_option(parser)
 
 
@@ -60,7 +62,7 @@ def _brought(specs: dict, names: list[str]) -> dict[str, str]:
     return {image_id: users[image_id] for image_id in specs if names and image_id not in names}
 
 
-def _previous_lock(lock_path: str, *, strict: bool) -> dict:
+def _previous_lock(lock_path: str, *, strict: bool, rep: Reporter) -> dict:
     """The entries of the lock being rewritten ({} when there is none). A malformed lock is an
     error when some of its entries are kept (``strict``); a full rewrite replaces it, saying that
     its publish records (if any) cannot be carried over."""
@@ -73,7 +75,7 @@ def _previous_lock(lock_path: str, *, strict: bool) -> dict:
     except lockfile.LockError as exc:
         if strict:
             raise
-        print(f"{exc}; rewriting it whole, no publish record carried over", file=sys.stderr)
+        rep.warn(f"{exc}; rewriting it whole, no publish record carried over")
         return {}
 
 
@@ -106,29 +108,44 @@ def run(args) -> int:
             engine, spec, args.matrix, root=root, built_id=current[image_id]["image_id"],
             report_path=default_report_path(image_id, reports_dir),
             sbom_path=os.path.join(sbom_dir, f"{image_id}.cdx.json"))
+    rep = Reporter.for_args("lock", args)
     if args.check:
-        locked = lockfile.read_lock(lock_path)
-        if args.images:
-            locked = {k: v for k, v in locked.items() if k in current}
-        drifted = lockfile.drift_all(locked, current)
-        for image_id, lines in drifted.items():
-            for line in lines:
-                print(f"{image_id}: {line}")
-        if drifted:
-            print(f"{len(drifted)} image(s) drifted from {lock_path}", file=sys.stderr)
-            return 1
-        print(f"{lock_path}: {len(current)} image(s) match")
-        return 0
-    previous = _previous_lock(lock_path, strict=bool(args.images))
+        return _check(args, lock_path, current, rep)
+    previous = _previous_lock(lock_path, strict=bool(args.images), rep=rep)
     # what `publish` pushed stays recorded while the image is the same one (lockfile docstring)
-    for image_id in lockfile.carry_published(previous, current):
-        print(f"{image_id}: the image changed since it was published; its publish record is dropped",
-              file=sys.stderr)
+    dropped = lockfile.carry_published(previous, current)
+    for image_id in dropped:
+        rep.warn(f"{image_id}: the image changed since it was published; its publish record is dropped",
+                 image=image_id)
+    locked_now = sorted(current)
     if args.images and previous:
         # lock only the named images; keep the others as they were
         merged = dict(previous)
         merged.update(current)
         current = merged
     lockfile.write_lock(lock_path, current)
-    print(f"wrote {lock_path} ({len(current)} image(s))")
+    rep.result({"lock": lock_path, "check": False, "locked": locked_now, "images": sorted(current),
+                "publish_records_dropped": dropped},
+               f"wrote {lock_path} ({len(current)} image(s))")
+    return 0
+
+
+def _check(args, lock_path: str, current: dict, rep: Reporter) -> int:
+    """--check: what drifted between the lock and the images as they are now; 1 when anything did."""
+    from .. import lockfile
+
+    locked = lockfile.read_lock(lock_path)
+    if args.images:
+        locked = {k: v for k, v in locked.items() if k in current}
+    drifted = lockfile.drift_all(locked, current)
+    for image_id, lines in drifted.items():
+        for line in lines:
+            rep.line(f"{image_id}: {line}", image=image_id)
+    doc = {"lock": lock_path, "check": True, "images": sorted(current), "drifted": drifted,
+           "match": not drifted}
+    if drifted:
+        rep.error(f"{len(drifted)} image(s) drifted from {lock_path}")
+        rep.result(doc)
+        return 1
+    rep.result(doc, f"{lock_path}: {len(current)} image(s) match")
     return 0

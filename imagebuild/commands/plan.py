@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from ..cli import add_matrix_option
+from ..reporter import Reporter
 
 
 def configure(parser) -> None:
@@ -14,6 +15,8 @@ def configure(parser) -> None:
     parser.add_argument("--gpu", help="the cluster's GPU (name or sm_XY); default: not checked")
     parser.add_argument("--date", help="judge end of life on this day (default: the matrix's as_of)")
     parser.add_argument("--format", choices=("table", "json", "github"), default="table")
+    parser.add_argument("--json", dest="format", action="store_const", const="json",
+                        help="print the verdicts as JSON (the same as --format json)")
 
 
 def run(args) -> int:
@@ -27,9 +30,9 @@ def run(args) -> int:
     if args.format == "github":
         print(json.dumps(github_matrix(verdicts), sort_keys=True, separators=(",", ":")))
     elif args.format == "json":
-        print(json.dumps({"driver_from": args.driver_from, "driver_to": args.driver_to,
-                          "gpu": args.gpu, "images": [v.to_json() for v in verdicts]},
-                         indent=2, sort_keys=True))
+        Reporter("plan", json_mode=True).result(
+            {"driver_from": args.driver_from, "driver_to": args.driver_to, "gpu": args.gpu,
+             "images": [v.to_json() for v in verdicts]})
     else:
         width = max((len(v.image) for v in verdicts), default=5)
         print(f"{'IMAGE':<{width}}  {'STATUS':<12}  {'BEFORE':<14}  {'AFTER':<14}  DETAIL")

@@ -8,9 +8,9 @@ tag after it: see imagebuild/publish.py for why.
 from __future__ import annotations
 
 import json
-import sys
 
 from ..errors import ImagebuildError
+from ..reporter import Reporter
 
 
 def configure(parser) -> None:
@@ -99,7 +99,7 @@ def image_sbom(image_id: str, engine_id: str, args) -> bytes | None:
         from ..engines import get_engine
         result = sbom.generate(get_engine(), matrix=args.matrix, image=image_id)
         for problem in result.problems:
-            print(f"imagebuild publish: warning: {image_id}: SBOM: {problem}", file=sys.stderr)
+            Reporter.for_args("publish", args).warn(f"{image_id}: SBOM: {problem}", image=image_id)
         raw, where = result.text.encode("utf-8"), {"argument": "--sbom"}
     try:
         subject = json.loads(raw)["metadata"]["component"]["bom-ref"]
@@ -180,6 +180,7 @@ def run(args) -> int:
     from .. import publish
     from ..engines import get_engine
 
+    rep = Reporter.for_args("publish", args)
     target = publish.parse_target(args.registry)
     if args.report and len(args.images) != 1:
         raise ImagebuildError("--report names the report of one image; give one IMAGE", argument="--report")
@@ -219,7 +220,7 @@ def run(args) -> int:
     attached: dict = {}
     for image_id, spec in specs.items():
         report, source = reports[image_id]
-        say = None if args.json else (lambda msg: print(msg, file=sys.stderr))
+        say = rep.progress
         done: dict = {}
         result = publish.publish_image(
             engine, image_id=image_id, local_ref=spec.local_ref, tags=list(spec.tags), target=target,
@@ -230,12 +231,10 @@ def run(args) -> int:
         attached[image_id] = done
         results.append(result)
         record_published(result, args)
-        if not args.json:
-            for tag in result.tags:
-                print(f"{tag.reference}@{tag.digest}")
-            for line in attachment_lines(result, attached[image_id]):
-                print(line)
-    if args.json:
-        print(json.dumps([{**r.as_dict(), **{k: v.as_dict() for k, v in attached[r.image_id].items()}}
-                          for r in results], indent=2, sort_keys=True))
+        for tag in result.tags:
+            rep.line(f"{tag.reference}@{tag.digest}", image=image_id)
+        for line in attachment_lines(result, attached[image_id]):
+            rep.line(line, image=image_id)
+    rep.result([{**r.as_dict(), **{k: v.as_dict() for k, v in attached[r.image_id].items()}}
+                for r in results])
     return 0

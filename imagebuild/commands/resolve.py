@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 from ..cli import add_matrix_option
 from ..errors import UsageError
+from ..reporter import Reporter
 
 # command-line flag -> stack component
 WISH_FLAGS = {"torch": "pytorch", "pytorch": "pytorch", "cuda": "cuda", "cudnn": "cudnn",
@@ -91,6 +90,7 @@ def run(args) -> int:
     from .. import knowledge
     from .. import resolve as R
 
+    rep = Reporter.for_args("resolve", args)
     k = knowledge.load(args.matrix)
     host = host_from(args)
     wishes = wishes_from(args)
@@ -100,14 +100,14 @@ def run(args) -> int:
     if args.all:
         groups = R.enumerate_stacks(k, host, wishes, args.allow_unverified)
         if args.json:
-            print(json.dumps({"ok": bool(groups), "count": sum(len(g.tails) for g in groups),
-                              "stacks": [g.to_json() for g in groups]}, indent=2, sort_keys=True))
+            rep.result({"ok": bool(groups), "count": sum(len(g.tails) for g in groups),
+                        "stacks": [g.to_json() for g in groups]})
         else:
             _print_table(groups)
         return 0 if groups else 1
     res = R.resolve(k, host, wishes, args.allow_unverified)
     if args.json:
-        print(json.dumps(res.to_json(), indent=2, sort_keys=True))
+        rep.result(res.to_json())
     elif args.why_not:
         if res.ok:
             print(f"{args.why_not} fits: " + ", ".join(f"{c} {v}" for c, v in res.stack.items()))

@@ -9,7 +9,8 @@ stderr and properties of the SBOM; with --strict nothing is written and the exit
 from __future__ import annotations
 
 import os
-import sys
+
+from ..reporter import Reporter
 
 
 def configure(parser) -> None:
@@ -32,6 +33,8 @@ def configure(parser) -> None:
     parser.add_argument("--verify-files", action="store_true",
                         help="also hash every file the installed wheels' RECORD lists and report "
                              "those that differ (seconds per GB of wheels)")
+    parser.add_argument("--json", action="store_true",
+                        help="print what was written as JSON (counts, lock problems, image id)")
     add_matrix_option(parser)
 
 
@@ -53,18 +56,23 @@ def run(args) -> int:
         raise UsageError(f"no such file {args.lock}", argument="--lock")
     result = sbom.generate(get_engine(), matrix=args.matrix, image=args.image, lock_path=args.lock,
                            verify_files=args.verify_files)
+    rep = Reporter.for_args("sbom", args)
     for p in result.problems:
-        print(f"imagebuild sbom: warning: {p}", file=sys.stderr)
+        rep.warn(p)
+    doc = {"output": out, "image": args.image, "image_id": result.image_id, "counts": result.counts,
+           "problems": result.problems, "written": False}
     if result.problems and args.strict:
-        print(f"imagebuild sbom: {len(result.problems)} lock problem(s) with --strict: {out} not written",
-              file=sys.stderr)
+        rep.error(f"{len(result.problems)} lock problem(s) with --strict: {out} not written")
+        rep.result(doc)
         return 1
     write_atomically(out, result.text.encode("utf-8"))
     c = result.counts
-    print(f"{out}: {c['components']} components ({c['os_packages']} OS packages, "
-          f"{c['wheels_locked']} locked wheels, {c['wheels_venv_seed']} venv seed wheels, "
-          f"{c['wheels_vendored']} vendored inside wheels, {c['wheels_flagged']} flagged, {c['source_tarballs']} source tarballs, "
-          f"{c['base_images']} base image) for image {result.image_id[:19]}")
+    rep.result(dict(doc, written=True),
+               f"{out}: {c['components']} components ({c['os_packages']} OS packages, "
+               f"{c['wheels_locked']} locked wheels, {c['wheels_venv_seed']} venv seed wheels, "
+               f"{c['wheels_vendored']} vendored inside wheels, {c['wheels_flagged']} flagged, "
+               f"{c['source_tarballs']} source tarballs, "
+               f"{c['base_images']} base image) for image {result.image_id[:19]}")
     return 0
 
 
@@ -97,6 +105,10 @@ def from_registry(args) -> int:
     manifest = referrers.resolve(api, ref)
     digest, data = referrers.fetch_sbom(api, ref.repository, manifest.digest, referrer=args.referrer)
     write_atomically(args.output, data)
-    print(f"{args.output}: the SBOM {ref.name}@{digest} attaches to {manifest.digest} "
-          f"(sha256:{sha256_bytes(data)}, {len(data)} bytes)")
+    sha = f"sha256:{sha256_bytes(data)}"
+    Reporter.for_args("sbom", args).result(
+        {"output": args.output, "from_registry": args.from_registry, "repository": ref.name,
+         "referrer": digest, "subject": manifest.digest, "sha256": sha, "size_bytes": len(data),
+         "written": True},
+        f"{args.output}: the SBOM {ref.name}@{digest} attaches to {manifest.digest} ({sha}, {len(data)} bytes)")
     return 0

@@ -7,9 +7,9 @@ Writes (or prints) an sbatch script that runs the smoke suite inside IMAGE acros
 from __future__ import annotations
 
 import os
-import sys
 
 from ..errors import UsageError
+from ..reporter import Reporter
 
 
 def _int(text: str) -> int:
@@ -42,6 +42,8 @@ def configure(parser) -> None:
     parser.add_argument("--reports-dir", default=None, metavar="DIR",
                         help="absolute host folder for the reports (pyxis; default: submit dir)")
     parser.add_argument("--output", metavar="FILE", help="write the script here (default: stdout)")
+    parser.add_argument("--json", action="store_true",
+                        help="print a JSON document: the script's text, where it was written, the job's shape")
     add_matrix_option(parser)
 
 
@@ -61,9 +63,13 @@ def run(args) -> int:
         tier=args.tier, time_limit=args.time, job_name=f"smoke-{image_id}"[:64],
         partition=args.partition, account=args.account, reports_dir=args.reports_dir)
     text = slurm.render_sbatch(spec)
+    rep = Reporter.for_args("slurm-script", args)
     if args.output:
         slurm.write_script(args.output, text)
-        print(f"wrote {args.output}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+        rep.progress(f"wrote {args.output}")
+    rep.result({"image": image_id, "output": args.output, "image_path": image_path,
+                "runtime": args.runtime, "job_name": spec.job_name, "nodes": args.nodes,
+                "gpus_per_node": args.gpus_per_node, "tasks_per_node": args.tasks_per_node,
+                "script": text},
+               None if args.output else text, end="")
     return 0

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 from ..cli import add_matrix_option
+from ..reporter import Reporter
 
 DEFAULT_CACHE = ".imagebuild/sources"
 
@@ -40,22 +39,16 @@ def run(args) -> int:
     specs, _ = I.expand(k)
     chosen = I.select({s.id: s for s in specs}, args.images)
     tarballs = S.catalog(k, chosen, args.form)
+    rep = Reporter.for_args("sources", args)
     if args.action == "list":
-        if args.json:
-            print(json.dumps([t.to_json() for t in tarballs], indent=2, sort_keys=True))
-        else:
-            for t in tarballs:
-                print(f"{t.file:<32} {t.form:<8} {t.sha256}  {t.url or '(git archive: from a mirror)'}")
+        rep.result([t.to_json() for t in tarballs],
+                   "\n".join(f"{t.file:<32} {t.form:<8} {t.sha256}  {t.url or '(git archive: from a mirror)'}"
+                             for t in tarballs) if tarballs else None)
         return 0
     cache = Path(args.cache) if args.cache else Path(args.matrix).resolve().parent / DEFAULT_CACHE
-    done = S.fetch(tarballs, cache, args.origin,
-                   progress=None if args.json else lambda m: print(m, file=sys.stderr))
-    if args.json:
-        print(json.dumps({"cache": str(cache), "tarballs": [
-            dict(f.tarball.to_json(), how=f.how, origin=f.origin, size=f.size) for f in done]},
-            indent=2, sort_keys=True))
-    else:
-        for f in done:
-            print(f"{f.tarball.file:<32} {f.how:<10} {f.size / 1e6:8.1f} MB  sha256 ok")
-        print(f"{len(done)} tarballs in {cache}")
+    done = S.fetch(tarballs, cache, args.origin, progress=rep.progress)
+    rep.result({"cache": str(cache), "tarballs": [
+                   dict(f.tarball.to_json(), how=f.how, origin=f.origin, size=f.size) for f in done]},
+               "\n".join([f"{f.tarball.file:<32} {f.how:<10} {f.size / 1e6:8.1f} MB  sha256 ok" for f in done]
+                         + [f"{len(done)} tarballs in {cache}"]))
     return 0

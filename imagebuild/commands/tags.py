@@ -5,9 +5,8 @@ form enroot and pyxis take (HOST#NS/ID:TAG, for `srun --container-image=`)."""
 
 from __future__ import annotations
 
-import json
-
 from ..cli import add_matrix_option
+from ..reporter import Reporter
 
 
 def configure(parser) -> None:
@@ -32,9 +31,8 @@ def run(args) -> int:
             row["docker"] = f"{target.host}/{repo}:{tag}"
             row["enroot"] = f"{target.host}#{repo}:{tag}"
         rows.append(row)
-    if args.json:
-        print(json.dumps({"image": spec.id, "tags": rows}, indent=2, sort_keys=True))
-        return 0
-    for row in rows:
-        print(f"{row['docker']}  {row['enroot']}" if target is not None else row["tag"])
+    Reporter.for_args("tags", args).result(
+        {"image": spec.id, "tags": rows},
+        "\n".join(f"{row['docker']}  {row['enroot']}" if target is not None else row["tag"]
+                  for row in rows) if rows else None)
     return 0

@@ -13,6 +13,7 @@ import os
 import signal
 
 from ..errors import UsageError
+from ..reporter import Reporter
 
 REPORTS_DIR = os.path.join(".imagebuild", "reports")
 
@@ -62,6 +63,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--only", nargs="+", metavar="NAME", action="extend", default=[],
                         help="run only these checks (versions, libraries, mpi.config, mpi.allreduce, "
                              "torch.allreduce, ddp.equivalence, gpudirect, ddp.two-node, mpi.two-container)")
+    parser.add_argument("--json", action="store_true",
+                        help="print each image's verdict, counts and report paths as JSON on stdout; "
+                             "the checks as they run go to stderr as JSON lines")
 
 
 def run(args) -> int:
@@ -82,17 +86,20 @@ def run(args) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     for ref in args.images:  # every image known and labelled before anything runs
         testrun.inspect_image(engine, ref)
+    rep = Reporter(command="test", json_mode=args.json)   # --quiet here: no log stream, results stay
     failed = 0
+    done = []
     for ref in args.images:
-        print(f"== {ref}", flush=True)
+        rep.line(f"== {ref}", message=f"testing {ref}", image=ref)
 
-        def show(result) -> None:
-            print(f"{result.status.upper():<4} {result.name:<16} {result.metrics.get('seconds', 0):7.1f}s  "
-                  f"{result.detail}", flush=True)
+        def show(result, ref=ref) -> None:
+            rep.line(f"{result.status.upper():<4} {result.name:<16} {result.metrics.get('seconds', 0):7.1f}s  "
+                     f"{result.detail}", message=f"{result.name}: {result.status} {result.detail}".rstrip(),
+                     image=ref, check=result.name, status=result.status)
 
-        def inside(line: str) -> None:
+        def inside(line: str, ref=ref) -> None:
             if line.strip():
-                print(f"   | {line}", flush=True)
+                rep.line(f"   | {line}", message=line, image=ref, stream="suite")
 
         report = testrun.test_image(engine, ref, opts, progress=show, log=None if args.quiet else inside)
         path = args.report or os.path.join(REPORTS_DIR, f"{report.extra['imagebuild_id']}.json")
@@ -103,7 +110,12 @@ def run(args) -> int:
             raise UsageError(f"cannot write the report: {exc.strerror}", file=path) from None
         summ = report.summary()
         skipped = f" (skipped: {', '.join(report.skipped())})" if summ["skip"] else ""
-        print(f"{'PASSED' if report.passed else 'FAILED'} {ref}: {summ['pass']} passed, {summ['fail']} failed, "
-              f"{summ['skip']} skipped{skipped}; report {path}", flush=True)
+        rep.line(f"{'PASSED' if report.passed else 'FAILED'} {ref}: {summ['pass']} passed, {summ['fail']} failed, "
+                 f"{summ['skip']} skipped{skipped}; report {path}", image=ref)
         failed += not report.passed
+        done.append({"ref": ref, "image": report.extra.get("imagebuild_id"), "passed": report.passed,
+                     "tier": report.tier, "summary": summ, "skipped": report.skipped(),
+                     "failed_checks": [c.name for c in report.checks if c.status == "fail"],
+                     "report": path, "junit": junit_path(path)})
+    rep.result({"passed": not failed, "images": done})
     return 1 if failed else 0

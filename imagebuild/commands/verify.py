@@ -11,6 +11,8 @@ another digest (a re-pointed tag), no such manifest, or with --require-sbom no s
 
 from __future__ import annotations
 
+from ..reporter import Reporter
+
 
 def configure(parser) -> None:
     parser.add_argument("ref", metavar="REF",
@@ -22,6 +24,8 @@ def configure(parser) -> None:
     parser.add_argument("--auth-host", action="append", default=[], metavar="HOST",
                         help="a host other than the registry's whose token service may receive the "
                              "registry credentials; repeatable")
+    parser.add_argument("--json", action="store_true",
+                        help="print the verified digest, key and SBOM referrers as JSON")
 
 
 def run(args) -> int:
@@ -52,5 +56,9 @@ def run(args) -> int:
         sbom_text = "no SBOM referrer"
     shown = str(ref) if ref.digest else f"{ref} ({manifest.digest})"
     identity = "" if verified.identity == ref.name else f", signed as {verified.identity}"
-    print(f"verified {shown}: signed with key {verified.key_id}{identity}; {sbom_text}")
+    Reporter.for_args("verify", args).result(
+        {"reference": str(ref), "digest": manifest.digest, "verified": True, "key_id": verified.key_id,
+         "identity": verified.identity, "signature_tag": verified.tag, "sbom_referrers": [entry["digest"] for entry in sboms],
+         "signed_sboms": signed},
+        f"verified {shown}: signed with key {verified.key_id}{identity}; {sbom_text}")
     return 0
