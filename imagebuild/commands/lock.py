@@ -85,9 +85,10 @@ def run(args) -> int:
     root = os.path.dirname(os.path.abspath(args.matrix))
     lock_path = args.lock or os.path.join(root, lockfile.DEFAULT_LOCK)
     specs = _all_images(args.matrix, list(dict.fromkeys(args.images)))
+    rep = Reporter.for_args("lock", args)
     for image_id, user in _brought(specs, args.images).items():
-        print(f"{image_id}: {'checked' if args.check else 'locked'} too ({user} is built FROM it)",
-              file=sys.stderr)
+        rep.progress(f"{image_id}: {'checked' if args.check else 'locked'} too ({user} is built FROM it)",
+                     image=image_id, built_from_by=user)
     engine = None
     if not args.no_engine:
         from ..engines import get_engine
@@ -108,7 +109,6 @@ def run(args) -> int:
             engine, spec, args.matrix, root=root, built_id=current[image_id]["image_id"],
             report_path=default_report_path(image_id, reports_dir),
             sbom_path=os.path.join(sbom_dir, f"{image_id}.cdx.json"))
-    rep = Reporter.for_args("lock", args)
     if args.check:
         return _check(args, lock_path, current, rep)
     previous = _previous_lock(lock_path, strict=bool(args.images), rep=rep)
