@@ -38,6 +38,8 @@ cold builds of an image that installs Python packages.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -225,7 +227,7 @@ class _Chunks(io.RawIOBase):
 
 def _load(engine, folder: Path, ref: str) -> None:
     """`docker load` of the image layout in ``folder``, streamed as a tar through a pipe (no
-    second copy of the image on disk)."""
+    second copy of the image on disk); each file is removed from ``folder`` once it is sent."""
     import threading
 
     read_fd, write_fd = os.pipe()
@@ -237,6 +239,10 @@ def _load(engine, folder: Path, ref: str) -> None:
                     tarfile.open(fileobj=fh, mode="w|", format=tarfile.PAX_FORMAT) as tf:
                 for path in sorted(folder.rglob("*")):
                     tf.add(path, arcname=str(path.relative_to(folder)), recursive=False)
+                    if path.is_file():
+                        # sent: the engine holds its own copy now, so ours goes at once (the
+                        # peak on disk is one copy of the image in flight, not two)
+                        path.unlink()
         except BaseException as exc:  # noqa: BLE001 - reported after the load
             failed.append(exc)
 
@@ -269,9 +275,47 @@ def normalize_image(engine, ref: str, epoch: int, *, base: str | None = None,
     The layers of ``base`` (the image the last stage starts from), when they are the image's
     lowest, are kept byte for byte: the base is an input, named by its own digest, and an SBOM or
     a registry can still see the image is built on it."""
-    if engine.lookup(ref) is None:
+    built = engine.lookup(ref)
+    if built is None:
         raise ImagebuildError(f"image {ref} is not in the engine")
-    tmp = Path(tempfile.mkdtemp(prefix="imagebuild-normalize-", dir=workdir))
+    where = Path(workdir) if workdir else Path(tempfile.gettempdir())
+    where.mkdir(parents=True, exist_ok=True)
+    _check_free(where, ref, int(built.size or 0))
+    try:
+        new_id = _normalize_in(engine, ref, epoch, base, where, progress)
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise ImagebuildError(
+            f"image {ref}: normalising it filled the disk under {where} (it needs about twice the "
+            f"image's {_gb(built.size)} there, and the engine as much again for the load); free "
+            f"some space, or give `imagebuild build --output` a folder on a larger disk") from None
+    old = engine.lookup(built.id) if built.id != new_id else None
+    if old is not None and not old.tags:
+        # the unnormalised image is left with no name; its layers stay in the build cache, which
+        # is what a rebuild reuses, so the dangling record would only clutter `docker images`
+        with contextlib.suppress(ImagebuildError):
+            engine.remove(built.id)
+    return new_id
+
+
+def _gb(size: int | None) -> str:
+    return f"{(size or 0) / 1e9:.1f} GB"
+
+
+def _check_free(where: Path, ref: str, size: int) -> None:
+    """Refuse before anything is written when ``where`` cannot even hold the unpacked image."""
+    free = shutil.disk_usage(where).free
+    if size and free < size:
+        raise ImagebuildError(
+            f"image {ref}: normalising it needs at least its {_gb(size)} free under {where}, which "
+            f"has {_gb(free)}; free some space, or give `imagebuild build --output` a folder on a "
+            f"larger disk")
+
+
+def _normalize_in(engine, ref: str, epoch: int, base: str | None, where: Path,
+                  progress: Callable[[str], None] | None) -> str:
+    tmp = Path(tempfile.mkdtemp(prefix="imagebuild-normalize-", dir=where))
     try:
         # the engine's save stream is unpacked as it comes (no copy of the whole image on disk)
         src = tmp / "src"
@@ -368,8 +412,12 @@ class BuildTimeEngine:
     (``cancel_builds`` included)."""
 
     def __init__(self, engine, epochs: dict[str, int], *, no_cache: bool = False,
-                 pins: dict[str, dict[str, dict]] | None = None):
+                 pins: dict[str, dict[str, dict]] | None = None,
+                 workdir: str | os.PathLike | None = None):
         self._engine = engine
+        # where normalising unpacks an image (the build's output folder: a disk the user chose,
+        # not a /tmp that may be a small tmpfs)
+        self._workdir = workdir
         self._epochs = dict(epochs)
         self._no_cache = no_cache
         # image ref -> {FROM ref -> images.lock's {"id", "digest"}}: build FROM those (--locked)
@@ -405,7 +453,7 @@ class BuildTimeEngine:
                 return result
             start = time.monotonic()
             new_id = normalize_image(self._engine, ref, epoch, base=final_base(text),
-                                     progress=kwargs.get("progress"))
+                                     workdir=self._workdir, progress=kwargs.get("progress"))
         finally:
             if pinned is not None:
                 from .pinning import unpin

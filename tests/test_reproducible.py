@@ -199,6 +199,68 @@ LABEL org.opencontainers.image.created="2026-11-21T00:00:00Z"
 """
 
 
+class _FakeEngine:
+    """Pure logic only: an engine that holds one image of ``size`` bytes and whose save stream
+    is ``save`` (an iterable, or an exception to raise)."""
+
+    def __init__(self, size: int, save=()):
+        from imagebuild.engines.base import ImageInfo
+        self.info = ImageInfo(id="sha256:" + "1" * 64, repo_digests=(), size=size)
+        self.save = save
+        self.loaded: list[tuple[str, list[str]]] = []
+
+    def lookup(self, ref):
+        return self.info
+
+    def save_stream(self, ref):
+        if isinstance(self.save, BaseException):
+            raise self.save
+        return iter(self.save)
+
+    def load_stream(self, chunks, folder=None):
+        with tarfile.open(fileobj=rp._Chunks(chunks), mode="r|") as tf:
+            for member in tf:
+                # what is left in the folder when the engine reads this member
+                self.loaded.append((member.name, sorted(str(p.relative_to(folder))
+                                                        for p in folder.rglob("*") if p.is_file())))
+
+
+def test_the_load_sends_each_file_once_and_removes_it(tmp_path):
+    folder = tmp_path / "out"
+    (folder / "a").mkdir(parents=True)
+    for name in ("a/layer.tar", "b.json", "manifest.json"):
+        (folder / name).write_bytes(b"x" * 4096)
+    engine = _FakeEngine(0)
+    engine.load_stream = lambda chunks: _FakeEngine.load_stream(engine, chunks, folder)
+    rp._load(engine, folder, "imagebuild/x:1")
+    assert [name for name, _ in engine.loaded] == ["a", "a/layer.tar", "b.json", "manifest.json"]
+    # never two copies on disk: once the engine has read a file, ours is gone
+    left = dict(engine.loaded)
+    assert "a/layer.tar" not in left["b.json"] and "b.json" not in left["manifest.json"]
+    assert not [p for p in folder.rglob("*") if p.is_file()]
+
+
+def test_normalising_without_room_for_the_image_is_refused_first(tmp_path):
+    engine = _FakeEngine(size=1 << 60)
+    with pytest.raises(rp.ImagebuildError, match=r"needs at least its .* GB free under "
+                                                 + re.escape(str(tmp_path))):
+        rp.normalize_image(engine, "imagebuild/x:1", EPOCH, workdir=tmp_path)
+    assert not list(tmp_path.iterdir())       # nothing written
+
+
+def test_a_full_disk_while_normalising_is_one_line_and_leaves_nothing(tmp_path):
+    import errno
+    engine = _FakeEngine(size=1, save=OSError(errno.ENOSPC, "No space left on device"))
+    with pytest.raises(rp.ImagebuildError, match=r"filled the disk under "
+                                                 + re.escape(str(tmp_path))) as exc:
+        rp.normalize_image(engine, "imagebuild/x:1", EPOCH, workdir=tmp_path)
+    assert "\n" not in str(exc.value) and "--output" in str(exc.value)
+    assert not list(tmp_path.iterdir())
+    engine.save = OSError(errno.EACCES, "Permission denied")     # any other error is not renamed
+    with pytest.raises(PermissionError):
+        rp.normalize_image(engine, "imagebuild/x:1", EPOCH, workdir=tmp_path)
+
+
 @pytest.fixture()
 def base_image(docker_client):
     from imagebuild import cli
@@ -219,8 +281,16 @@ def _build_twice(docker_client, tmp_path, *, normalize: bool) -> list:
     (ctx / "Dockerfile").write_text(RECIPE)
     (ctx / "hello.txt").write_text("hello\n")
     refs = [f"imagebuild/test-repro-{token}-{i}:local" for i in (1, 2)]
-    engine = rp.BuildTimeEngine(get_engine("docker", client=docker_client),
-                                {r: EPOCH for r in refs} if normalize else {}, no_cache=True)
+    inner = get_engine("docker", client=docker_client)
+    raw_build, raw_ids = inner.build, []
+
+    def build(*args, **kwargs):         # the engine's own image, before it is normalised
+        result = raw_build(*args, **kwargs)
+        raw_ids.append(result.image_id)
+        return result
+
+    inner.build = build
+    engine = rp.BuildTimeEngine(inner, {r: EPOCH for r in refs} if normalize else {}, no_cache=True)
     outcomes = []
     for i, ref in enumerate(refs):
         # a fresh checkout or rendering writes the context's files anew: another mtime each time
@@ -231,7 +301,7 @@ def _build_twice(docker_client, tmp_path, *, normalize: bool) -> list:
         (out,) = build_all([BuildJob(image_id=ref.split("/")[1].split(":")[0], context=ctx, ref=ref)],
                            engine=engine, log_dir=tmp_path / "logs")
         assert out.ok, out.error
-        outcomes.append((ref, out.result.image_id, docker_client.images.get(ref)))
+        outcomes.append((ref, out.result.image_id, docker_client.images.get(ref), raw_ids[-1]))
     return outcomes
 
 
@@ -248,12 +318,17 @@ def cleanup(docker_client):
 
 def test_two_cold_builds_give_one_image_id(docker_client, base_image, tmp_path, cleanup):
     plain = _build_twice(docker_client, tmp_path, normalize=False)
-    cleanup += [ref for ref, _, _ in plain]
+    cleanup += [ref for ref, *_ in plain]
     # without the step the engine gives two ids (else this test would prove nothing)
     assert plain[0][1] != plain[1][1]
     built = _build_twice(docker_client, tmp_path, normalize=True)
-    cleanup += [ref for ref, _, _ in built]
-    (ref1, id1, img1), (ref2, id2, img2) = built
+    cleanup += [ref for ref, *_ in built]
+    (ref1, id1, img1, raw1), (ref2, id2, img2, raw2) = built
+    # the engine's own, unnormalised image is removed once ref names the normalised one (the
+    # plain builds' images stay: nothing took their names)
+    assert raw1 != id1 and raw2 != id2
+    assert not [i for i in (raw1, raw2) if i in {im.id for im in docker_client.images.list(all=True)}]
+    assert plain[1][3] in {im.id for im in docker_client.images.list(all=True)}
     assert id1 == id2 == img1.id == img2.id
     config = img1.attrs
     assert config["Created"] == "2026-11-21T00:00:00Z"

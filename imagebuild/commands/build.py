@@ -33,8 +33,9 @@ def configure(parser) -> None:
     parser.add_argument("--log-dir", type=Path, metavar="DIR",
                         help="one <image>.log per image (default: .imagebuild/logs beside the matrix)")
     parser.add_argument("--output", type=Path, metavar="DIR",
-                        help="where build contexts and build-report.json go "
-                             "(default: .imagebuild/build beside the matrix)")
+                        help="where build contexts and build-report.json go, and where a built "
+                             "image is unpacked while it is normalised (about its size again, "
+                             "briefly; default: .imagebuild/build beside the matrix)")
     parser.add_argument("--context", type=Path, action="append", default=[], metavar="DIR",
                         help="build this ready context instead of matrix images (repeatable)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress lines on stderr")
@@ -240,7 +241,8 @@ def run(args) -> int:
     if not args.context and not args.no_normalize:
         from ..images import expand
         epochs = {s.local_ref: source_epoch(s.as_of) for s in expand(k)[0]}   # the same one matrix
-    engine = BuildTimeEngine(engine, epochs, no_cache=args.no_cache, pins=pins)
+    engine = BuildTimeEngine(engine, epochs, no_cache=args.no_cache, pins=pins,
+                             workdir=Path(output))
     from ..atomic import terminate_as_interrupt
     with terminate_as_interrupt():  # SIGTERM stops the builds as Ctrl-C does
         outcomes = build_all(jobs, engine=engine, jobs_n=args.jobs, keep_going=args.keep_going,

@@ -150,6 +150,7 @@ class ImageInfo:
     layers: tuple[str, ...] = ()     # diff ids, lowest first
     # the image's config as the engine reports it (Env, Entrypoint, Cmd, WorkingDir, User, ...)
     config: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    tags: tuple[str, ...] = ()       # the repository:tag names it has now (none: dangling)
 
 
 @dataclass(frozen=True)

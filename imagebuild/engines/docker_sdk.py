@@ -358,7 +358,8 @@ class DockerEngine:
         return ImageInfo(
             id=str(data["Id"]), repo_digests=tuple(sorted(data.get("RepoDigests") or ())),
             size=int(data.get("Size") or 0), labels=dict(sorted((cfg.get("Labels") or {}).items())),
-            env=env, layers=tuple((data.get("RootFS") or {}).get("Layers") or ()), config=dict(cfg))
+            env=env, layers=tuple((data.get("RootFS") or {}).get("Layers") or ()), config=dict(cfg),
+            tags=tuple(sorted(t for t in data.get("RepoTags") or () if t != "<none>:<none>")))
 
     def exists(self, ref: str) -> bool:
         import docker.errors
