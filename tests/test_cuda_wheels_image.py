@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, build_debian_image, need
+from conftest import ROOT, build_debian_image, drop_image, engine_time, need
 from imagebuild import cli, images, knowledge, render
 from imagebuild.resolve import Host, check
 
@@ -179,8 +179,12 @@ def test_bad_cuda_from_is_one_line_with_its_place(tmp_path, capsys, old, new, wh
 def wheels_image(docker_client) -> str:
     """The image built once per module through the real path: matrix.yaml -> resolver -> renderer
     -> `imagebuild build` on the engine, the torch closure downloaded from the package index with
-    the host's CA bundle as the build's secret (never a layer)."""
-    return build_debian_image(docker_client, IMAGE).local_ref
+    the host's CA bundle as the build's secret (never a layer). Nothing after this module uses
+    it: it is removed, with the build cache it made, when the module ends (conftest.HEAVY_FIRST)."""
+    since = engine_time(docker_client)
+    ref = build_debian_image(docker_client, IMAGE).local_ref
+    yield ref
+    drop_image(docker_client, ref, since)
 
 
 @pytest.fixture(scope="module")
