@@ -171,8 +171,8 @@ def test_lock_keeps_the_record_for_the_same_image_and_drops_it_for_a_new_one(pro
             passing_report(engine, project.refs[image_id], image_id)))
     project.reports = report
     err = project.do_lock(CPU)
-    assert err.splitlines() == [f"{CPU}: the image changed since it was published; its publish record "
-                                "is dropped"]
+    assert err.splitlines() == [f"imagebuild lock: warning: {CPU}: the image changed since it was "
+                                "published; its publish record is dropped"]
     after = lockfile.read_lock(project.lock)
     assert "published" not in after[CPU] and after[CPU]["image_id"] != before[CPU]["image_id"]
     assert after[GPU] == before[GPU]

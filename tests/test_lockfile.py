@@ -139,7 +139,7 @@ def test_lock_command_writes_then_checks_drift(docker_client, tmp_path, monkeypa
         {"image": "lock-test", "image_id": built.id, "passed": True,
          "summary": {"pass": 3, "fail": 0, "skip": 0}}))
     spec = types.SimpleNamespace(id="lock-test", local_ref=ref, tags=["t"], labels={},
-                                 stack={"os": "debian-12", "python": "3.11"})
+                                 stack={"os": "debian-12", "python": "3.11"}, depends_on=())
     fake = types.ModuleType("imagebuild.images")
     fake.load_images = lambda matrix: {"lock-test": spec}
     monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
@@ -208,7 +208,7 @@ def test_lock_records_every_base_and_names_the_one_that_moved(docker_client, tmp
     folder.mkdir(parents=True)
     (folder / "Dockerfile").write_text(dockerfile)
     spec = types.SimpleNamespace(id="two-bases", local_ref=f"imagebuild/two-bases:{token}", tags=["t"],
-                                 labels={}, stack={"os": "debian-12"})
+                                 labels={}, stack={"os": "debian-12"}, depends_on=())
     fake = types.ModuleType("imagebuild.images")
     fake.load_images = lambda matrix: {"two-bases": spec}
     monkeypatch.setitem(sys.modules, "imagebuild.images", fake)

@@ -58,8 +58,10 @@ def _all_images(matrix: str, names: list[str]) -> dict:
 
 def _brought(specs: dict, names: list[str]) -> dict[str, str]:
     """For each image of ``specs`` not among ``names``: the first image built FROM it."""
+    if not names:       # every image is named
+        return {}
     users = {dep: spec.id for spec in reversed(specs.values()) for dep in spec.depends_on}
-    return {image_id: users[image_id] for image_id in specs if names and image_id not in names}
+    return {image_id: users[image_id] for image_id in specs if image_id not in names}
 
 
 def _previous_lock(lock_path: str, *, strict: bool, rep: Reporter) -> dict:
