@@ -52,10 +52,11 @@ from pathlib import Path
 from .atomic import write_atomic
 from .digests import sha256_bytes, sha256_file
 from .reference import is_repo_digest
+from .workspace import LOCK_FILE
 from .errors import ImagebuildError, LockError  # LockError: the one of errors.py, named here too
 
 LOCK_VERSION = 1
-DEFAULT_LOCK = "images.lock"
+DEFAULT_LOCK = LOCK_FILE
 ENTRY_KEYS = ("base_image", "dockerfile_sha256", "image_id", "smoke", "stack")
 OPTIONAL_KEYS = ("bases", "provenance", "published")   # a lock without them is still read
 #: what an image was made from and what vouches for it (see provenance_for)
@@ -446,7 +447,8 @@ def entry_for_image(engine, *, image_id: str, stack: dict[str, str], local_ref: 
     ``engine`` is an imagebuild Engine (None: base and built image ids are recorded as null). The
     base image is the engine id of the first external FROM of the generated Dockerfile.
     """
-    from .publish import REPORTS_DIR, default_report_path
+    from .publish import default_report_path
+    from .workspace import REPORTS
 
     path = dockerfile_path(root, image_id)
     dockerfile_sha = sha256_file(path)
@@ -462,7 +464,7 @@ def entry_for_image(engine, *, image_id: str, stack: dict[str, str], local_ref: 
         base = bases[refs[0]]["id"] if refs else None
         image = engine.lookup(local_ref)
         built = image.id if image is not None else None
-    report = default_report_path(image_id, Path(root) / REPORTS_DIR if reports_dir is None else reports_dir)
+    report = default_report_path(image_id, Path(root) / REPORTS if reports_dir is None else reports_dir)
     return compute_entry(stack=stack, dockerfile_sha256=dockerfile_sha, base_image=base, image_id=built,
                          smoke=read_report_summary(report), bases=bases)
 

@@ -46,9 +46,11 @@ from . import reference
 from .digests import sha256_digest
 from .errors import EngineError, EngineRefused, ImagebuildError, RegistryError, RegistryUnavailable
 from .redact import redact
+from .workspace import REPORTS
 
-#: where ``imagebuild test --report`` writes a report by default: ``REPORTS_DIR/<image-id>.json``
-REPORTS_DIR = Path(".imagebuild") / "reports"
+#: where ``imagebuild test`` writes a report by default, relative to the matrix's folder:
+#: ``REPORTS_DIR/<image-id>.json`` (workspace.py)
+REPORTS_DIR = REPORTS
 
 USER_ENV = "IMAGEBUILD_REGISTRY_USER"
 PASSWORD_ENV = "IMAGEBUILD_REGISTRY_PASSWORD"

@@ -952,7 +952,8 @@ def wheel_cache(k) -> Path:
     """Where host wheels are kept: the project's .imagebuild/wheels, beside the matrix it loaded
     (the folder the user works in, as .imagebuild/build and .imagebuild/logs), never beside the
     installed package."""
-    return Path(k.path).resolve().parent / ".imagebuild" / "wheels"
+    from .workspace import Workspace
+    return Workspace.of(k.path).wheels
 
 
 def _pip_failure(stderr: str) -> str:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from ..errors import ImagebuildError, UsageError
+from ..workspace import Workspace
 from ..reporter import Reporter
 
 CA_SECRET = "ca-bundle"   # RUN --mount=type=secret,id=ca-bundle  ->  /run/secrets/ca-bundle
@@ -166,7 +167,7 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
         prepare = None
         if tarballs:
             prepare = functools.partial(_put_sources, tarballs, Path(ctx),
-                                        root / ".imagebuild" / "sources", sources, progress)
+                                        Workspace.of(k.path).sources, sources, progress)
         jobs.append(BuildJob(image_id=spec.id, context=Path(ctx), ref=spec.local_ref,
                              labels=build_labels(spec, root), secrets=dict(secrets or {}),
                              depends_on=tuple(spec.depends_on), prepare=prepare))
@@ -218,9 +219,9 @@ def run(args) -> int:
         raise UsageError(f"--jobs must be 1 or more, not {args.jobs}", argument="--jobs")
     if args.context and args.images:
         raise UsageError("give either IMAGE names or --context folders, not both", argument="--context")
-    root = Path(args.matrix).resolve().parent
-    output = args.output or root / ".imagebuild" / "build"
-    log_dir = args.log_dir or root / ".imagebuild" / "logs"
+    ws = Workspace.of(args.matrix)
+    output = args.output or ws.build
+    log_dir = args.log_dir or ws.logs
     secrets = {CA_SECRET: check_ca_bundle(args.ca_bundle)} if args.ca_bundle else {}
     pins: dict[str, dict[str, dict]] = {}
     if args.context:
@@ -229,7 +230,7 @@ def run(args) -> int:
         from ..knowledge import load
         k = load(args.matrix)   # the run's one matrix: everything below is rendered from it
         if args.locked:
-            pins = check_locked(list(dict.fromkeys(args.images)), k, args.lock or root / "images.lock")
+            pins = check_locked(list(dict.fromkeys(args.images)), k, args.lock or ws.lock)
         jobs = jobs_for(list(dict.fromkeys(args.images)), k, Path(output), secrets=secrets,
                         sources=args.sources, progress=None if args.quiet else rep.progress)
     if not jobs:

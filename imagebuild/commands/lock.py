@@ -15,6 +15,7 @@ import os
 
 from ..errors import ImagebuildError
 from ..reporter import Reporter
+from ..workspace import Workspace
 
 
 def configure(parser) -> None:
@@ -84,8 +85,9 @@ def _previous_lock(lock_path: str, *, strict: bool, rep: Reporter) -> dict:
 def run(args) -> int:
     from .. import lockfile
 
-    root = os.path.dirname(os.path.abspath(args.matrix))
-    lock_path = args.lock or os.path.join(root, lockfile.DEFAULT_LOCK)
+    ws = Workspace.of(args.matrix)
+    root = str(ws.root)
+    lock_path = args.lock or str(ws.lock)
     specs = _all_images(args.matrix, list(dict.fromkeys(args.images)))
     rep = Reporter.for_args("lock", args)
     for image_id, user in _brought(specs, args.images).items():
@@ -103,9 +105,9 @@ def run(args) -> int:
     }
     # provenance: the recipe's, the wheel lock's, the SBOM's and the test report's sha256, and the
     # base the built image records; SBOM and report only when they describe that exact image id
-    from ..publish import REPORTS_DIR, default_report_path
-    reports_dir = args.reports_dir or os.path.join(root, REPORTS_DIR)
-    sbom_dir = args.sbom_dir or os.path.join(root, ".imagebuild", "sbom")
+    from ..publish import default_report_path
+    reports_dir = args.reports_dir or ws.reports
+    sbom_dir = args.sbom_dir or ws.sbom
     for image_id, spec in specs.items():
         current[image_id]["provenance"] = lockfile.provenance_for(
             engine, spec, args.matrix, root=root, built_id=current[image_id]["image_id"],

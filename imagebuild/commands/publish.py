@@ -11,6 +11,7 @@ import json
 
 from ..errors import ImagebuildError
 from ..reporter import Reporter
+from ..workspace import Workspace
 
 
 def configure(parser) -> None:
@@ -21,9 +22,9 @@ def configure(parser) -> None:
                         help="where to push, e.g. localhost:5000/hpc")
     parser.add_argument("--report", metavar="FILE",
                         help="the smoke report to trust (one IMAGE only; default "
-                             ".imagebuild/reports/<image-id>.json)")
+                             ".imagebuild/reports/<image-id>.json beside the matrix)")
     parser.add_argument("--reports-dir", metavar="DIR", default=None,
-                        help="folder of smoke reports (default .imagebuild/reports)")
+                        help="folder of smoke reports (default .imagebuild/reports beside the matrix)")
     parser.add_argument("--auth-host", action="append", default=[], metavar="HOST",
                         help="a host other than the registry's whose token service may receive the "
                              "registry credentials (a bearer realm elsewhere is refused otherwise); "
@@ -77,15 +78,13 @@ def image_sbom(image_id: str, engine_id: str, args) -> bytes | None:
     records an sbom_sha256 for the image it must be that SBOM (the referrer's layer digest is then
     the lock's sbom_sha256). None without --sbom."""
     import hashlib
-    import os
     from pathlib import Path
     from .. import lockfile
     from ..errors import UsageError
 
     if not (args.sbom or args.sbom_file):
         return None
-    root = Path(args.matrix).resolve().parent
-    path = Path(args.sbom_file) if args.sbom_file else root / ".imagebuild" / "sbom" / f"{image_id}.cdx.json"
+    path = Path(args.sbom_file) if args.sbom_file else Workspace.of(args.matrix).sbom / f"{image_id}.cdx.json"
     where: dict = {"file": str(path)}
     if path.is_file():
         try:
@@ -108,7 +107,7 @@ def image_sbom(image_id: str, engine_id: str, args) -> bytes | None:
     if subject != f"image:{engine_id}":
         raise UsageError(f"{image_id}: the SBOM describes {str(subject)[:25]}, the engine holds image:"
                          f"{engine_id[:19]}; write it again (imagebuild sbom {image_id} --output FILE)", **where)
-    lock_path = args.lock or os.path.join(os.path.dirname(os.path.abspath(args.matrix)), lockfile.DEFAULT_LOCK)
+    lock_path = args.lock or str(Workspace.of(args.matrix).lock)
     recorded = ((lockfile.read_lock(lock_path).get(image_id) or {}).get("provenance") or {}).get("sbom_sha256")
     actual = hashlib.sha256(raw).hexdigest()
     if recorded and recorded != actual:
@@ -154,11 +153,10 @@ def attachment_lines(result, done: dict) -> list[str]:
 
 def check_lock(image_id: str, engine_id: str, report_source: str, args) -> None:
     """The lock records this image id and this report as its test report (lockfile.check_publishable)."""
-    import os
     from pathlib import Path
     from .. import lockfile
 
-    lock_path = args.lock or os.path.join(os.path.dirname(os.path.abspath(args.matrix)), lockfile.DEFAULT_LOCK)
+    lock_path = args.lock or str(Workspace.of(args.matrix).lock)
     entries = lockfile.read_lock(lock_path)
     lockfile.check_publishable(entries.get(image_id), name=image_id, engine_id=engine_id,
                                report_raw=Path(report_source).read_bytes(), lock_path=lock_path)
@@ -167,10 +165,9 @@ def check_lock(image_id: str, engine_id: str, report_source: str, args) -> None:
 def record_published(result, args) -> None:
     """images.lock records what was pushed: repository, verified manifest digest, tags (lockfile's
     ``published``), so that `imagebuild find --registry` can print the digest and check the registry."""
-    import os
     from .. import lockfile
 
-    lock_path = args.lock or os.path.join(os.path.dirname(os.path.abspath(args.matrix)), lockfile.DEFAULT_LOCK)
+    lock_path = args.lock or str(Workspace.of(args.matrix).lock)
     lockfile.record_published(lock_path, result.image_id, engine_image_id=result.engine_image_id,
                               repository=result.repository, digest=result.digest,
                               tags=[t.reference.rsplit(":", 1)[1] for t in result.tags])
@@ -197,7 +194,7 @@ def run(args) -> int:
         from pathlib import Path
         gate({i: (str(Path(args.matrix).resolve().parent / s.wheel_lock) if s.wheel_lock else None)
               for i, s in specs.items()}, fail_on=args.fail_on, allow_partial=args.allow_partial_audit)
-    reports_dir = args.reports_dir or publish.REPORTS_DIR
+    reports_dir = args.reports_dir or Workspace.of(args.matrix).reports
     # every report is checked before anything is pushed: one untested image stops the whole run
     reports = {}
     for image_id in specs:

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from ..cli import add_matrix_option
 from ..reporter import Reporter
+from ..workspace import SOURCES, Workspace
 
-DEFAULT_CACHE = ".imagebuild/sources"
+DEFAULT_CACHE = SOURCES       # relative to the matrix's folder (workspace.py)
 
 
 def configure(parser) -> None:
@@ -45,7 +46,7 @@ def run(args) -> int:
                    "\n".join(f"{t.file:<32} {t.form:<8} {t.sha256}  {t.url or '(git archive: from a mirror)'}"
                              for t in tarballs) if tarballs else None)
         return 0
-    cache = Path(args.cache) if args.cache else Path(args.matrix).resolve().parent / DEFAULT_CACHE
+    cache = Path(args.cache) if args.cache else Workspace.of(args.matrix).sources
     done = S.fetch(tarballs, cache, args.origin, progress=rep.progress)
     rep.result({"cache": str(cache), "tarballs": [
                    dict(f.tarball.to_json(), how=f.how, origin=f.origin, size=f.size) for f in done]},

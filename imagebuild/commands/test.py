@@ -2,20 +2,20 @@
 
 Runs the smoke suite inside each image (one container), compares the image's labels with
 /opt/imagebuild/image.json, and runs ddp.two-node and mpi.two-container across two containers. Each image's report goes
-to --report FILE (one image) or .imagebuild/reports/<image-id>.json, with JUnit XML beside it.
+to --report FILE (one image) or .imagebuild/reports/<image-id>.json beside the matrix (where `lock`
+and `publish` look for it), with JUnit XML beside it.
 Exit 0 when every required check passed, 1 when one failed, 2 when the tests could not run.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 
 from ..errors import UsageError
 from ..reporter import Reporter
+from ..workspace import Workspace
 
-REPORTS_DIR = os.path.join(".imagebuild", "reports")
 
 
 def _count(text: str) -> int:
@@ -55,7 +55,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="matrix image ids (smoke-cpu) or local image references (name:tag)")
     parser.add_argument("--report", metavar="FILE",
                         help="write the JSON report here, JUnit XML beside it (one IMAGE only; "
-                             "default .imagebuild/reports/<image-id>.json)")
+                             "default .imagebuild/reports/<image-id>.json beside the matrix)")
     parser.add_argument("--ranks", type=_count, default=2, help="ranks for the distributed checks (default 2)")
     parser.add_argument("--timeout", type=_seconds, default=180.0, help="seconds per check (default 180)")
     parser.add_argument("--quiet", "-q", action="store_true",
@@ -76,7 +76,7 @@ def run(args) -> int:
 
     if args.report and len(args.images) != 1:
         raise UsageError("--report names the report of one image; give one IMAGE "
-                         f"(without it each report goes to {REPORTS_DIR}/<image-id>.json)", argument="--report")
+                         "(without it each report goes to .imagebuild/reports/<image-id>.json beside the matrix)", argument="--report")
     args.images = _refs_for(args.images, args.matrix)
     for ref in args.images:
         testrun.validate_ref(ref)
@@ -102,7 +102,7 @@ def run(args) -> int:
                 rep.line(f"   | {line}", message=line, image=ref, stream="suite")
 
         report = testrun.test_image(engine, ref, opts, progress=show, log=None if args.quiet else inside)
-        path = args.report or os.path.join(REPORTS_DIR, f"{report.extra['imagebuild_id']}.json")
+        path = args.report or Workspace.of(args.matrix).reports / f"{report.extra['imagebuild_id']}.json"
         try:
             write_atomic(path, report.to_json(), perm=0o600, parents=True)
             write_atomic(junit_path(path), report.to_junit(), perm=0o600, parents=True)
