@@ -81,9 +81,9 @@ def prune_build_cache_since(client, since: datetime.datetime) -> int:
     first (the PyTorch CUDA-wheels image is 5.5 GB, and its cache as much again)."""
     freed = 0
     while True:
-        records = [r for r in client.df().get("BuildCache") or []
-                   if _rfc3339(r["CreatedAt"]) >= since and not r.get("InUse")]
-        parents = {r.get("Parent") for r in client.df().get("BuildCache") or []}
+        cache = client.df().get("BuildCache") or []
+        records = [r for r in cache if _rfc3339(r["CreatedAt"]) >= since and not r.get("InUse")]
+        parents = {r.get("Parent") for r in cache}
         leaves = [r["ID"] for r in records if r["ID"] not in parents]
         if not leaves:
             return freed

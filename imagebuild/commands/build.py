@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 
 from ..errors import ImagebuildError, UsageError
-from ..workspace import Workspace
 from ..reporter import Reporter
+from ..workspace import Workspace
 
 CA_SECRET = "ca-bundle"   # RUN --mount=type=secret,id=ca-bundle  ->  /run/secrets/ca-bundle
 
@@ -158,7 +158,7 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
     if unknown:
         raise UsageError(f"unknown image {unknown[0]!r} (known: {', '.join(sorted(specs))})",
                          argument="IMAGE")
-    root = Path(k.path).resolve().parent
+    ws = Workspace.of(k.path)
     jobs = []
     for spec in with_bases([specs[i] for i in image_ids or sorted(specs)], specs):
         ctx = write_context(spec, Path(workdir) / spec.id, k=k)
@@ -167,9 +167,9 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
         prepare = None
         if tarballs:
             prepare = functools.partial(_put_sources, tarballs, Path(ctx),
-                                        Workspace.of(k.path).sources, sources, progress)
+                                        ws.sources, sources, progress)
         jobs.append(BuildJob(image_id=spec.id, context=Path(ctx), ref=spec.local_ref,
-                             labels=build_labels(spec, root), secrets=dict(secrets or {}),
+                             labels=build_labels(spec, ws.root), secrets=dict(secrets or {}),
                              depends_on=tuple(spec.depends_on), prepare=prepare))
     return jobs
 
@@ -232,7 +232,7 @@ def run(args) -> int:
         if args.locked:
             pins = check_locked(list(dict.fromkeys(args.images)), k, args.lock or ws.lock)
         jobs = jobs_for(list(dict.fromkeys(args.images)), k, Path(output), secrets=secrets,
-                        sources=args.sources, progress=None if args.quiet else rep.progress)
+                        sources=args.sources, progress=rep.progress)
     if not jobs:
         raise UsageError("no images to build")
     engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
@@ -247,7 +247,7 @@ def run(args) -> int:
     from ..atomic import terminate_as_interrupt
     with terminate_as_interrupt():  # SIGTERM stops the builds as Ctrl-C does
         outcomes = build_all(jobs, engine=engine, jobs_n=args.jobs, keep_going=args.keep_going,
-                             log_dir=log_dir, progress=None if args.quiet else rep.progress)
+                             log_dir=log_dir, progress=rep.progress)
     _write_json(Path(output) / "build-report.json", outcomes_as_dict(outcomes))
     rep.result(outcomes_as_dict(outcomes), format_table(outcomes))
     failed = [o for o in outcomes if not o.ok]
