@@ -109,18 +109,22 @@ SHARED_SOURCES = ROOT.parent / "shared" / "sources"
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")   # Debian's ca-certificates: the index over HTTPS
 
 
-def build_debian_image(docker_client, image_id: str, *, sources: bool = False):
+def build_debian_image(docker_client, image_id: str):
     """Build one Debian image of matrix.yaml through the real path (`imagebuild build`, the wheels
-    from the package index with the host's CA bundle as the build's secret; with `sources`, the
-    tarballs from ../shared/sources), making the Debian base first when the engine lacks it.
-    Returns the image's ImageSpec."""
+    from the package index with the host's CA bundle as the build's secret, the source tarballs
+    from ../shared/sources as a site's mirror), making the Debian base first when the engine lacks
+    it. Returns the image's ImageSpec.
+
+    Every image that compiles anything (gdrcopy in the PyTorch image too) reads ../shared/sources:
+    these machines reach no upstream release URL, and a test must not lean on another module having
+    filled the source cache before it (the order of the modules is HEAVY_FIRST's, not theirs)."""
     from imagebuild import cli
     from imagebuild.images import load_images
 
     matrix = ROOT / "matrix.yaml"
     spec = load_images(matrix)[image_id]
-    if sources and not SHARED_SOURCES.is_dir():
-        need("../shared/sources", "the git tag archives of UCX and Open MPI are not beside this checkout")
+    if not SHARED_SOURCES.is_dir():
+        need("../shared/sources", "the source tarballs (gdrcopy, UCX, Open MPI, nccl-tests) are not beside this checkout")
     if not CA_BUNDLE.is_file():
         need("the host's CA bundle", f"{CA_BUNDLE} is missing (Debian's ca-certificates)")
     try:
@@ -128,8 +132,7 @@ def build_debian_image(docker_client, image_id: str, *, sources: bool = False):
     except Exception:  # noqa: BLE001 - ImageNotFound
         if cli.main(["base", "debian-bookworm"]) != 0:
             need("the local Debian base image", "imagebuild base debian-bookworm failed")
-    argv = ["build", "--matrix", str(matrix), "--ca-bundle", str(CA_BUNDLE)]
-    argv += ["--sources", str(SHARED_SOURCES)] if sources else []
+    argv = ["build", "--matrix", str(matrix), "--ca-bundle", str(CA_BUNDLE), "--sources", str(SHARED_SOURCES)]
     code = cli.main(argv + [image_id])
     assert code == 0, f"imagebuild build {image_id} failed (see .imagebuild/logs/{image_id}.log)"
     docker_client.images.get(spec.local_ref)

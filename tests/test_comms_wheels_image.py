@@ -156,7 +156,7 @@ def comms_image(docker_client) -> str:
     """Built once per module through the real path: matrix.yaml -> resolver -> renderer ->
     `imagebuild build --sources ../shared/sources`, the wheels from the package index with the
     host's CA bundle as the build's secret (never a layer)."""
-    return build_debian_image(docker_client, IMAGE, sources=True).local_ref
+    return build_debian_image(docker_client, IMAGE).local_ref
 
 
 @pytest.fixture(scope="module")

@@ -156,7 +156,7 @@ def test_the_plan_names_the_devels_base(k, specs):
 def built(docker_client) -> tuple[str, str]:
     """The devel image built through `imagebuild build DEVEL`: its runtime first, from the build
     cache when it was built before (test_comms_wheels_image.py's fixture, an earlier run)."""
-    spec = build_debian_image(docker_client, DEVEL, sources=True)
+    spec = build_debian_image(docker_client, DEVEL)
     return spec.from_image, spec.local_ref
 
 
