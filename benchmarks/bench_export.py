@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuild import export  # noqa: E402
+from imagebuild.deliver import export  # noqa: E402
 from imagebuild.engines import connect  # noqa: E402
 from imagebuild.errors import ImagebuildError  # noqa: E402
 

@@ -83,7 +83,8 @@ def main() -> None:
         proc = statistics.median(imagebuild_process_seconds(Path(tmp) / f"o{i}") for i in range(5))
         files = sum(1 for p in (Path(tmp) / "o0").rglob("*") if p.is_file())
     sys.path.insert(0, str(ROOT))
-    from imagebuild import images, knowledge, render
+    from imagebuild.render import images, renderer as render
+    from imagebuild import knowledge
     t = time.perf_counter()
     k = knowledge.load(ROOT / "matrix.yaml")
     specs, _ = images.expand(k)

@@ -46,7 +46,7 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT))
     from imagebuild import knowledge
-    from imagebuild import resolve as R
+    from imagebuild.resolve import solver as R
     k = knowledge.load(MATRIX)
     R.resolve(k, R.Host(driver="535.104.05", gpu="H100"), {})  # compile once, as a process does
     hosts = [(R.Host(driver="535.104.05", gpu="H100"), {"pytorch": ">=2.4"}),

@@ -35,9 +35,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuild import publish, referrers, sbom, signing  # noqa: E402
+from imagebuild.deliver import publish, referrers, sbom, signing  # noqa: E402
 from imagebuild.engines import connect, get_engine  # noqa: E402
-from imagebuild.images import load_images  # noqa: E402
+from imagebuild.render.images import load_images  # noqa: E402
 
 
 def timed(fn):

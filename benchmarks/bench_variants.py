@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuild import images, knowledge, render  # noqa: E402
+from imagebuild.render import images, renderer as render
+from imagebuild import knowledge  # noqa: E402
 from imagebuild.engines import connect, get_engine  # noqa: E402
 
 

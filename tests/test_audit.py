@@ -53,9 +53,9 @@ def test_known_vulnerable_release_fails_with_its_advisory(tmp_path):
 
 
 def test_real_lock_of_smoke_cpu_against_the_index():
-    from imagebuild.audit import default_json_api
-    from imagebuild.images import load_images
-    from imagebuild.wheellock import parse_lock
+    from imagebuild.deliver.audit import default_json_api
+    from imagebuild.render.images import load_images
+    from imagebuild.render.wheellock import parse_lock
     import requests
 
     spec = load_images(ROOT / "matrix.yaml")["smoke-cpu"]
@@ -117,7 +117,7 @@ def test_bad_input_is_one_line(args, names):
 
 
 def test_severity_threshold():
-    from imagebuild.audit import AuditResult, Finding, Vulnerability
+    from imagebuild.deliver.audit import AuditResult, Finding, Vulnerability
     vuln = lambda i, sev: Vulnerability(id=i, aliases=[], summary="", fixed_in=[], link="", severity=sev)  # noqa: E731
     f = Finding("pkg", "1.0", "audited", vulnerabilities=[vuln("A", "low"), vuln("B", "high"), vuln("C", None)])
     ids = lambda level: {v.id for _, v in AuditResult("l", "s", [f], level, 0.0).counted()}  # noqa: E731
@@ -132,7 +132,7 @@ def test_severity_threshold():
 
 
 def test_publish_gate_refuses_a_vulnerable_lock(tmp_path):
-    from imagebuild.audit import AuditRefused, AuditUnavailable, gate
+    from imagebuild.deliver.audit import AuditRefused, AuditUnavailable, gate
     lock = tmp_path / "vulnerable.txt"
     lock.write_text(VULNERABLE_LOCK)
     try:

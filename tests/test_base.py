@@ -12,8 +12,10 @@ import sys
 import pytest
 
 from conftest import need
-from imagebuild import baseimage
-from imagebuild.baseimage import BASES, base_spec, check_tools, normalize_rootfs, pack_rootfs, write_image_tar
+from imagebuild.build import baseimage
+from imagebuild.build.baseimage import (
+    BASES, base_spec, check_tools, normalize_rootfs, pack_rootfs, write_image_tar,
+)
 from imagebuild.engines import get_engine
 from imagebuild.errors import ImagebuildError, UsageError
 

@@ -10,7 +10,8 @@ import json
 import pytest
 
 from conftest import ROOT
-from imagebuild import cli, lockfile
+from imagebuild import cli
+from imagebuild.deliver import lockfile
 from imagebuild.errors import BuildError
 
 MATRIX = str(ROOT / "matrix.yaml")
@@ -24,8 +25,8 @@ def _lock(tmp_path, *argv) -> int:
 
 
 def test_lock_of_a_devel_image_locks_its_runtime_first_and_says_so(tmp_path, capsys):
-    from imagebuild.commands.lock import _all_images, _brought
-    from imagebuild.images import load_images
+    from imagebuild.cli.commands.lock import _all_images, _brought
+    from imagebuild.render.images import load_images
 
     assert list(_all_images(MATRIX, [DEVEL])) == [RUNTIME, DEVEL]          # dependency order
     assert _brought(_all_images(MATRIX, [DEVEL, RUNTIME]), [DEVEL, RUNTIME]) == {}   # both named
@@ -67,8 +68,8 @@ class _NothingBuilt:
 
 def test_build_locked_devel_finds_the_runtime_that_lock_devel_wrote(tmp_path, monkeypatch):
     from imagebuild import engines
-    from imagebuild.commands.build import check_locked
-    from imagebuild.images import load_images
+    from imagebuild.cli.commands.build import check_locked
+    from imagebuild.render.images import load_images
     from imagebuild.knowledge import load
 
     monkeypatch.setattr(engines, "get_engine", lambda *a, **kw: _NothingBuilt())

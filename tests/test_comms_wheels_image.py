@@ -27,8 +27,10 @@ import pytest
 
 from conftest import (CA_BUNDLE, ROOT, SHARED_SOURCES as SHARED, build_debian_image, engine_time,
                       prune_build_cache_since)
-from imagebuild import cli, images, knowledge, render, testrun
-from imagebuild.resolve import Host, resolve
+from imagebuild import cli, knowledge
+from imagebuild.render import images, renderer as render
+from imagebuild.testrun import runner as testrun
+from imagebuild.resolve.solver import Host, resolve
 from imagebuild.smoke.checks import mpirun_argv
 
 IMAGE = "comms-cu130-nccl2.30.7-debian12-runtime"

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, build_debian_image, drop_image, engine_time, need
-from imagebuild import cli, images, knowledge, render
-from imagebuild.resolve import Host, check
+from imagebuild import cli, knowledge
+from imagebuild.render import images, renderer as render
+from imagebuild.resolve.solver import Host, check
 
 IMAGE = "pytorch-2.13.0-cu130-debian12-runtime"
 REPO_TWIN = "pytorch-2.13.0-cu130-ubuntu24.04-runtime"   # the same torch build, CUDA from the repository

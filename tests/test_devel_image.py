@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 
 from conftest import CA_BUNDLE, ROOT, SHARED_SOURCES as SHARED, build_debian_image
-from imagebuild import cli, images, knowledge, lockfile, render
-from imagebuild.commands.build import jobs_for
-from imagebuild.plan import github_matrix, plan
+from imagebuild import cli, dockerfile, knowledge
+from imagebuild.render import images, renderer as render
+from imagebuild.deliver import lockfile
+from imagebuild.cli.commands.build import jobs_for
+from imagebuild.deliver.plan import github_matrix, plan
 
 DEVEL = "comms-cu130-nccl2.30.7-debian12-devel"
 RUNTIME = "comms-cu130-nccl2.30.7-debian12-runtime"
@@ -71,7 +73,7 @@ def test_a_devel_recipe_is_one_stage_from_its_runtime_image_that_compiles_nothin
             assert frags == [f"os-devel{sfx}", f"cuda-devel{sfx}"], spec.id
         text = r.dockerfile(spec, k)
         assert [ln for ln in text.splitlines() if ln.startswith("FROM ")] == [f"FROM {spec.from_image}"]
-        assert lockfile.base_refs(text) == [spec.from_image] == [lockfile.final_base(text)]
+        assert dockerfile.base_refs(text) == [spec.from_image] == [dockerfile.final_base(text)]
         labels = dict(next(s.items for s in stage.steps if s.kind == "label"))
         assert labels["io.imagebuild.flavor"] == "devel" and labels["io.imagebuild.image-id"] == spec.id
 

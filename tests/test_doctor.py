@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import cli, doctor, hostfit, images, knowledge, lockfile
+from imagebuild import cli, knowledge
+from imagebuild.deliver import doctor, hostfit, lockfile
+from imagebuild.render import images
 from imagebuild.smoke import gdr
 from imagebuild.smoke.report import CheckResult, Report
 from imagebuild.versions import version_key

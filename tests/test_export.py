@@ -13,7 +13,8 @@ import uuid
 
 import pytest
 
-from imagebuild import cli, export
+from imagebuild import cli
+from imagebuild.deliver import export
 from imagebuild.engines import get_engine
 from imagebuild.errors import ExportError, ImagebuildError
 

@@ -17,8 +17,10 @@ import types
 import pytest
 import requests
 
-from imagebuild import cli, images, lockfile, publish
-from imagebuild.images import ImageSpec
+from imagebuild import cli
+from imagebuild.render import images
+from imagebuild.deliver import lockfile, publish
+from imagebuild.render.images import ImageSpec
 
 from conftest import ROOT
 from test_publish import (PASSWORD, USER, build_small, engine, free_port,  # noqa: F401 - fixtures

@@ -482,7 +482,7 @@ def test_a_few_aliases_are_still_fine(original, tmp_path, capsys):
 
 @pytest.mark.parametrize("source", ["big", "/dev/zero"])
 def test_oversized_input_is_refused_without_reading_it_all(tmp_path, capsys, source):
-    from imagebuild.grammar import MAX_BYTES
+    from imagebuild.knowledge.grammar import MAX_BYTES
     if source == "big":
         path = tmp_path / "big.yaml"
         path.write_text("# padding\n" * (MAX_BYTES // 10 + 1), encoding="utf-8")

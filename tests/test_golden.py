@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from imagebuild import images, knowledge, render
+from imagebuild.render import images, renderer as render
+from imagebuild import knowledge
 
 GOLDEN = ROOT / "tests" / "golden"
 # The DOCA-OFED images rest on an unverified fact (the repository key), so they are expanded with

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from imagebuild import images, knowledge
-from imagebuild.imageneeds import image_needs
+from imagebuild.render import images
+from imagebuild import knowledge
+from imagebuild.render.imageneeds import image_needs
 from imagebuild.smoke import imagecheck
 from imagebuild.smoke.imagecheck import CPU_ONLY, NO, OK, Unjudgeable, judge
 
@@ -286,7 +287,7 @@ with zipfile.ZipFile(f"/tmp/links/{name}-{version}-py3-none-any.whl", "w") as z:
 def test_constraints_are_the_lock(docker_client, smoke_cpu_image):
     from packaging.utils import canonicalize_name
 
-    from imagebuild.render import image_lock
+    from imagebuild.render.renderer import image_lock
     lock = image_lock(SPECS["smoke-cpu"], K)
     code, out, _ = _run(docker_client, smoke_cpu_image, ["cat", "/etc/pip/constraint.txt"], {"IMAGEBUILD_CHECK": "0"})
     assert code == 0

@@ -12,7 +12,8 @@ import subprocess
 import pytest
 
 from conftest import ROOT, need
-from imagebuild import images, knowledge, render
+from imagebuild.render import images, renderer as render
+from imagebuild import knowledge
 
 CASES = {  # fragment -> (a reference image that has it, the key file it fetches)
     "cuda-repo": ("pytorch-2.6.0-cu124-ubuntu22.04-runtime", "/tmp/cuda-repo.pub"),

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import cli, images, knowledge, render
-from imagebuild.commands.build import build_labels
+from imagebuild import cli, knowledge
+from imagebuild.render import images, renderer as render
+from imagebuild.cli.commands.build import build_labels
 from imagebuild.errors import KnowledgeError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from imagebuild import cli, lockfile
+from imagebuild import cli, dockerfile
+from imagebuild.deliver import lockfile
 from imagebuild.errors import ImagebuildError
 
 from conftest import need
@@ -86,7 +87,8 @@ def test_malformed_lock_is_one_line_naming_the_file(tmp_path, text, where):
 
 
 def test_one_lock_error_for_both_kinds_of_lock():
-    from imagebuild import errors, wheellock
+    from imagebuild import errors
+    from imagebuild.render import wheellock
     assert lockfile.LockError is wheellock.LockError is errors.LockError
     assert issubclass(wheellock.LockUnavailable, errors.LockError)
 
@@ -108,7 +110,7 @@ def test_base_refs_skip_stage_names():
     text = ("FROM nvidia/cuda:12.4.1-devel AS devel\nRUN make\n"
             "from --platform=linux/amd64 devel as tools\n"
             "FROM imagebuild/base:debian-bookworm\nCOPY --from=devel /opt /opt\n")
-    assert lockfile.base_refs(text) == ["nvidia/cuda:12.4.1-devel", "imagebuild/base:debian-bookworm"]
+    assert dockerfile.base_refs(text) == ["nvidia/cuda:12.4.1-devel", "imagebuild/base:debian-bookworm"]
 
 
 def test_write_refuses_invalid_entries_and_leaves_old_lock(tmp_path):
@@ -140,9 +142,9 @@ def test_lock_command_writes_then_checks_drift(docker_client, tmp_path, monkeypa
          "summary": {"pass": 3, "fail": 0, "skip": 0}}))
     spec = types.SimpleNamespace(id="lock-test", local_ref=ref, tags=["t"], labels={},
                                  stack={"os": "debian-12", "python": "3.11"}, depends_on=())
-    fake = types.ModuleType("imagebuild.images")
+    fake = types.ModuleType("imagebuild.render.images")
     fake.load_images = lambda matrix: {"lock-test": spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
+    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
     matrix = str(tmp_path / "matrix.yaml")
     # no matrix here to render the context from: the recipe hash is that of the Dockerfile's folder
     monkeypatch.setattr(lockfile, "recipe_sha256", lambda spec, m: lockfile.context_sha256(folder))
@@ -209,9 +211,9 @@ def test_lock_records_every_base_and_names_the_one_that_moved(docker_client, tmp
     (folder / "Dockerfile").write_text(dockerfile)
     spec = types.SimpleNamespace(id="two-bases", local_ref=f"imagebuild/two-bases:{token}", tags=["t"],
                                  labels={}, stack={"os": "debian-12"}, depends_on=())
-    fake = types.ModuleType("imagebuild.images")
+    fake = types.ModuleType("imagebuild.render.images")
     fake.load_images = lambda matrix: {"two-bases": spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
+    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
     matrix = str(tmp_path / "matrix.yaml")
     monkeypatch.setattr(lockfile, "recipe_sha256", lambda spec, m: lockfile.context_sha256(folder))
     try:

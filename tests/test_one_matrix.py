@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import cli, grammar, knowledge, render
+from imagebuild import cli, knowledge
+from imagebuild.knowledge import grammar
+from imagebuild.render import renderer as render
 
 from conftest import ROOT
 
@@ -81,7 +83,7 @@ def test_generate_of_a_differs_only_in_the_tool(project, tmp_path, capsys):
 def test_build_context_uses_only_the_named_matrix(project, tmp_path, monkeypatch):
     """What `imagebuild build --matrix other.yaml` builds: the contexts jobs_for writes from the
     run's one loaded matrix. Nothing is read again while they are written."""
-    from imagebuild.commands.build import jobs_for
+    from imagebuild.cli.commands.build import jobs_for
     k = knowledge.load(project / "other.yaml")
     reads = _reads(monkeypatch)
     jobs = jobs_for([IMAGE], k, tmp_path / "ctx")
@@ -102,7 +104,7 @@ def test_build_reads_the_named_matrix_once(project, tmp_path, monkeypatch, capsy
     """`imagebuild build --matrix other.yaml` up to the builds: the jobs handed to build_all were
     rendered from B, and B was read once and alone. Stopped where the builds would start: no engine
     is asked anything (get_engine gives a stand-in that fails on any use)."""
-    import imagebuild.build as build_mod
+    from imagebuild.build import scheduler as build_mod
     import imagebuild.engines as engines
 
     handed = []
@@ -134,8 +136,8 @@ def test_build_reads_the_named_matrix_once(project, tmp_path, monkeypatch, capsy
 
 def test_test_command_reads_the_matrix_once(project, monkeypatch):
     """`imagebuild test id1 id2 ref` turns ids into references from one load of the named matrix."""
-    from imagebuild.commands.test import _refs_for
-    from imagebuild.images import expand
+    from imagebuild.cli.commands.test import _refs_for
+    from imagebuild.render.images import expand
     specs = {s.id: s for s in expand(knowledge.load(project / "other.yaml"))[0]}
     reads = _reads(monkeypatch)
     refs = _refs_for(["smoke-cpu", IMAGE, "example/x:1"], str(project / "other.yaml"))
@@ -146,7 +148,7 @@ def test_test_command_reads_the_matrix_once(project, monkeypatch):
 
 def test_lock_reads_the_matrix_once(project, monkeypatch):
     """`imagebuild lock id1 id2` lists and looks up its images from one load of the named matrix."""
-    from imagebuild.commands.lock import _all_images
+    from imagebuild.cli.commands.lock import _all_images
     from imagebuild.errors import ImagebuildError
     reads = _reads(monkeypatch)
     specs = _all_images(str(project / "other.yaml"), [IMAGE, "smoke-cpu"])

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import cli, lockfile, publish
+from imagebuild import cli
+from imagebuild.deliver import lockfile, publish
 from imagebuild.errors import ImagebuildError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +86,7 @@ def test_lock_provenance_is_checked_when_read_and_drift_names_it(tmp_path):
 
 
 def test_lock_records_recipe_and_wheel_lock_hashes(tmp_path):
-    from imagebuild.images import load_images
+    from imagebuild.render.images import load_images
 
     lock = tmp_path / "images.lock"
     proc = subprocess.run([sys.executable, "-m", "imagebuild", "lock", "smoke-cpu", "--no-engine", "--lock",
@@ -137,9 +138,9 @@ def test_publish_cli_refuses_what_the_lock_does_not_vouch_for(docker_client, sma
     report = tmp_path / f"{name}.json"
     report.write_text(json.dumps({"image": name, "image_id": engine_id, "passed": True}))
     spec = types.SimpleNamespace(id=name, local_ref=small_image, tags=["1"], labels={}, stack={})
-    fake = types.ModuleType("imagebuild.images")
+    fake = types.ModuleType("imagebuild.render.images")
     fake.load_images = lambda matrix: {name: spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
+    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
     lock = tmp_path / "images.lock"
 

@@ -21,7 +21,8 @@ import uuid
 import pytest
 import requests
 
-from imagebuild import cli, publish
+from imagebuild import cli
+from imagebuild.deliver import publish
 from imagebuild.engines import PushResult
 from imagebuild.errors import ImagebuildError, RegistryError
 
@@ -125,7 +126,7 @@ def passing_report(client, ref: str, name: str, passed: bool = True) -> dict:
 def write_lock(client, ref: str, name: str, report, tmp_path, *, image_id: str | None = None):
     """images.lock recording ``ref``'s engine id (or ``image_id``) and ``report``'s sha256 as the
     image's test report, as `imagebuild lock` writes it after `imagebuild test`."""
-    from imagebuild import lockfile
+    from imagebuild.deliver import lockfile
     built = image_id or client.images.get(ref).id
     entry = lockfile.compute_entry(stack={}, dockerfile_sha256="0" * 64, base_image=None,
                                    image_id=built, smoke=None)
@@ -327,14 +328,14 @@ def test_wrong_password_is_one_line_and_never_printed(engine, registry, tmp_path
 
 
 def run_cli_publish(engine, registry, ref, name, tmp_path, monkeypatch, password=PASSWORD, tags=None):
-    """`imagebuild publish` in-process; imagebuild.images is replaced by a one-image lookup."""
+    """`imagebuild publish` in-process; imagebuild.render.images is replaced by a one-image lookup."""
     report = tmp_path / f"{name}.json"
     report.write_text(json.dumps(passing_report(engine, ref, name)))
     spec = types.SimpleNamespace(id=name, local_ref=ref, tags=tags or ["1", "1-20260101"],
                                  labels={}, stack={})
-    fake = types.ModuleType("imagebuild.images")
+    fake = types.ModuleType("imagebuild.render.images")
     fake.load_images = lambda matrix: {name: spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
+    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
     monkeypatch.setenv(publish.USER_ENV, USER)
     monkeypatch.setenv(publish.PASSWORD_ENV, password)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
@@ -636,9 +637,9 @@ def test_cli_publish_with_credential_helper_only(engine, registry, tmp_path, mon
     report = tmp_path / "pub-helper.json"
     report.write_text(json.dumps(passing_report(engine, ref, "pub-helper")))
     spec = types.SimpleNamespace(id="pub-helper", local_ref=ref, tags=["1", "1-20260101"], labels={}, stack={})
-    fake = types.ModuleType("imagebuild.images")
+    fake = types.ModuleType("imagebuild.render.images")
     fake.load_images = lambda matrix: {"pub-helper": spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
+    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
     monkeypatch.delenv(publish.USER_ENV, raising=False)
     monkeypatch.delenv(publish.PASSWORD_ENV, raising=False)
     docker_dir = tmp_path / "docker"

@@ -18,7 +18,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from imagebuild import cli, lockfile, publish, referrers, signing
+from imagebuild import cli
+from imagebuild.deliver import lockfile, publish, referrers, signing
 from imagebuild.errors import ImagebuildError
 from test_publish import (BASE, CREDS, PASSWORD, USER, api_for, build_small, engine, free_port,  # noqa: F401
                           on_engine, passing_report, registry)
@@ -65,9 +66,9 @@ def cli_publish(engine, registry, ref, name, tmp_path, monkeypatch, *extra, sbom
     report = tmp_path / f"{name}.json"
     report.write_text(json.dumps(passing_report(engine, ref, name)))
     spec = types.SimpleNamespace(id=name, local_ref=ref, tags=list(tags), labels={}, stack={})
-    fake = types.ModuleType("imagebuild.images")
+    fake = types.ModuleType("imagebuild.render.images")
     fake.load_images = lambda matrix: {name: spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.images", fake)
+    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
     monkeypatch.setenv(publish.USER_ENV, USER)
     monkeypatch.setenv(publish.PASSWORD_ENV, PASSWORD)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
@@ -489,7 +490,7 @@ def test_the_sbom_written_after_a_push_is_the_one_written_before(engine, registr
     """The SBOM names the image by its id, not by the registry digests the engine learns at a push:
     else the SBOM of a re-publish would differ from the one attached, and a second would be attached."""
     from conftest import ROOT
-    from imagebuild import sbom
+    from imagebuild.deliver import sbom
     from imagebuild.engines import get_engine
 
     import io

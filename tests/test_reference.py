@@ -77,7 +77,10 @@ def test_not_a_string():
 def test_every_checker_uses_this_grammar():
     """The engine boundary, export, the smoke runner, the matrix's grammar and the renderer's last
     check accept and refuse the same names (they were five grammars that disagreed on 4 of 10)."""
-    from imagebuild import export, grammar, render, testrun
+    from imagebuild.deliver import export
+    from imagebuild.knowledge import grammar
+    from imagebuild.render import renderer as render
+    from imagebuild.testrun import runner as testrun
     from imagebuild.engines import check_ref
     from imagebuild.errors import ImagebuildError
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import cli, images, knowledge, render
+from imagebuild import cli, knowledge
+from imagebuild.render import images, renderer as render
 from imagebuild.errors import RenderError
 
 from conftest import ROOT, need

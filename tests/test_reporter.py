@@ -1,4 +1,4 @@
-"""The one reporter (issue 14, imagebuild/reporter.py): every command takes --json; the reporter's
+"""The one reporter (issue 14, imagebuild/cli/reporter.py): every command takes --json; the reporter's
 renderings; and, for the commands that need no engine, registry or network, that --json puts
 exactly one JSON document on stdout (the standard rendering: sorted keys, indent 2), holding the
 same facts as the text, with anything else on stderr as JSON lines."""
@@ -14,8 +14,8 @@ from pathlib import Path
 
 from conftest import ROOT
 from imagebuild import cli
-from imagebuild.images import load_images
-from imagebuild.reporter import Reporter, dumps
+from imagebuild.render.images import load_images
+from imagebuild.cli.reporter import Reporter, dumps
 
 MATRIX = str(ROOT / "matrix.yaml")
 DGX = str(ROOT / "tests" / "fixtures" / "doctor" / "dgx-h100-ib")
@@ -36,7 +36,7 @@ def _without_json(parser: argparse.ArgumentParser) -> list[str]:
 def _parser(name: str) -> argparse.ArgumentParser:
     module_name, helptext = cli.COMMANDS[name]
     parser = cli._Parser(prog=f"imagebuild {name}", description=helptext)  # noqa: SLF001
-    importlib.import_module(f"imagebuild.commands.{module_name}").configure(parser)
+    importlib.import_module(f"imagebuild.cli.commands.{module_name}").configure(parser)
     return parser
 
 
@@ -75,7 +75,7 @@ def _stderr_users(folder: Path) -> list[str]:
 def test_no_command_writes_stderr_itself(tmp_path):
     """stderr belongs to the reporter (and to cli.py's one error line): a command that printed
     there itself would put a plain line among --json's event lines."""
-    assert _stderr_users(ROOT / "imagebuild" / "commands") == []
+    assert _stderr_users(ROOT / "imagebuild" / "cli" / "commands") == []
     (tmp_path / "planted.py").write_text("import sys\n\ndef run():\n    print('x', file=sys.stderr)\n")
     assert _stderr_users(tmp_path) == ["planted.py:4"]
 
@@ -281,7 +281,8 @@ def test_test_json_without_an_engine(capsys, tmp_path, monkeypatch):
     stderr events; the text run prints the same lines it always did."""
     import signal
 
-    from imagebuild import engines, testrun
+    from imagebuild import engines
+    from imagebuild.testrun import runner as testrun
     from imagebuild.smoke.report import CheckResult, Report
 
     def fake_test_image(engine, ref, opts, progress=None, log=None):

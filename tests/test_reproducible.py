@@ -1,4 +1,4 @@
-"""Reproducible images (imagebuild/reproducible.py): the normalising step, and two cold builds of
+"""Reproducible images (imagebuild/build/reproducible.py): the normalising step, and two cold builds of
 the same recipe on the real engine giving one image ID."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import reproducible as rp
-from imagebuild import sourcedate
+from imagebuild.build import reproducible as rp
+from imagebuild import dockerfile, sourcedate
 
 ROOT = Path(__file__).resolve().parent.parent
 EPOCH = sourcedate.source_epoch("2026-11-21")
@@ -161,9 +161,9 @@ def test_config_loses_build_host_noise():
 
 def test_final_base_follows_stage_names():
     text = "FROM imagebuild/base:debian-bookworm AS torch\nRUN x\nFROM torch AS mid\nFROM mid\n"
-    assert rp.final_base(text) == "imagebuild/base:debian-bookworm"
-    assert rp.final_base("FROM a:1 AS b\nFROM c:2\n") == "c:2"
-    assert rp.final_base("FROM scratch\n") is None
+    assert dockerfile.final_base(text) == "imagebuild/base:debian-bookworm"
+    assert dockerfile.final_base("FROM a:1 AS b\nFROM c:2\n") == "c:2"
+    assert dockerfile.final_base("FROM scratch\n") is None
 
 
 def test_git_revision_only_for_a_clean_checkout(tmp_path):
@@ -272,7 +272,7 @@ def base_image(docker_client):
 
 
 def _build_twice(docker_client, tmp_path, *, normalize: bool) -> list:
-    from imagebuild.build import BuildJob, build_all
+    from imagebuild.build.scheduler import BuildJob, build_all
     from imagebuild.engines import get_engine
 
     token = secrets.token_hex(4)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from imagebuild import cli, knowledge
-from imagebuild import resolve as R
+from imagebuild.resolve import solver as R
 from imagebuild.errors import UsageError
 
 from conftest import ROOT

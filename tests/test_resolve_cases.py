@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild import cli, knowledge
-from imagebuild import resolve as R
+from imagebuild.resolve import solver as R
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = str(ROOT / "matrix.yaml")

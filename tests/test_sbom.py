@@ -38,8 +38,8 @@ def sbom_doc(smoke_cpu_image, tmp_path_factory):
 
 
 def smoke_lock():
-    from imagebuild.images import load_images
-    from imagebuild.wheellock import parse_lock
+    from imagebuild.render.images import load_images
+    from imagebuild.render.wheellock import parse_lock
     spec = load_images(ROOT / "matrix.yaml")["smoke-cpu"]
     path = ROOT / spec.wheel_lock
     return path, parse_lock(path.read_text(), str(path))
@@ -94,7 +94,7 @@ def test_every_locked_wheel_with_its_hashes(sbom_doc):
 def test_image_stack_base_and_determinism(sbom_doc, docker_client, smoke_cpu_image, tmp_path):
     doc = json.loads(sbom_doc.read_text())
     image = docker_client.images.get(smoke_cpu_image)
-    from imagebuild.sbom import SERIAL_NAMESPACE
+    from imagebuild.deliver.sbom import SERIAL_NAMESPACE
     assert doc["serialNumber"] == f"urn:uuid:{uuid.uuid5(SERIAL_NAMESPACE, image.id)}"
     assert doc["metadata"]["timestamp"].startswith(image.labels["org.opencontainers.image.created"][:10])
     props = {p["name"]: p["value"] for p in doc["metadata"]["component"]["properties"]}
@@ -140,10 +140,10 @@ def test_source_tarballs_of_a_cuda_recipe(smoke_cpu_image):
     """smoke-cpu compiles nothing; the tarball part is checked with a CUDA image's real list from
     the matrix on the real smoke-cpu contents."""
     from imagebuild.engines import get_engine
-    from imagebuild.images import expand
+    from imagebuild.render.images import expand
     from imagebuild.knowledge import load
-    from imagebuild.sbom import build_sbom, read_image
-    from imagebuild.sources import for_image
+    from imagebuild.deliver.sbom import build_sbom, read_image
+    from imagebuild.render.sources import for_image
 
     k = load(ROOT / "matrix.yaml")
     specs = {s.id: s for s in expand(k)[0]}

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import errors, redact, wheellock
+from imagebuild import errors, redact
+from imagebuild.render import wheellock
 
 ROOT = Path(__file__).resolve().parent.parent
 USER = "ci-index-user"
@@ -165,8 +166,8 @@ def test_no_index_credentials_reach_an_image(tmp_path):
     """An image build receives no index at all from the user: no build argument (which would be
     kept in the image's history), no ARG in any generated recipe; the only index a recipe names is
     the matrix's PyTorch index, and a matrix URL with userinfo is refused by its grammar."""
-    from imagebuild.commands.build import jobs_for
-    from imagebuild.grammar import check
+    from imagebuild.cli.commands.build import jobs_for
+    from imagebuild.knowledge.grammar import check
     assert check("url", "https://download.example/whl/{tag}", ("tag",)) is None
     assert check("url", "https://user:tok@download.example/whl/{tag}", ("tag",)) is not None
     from imagebuild.knowledge import load

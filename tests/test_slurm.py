@@ -14,7 +14,8 @@ import types
 
 import pytest
 
-from imagebuild import cli, export, slurm
+from imagebuild import cli
+from imagebuild.deliver import export, slurm
 from imagebuild.engines import get_engine
 from imagebuild.errors import ImagebuildError
 
@@ -93,11 +94,11 @@ def test_hostile_values_are_refused(field, value):
 
 
 def fake_images(monkeypatch, *ids):
-    module = types.ModuleType("imagebuild.images")
+    module = types.ModuleType("imagebuild.render.images")
     module.load_images = lambda matrix: {
         i: types.SimpleNamespace(id=i, local_ref=f"imagebuild/{i}:test", tags=["t"], labels={}, stack={})
         for i in ids}
-    monkeypatch.setitem(sys.modules, "imagebuild.images", module)
+    monkeypatch.setitem(sys.modules, "imagebuild.render.images", module)
 
 
 def test_cli_writes_the_script_and_refuses_hostile_arguments(tmp_path, monkeypatch, capsys):

@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT
 from imagebuild import cli
 from imagebuild.engines import get_engine
-from imagebuild.testrun import Containers
+from imagebuild.testrun.runner import Containers
 
 BASE = "imagebuild/base:debian-bookworm"
 
@@ -115,7 +115,7 @@ def test_labels_that_disagree_with_image_json_fail(smoke_cpu_image, docker_clien
 
 
 def test_installed_version_differing_from_image_json_fails(smoke_cpu_image, docker_client, tmp_path):
-    from imagebuild.images import load_images
+    from imagebuild.render.images import load_images
     stack = load_images(ROOT / "matrix.yaml")["smoke-cpu"].image_json
     stack["stack"]["ucx"] = "1.16.0"
     text = json.dumps(stack).replace('"', '\\"')

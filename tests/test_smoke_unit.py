@@ -404,7 +404,7 @@ def _labels(**stack):
 
 
 def test_labels_must_equal_image_json():
-    from imagebuild.testrun import compare_labels
+    from imagebuild.testrun.runner import compare_labels
 
     labels, stack = _labels()
     same = {"id": "smoke-cpu", "flavor": "cpu", "stack": dict(stack)}
@@ -420,7 +420,7 @@ def test_labels_must_equal_image_json():
 def test_inspect_image_keeps_the_ref_beside_the_engines_image_info():
     from imagebuild.engines import ImageInfo
     from imagebuild.errors import SmokeError
-    from imagebuild.testrun import ImageUnderTest, inspect_image
+    from imagebuild.testrun.runner import ImageUnderTest, inspect_image
 
     labels, _ = _labels()
     images = {"imagebuild/smoke-cpu:t": ImageInfo(id="sha256:" + "0" * 64, repo_digests=(), size=1, labels=labels),
@@ -437,7 +437,7 @@ def test_inspect_image_keeps_the_ref_beside_the_engines_image_info():
 @pytest.mark.parametrize("ref", ["imagebuild/smoke-cpu:2.13.0", "localhost:5000/a/b:tag", "ubuntu",
                                  "sha256:" + "a" * 64])
 def test_image_refs_accepted(ref):
-    from imagebuild.testrun import validate_ref
+    from imagebuild.testrun.runner import validate_ref
 
     assert validate_ref(ref) == ref
 
@@ -446,7 +446,7 @@ def test_image_refs_accepted(ref):
                                  "img:tag\nrm"])
 def test_hostile_image_refs_refused(ref):
     from imagebuild.errors import UsageError
-    from imagebuild.testrun import validate_ref
+    from imagebuild.testrun.runner import validate_ref
 
     with pytest.raises(UsageError):
         validate_ref(ref)
@@ -454,7 +454,7 @@ def test_hostile_image_refs_refused(ref):
 
 def test_only_names_checked():
     from imagebuild.errors import UsageError
-    from imagebuild.testrun import check_only
+    from imagebuild.testrun.runner import check_only
 
     assert check_only(["versions", "ddp.two-node"]) == ["versions", "ddp.two-node"]
     with pytest.raises(UsageError, match="unknown check 'nccl'"):
@@ -462,7 +462,7 @@ def test_only_names_checked():
 
 
 def test_min_driver_label_must_match_image_json():
-    from imagebuild.testrun import compare_labels
+    from imagebuild.testrun.runner import compare_labels
 
     labels, stack = _labels()
     labels["io.imagebuild.min-driver"] = "none"

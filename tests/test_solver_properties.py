@@ -29,7 +29,8 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from imagebuild import knowledge, resolve
+from imagebuild import knowledge
+from imagebuild.resolve import solver as resolve
 from imagebuild.versions import parse_driver, parse_spec, parse_version
 
 AS_OF = "2026-11-21"

@@ -22,7 +22,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
-from imagebuild import knowledge, sync
+from imagebuild import knowledge
+from imagebuild.knowledge import sync
 from imagebuild.versions import NONE
 
 from conftest import ROOT, need

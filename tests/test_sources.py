@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from imagebuild import cli, knowledge
-from imagebuild import images as I
-from imagebuild import sources as S
+from imagebuild.render import images as I
+from imagebuild.render import sources as S
 
 from conftest import ROOT, need
 

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from conftest import need
-from imagebuild import cli, knowledge, sync
+from imagebuild import cli, knowledge
+from imagebuild.knowledge import sync
 from imagebuild.errors import KnowledgeError
 
 # A small knowledge base: one release in flow style, one in block style (and one without a

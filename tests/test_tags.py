@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from conftest import ROOT
-from imagebuild import cli, images
+from imagebuild import cli
+from imagebuild.render import images
 
 MATRIX = str(ROOT / "matrix.yaml")
 

@@ -114,7 +114,7 @@ def test_a_build_context_from_the_wheel(installed, tmp_path):
     is copied from the install, the Dockerfile is the committed one."""
     py, _, site, project, _ = installed
     code = ("import sys; from imagebuild.knowledge import load; "
-            "from imagebuild.commands.build import jobs_for; "
+            "from imagebuild.cli.commands.build import jobs_for; "
             f"j = jobs_for([{IMAGES[1]!r}], load(sys.argv[1]), sys.argv[2]); print(j[0].context)")
     ctx = Path(_run([py, "-c", code, project / "matrix.yaml", tmp_path / "ctx"], cwd=project).stdout.strip())
     assert (ctx / "Dockerfile").read_bytes() == (ROOT / "Dockerfiles" / IMAGES[1] / "Dockerfile").read_bytes()

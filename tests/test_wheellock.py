@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import cli, images, knowledge, render, wheellock
+from imagebuild import cli, knowledge
+from imagebuild.render import images, renderer as render, wheellock
 from imagebuild.errors import RenderError
-from imagebuild.wheellock import LockError, WheelSet, check_lock, parse_lock
+from imagebuild.render.wheellock import LockError, WheelSet, check_lock, parse_lock
 
 from conftest import ROOT, need
 
@@ -225,7 +226,7 @@ def test_the_build_context_carries_the_lock_and_its_nccl_subset(tmp_path, k, spe
 
 
 def _index_reachable() -> str | None:
-    from imagebuild.sync import default_index
+    from imagebuild.knowledge.sync import default_index
     src = wheellock.pip_sources()
     url = (src.get("index-url") or [default_index()])[0]
     try:

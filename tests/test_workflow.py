@@ -77,7 +77,7 @@ def test_every_imagebuild_call_is_a_real_command_with_valid_arguments(workflow):
         assert cmd in cli.COMMANDS, f"step {step!r} runs unknown command imagebuild {cmd}"
         module_name, _help = cli.COMMANDS[cmd]
         try:
-            module = importlib.import_module(f"imagebuild.commands.{module_name}")
+            module = importlib.import_module(f"imagebuild.cli.commands.{module_name}")
         except ImportError:
             unchecked.append(cmd)  # the command's module is not written yet
             continue
@@ -92,7 +92,7 @@ def test_every_imagebuild_call_is_a_real_command_with_valid_arguments(workflow):
 def test_plan_prints_the_matrix_the_workflow_expects(capsys):
     """The contract between job `plan` and job `images`: one line of JSON with an `include` list
     whose entries name images of the matrix under `image`."""
-    from imagebuild.images import load_images
+    from imagebuild.render.images import load_images
 
     driver = yaml.safe_load((ROOT / "cluster" / "driver.yaml").read_text())
     assert cli.main(["plan", "--matrix", str(ROOT / "matrix.yaml"), "--driver-from", "550.54.15",

@@ -6,7 +6,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from imagebuild import lockfile, publish, render, workspace
+from imagebuild.deliver import lockfile, publish
+from imagebuild.render import renderer as render
+from imagebuild import workspace
 from imagebuild.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..errors import KnowledgeError
-from ..grammar import check_mapping
+from .grammar import check_mapping
 from ..versions import VersionSyntaxError, parse_driver, parse_spec, parse_version
 from .model import Rule
 from .schema import DEFAULT_PLATFORM

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from .. import grammar
+from . import grammar
 from ..errors import KnowledgeError
 
 class _Map(dict):

@@ -1,0 +1,110 @@
+"""The top of the pipeline, and the only layer that parses arguments or prints: dispatches to one
+module under `imagebuild.cli.commands` per command, which speaks through `reporter`, and maps
+every ImagebuildError to one line on stderr with its exit code (EXIT_CODES below). Only the chosen
+command's module is imported, so `imagebuild resolve` never pays for the docker SDK or Jinja2."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from ..errors import ImagebuildError
+
+# name -> (module under imagebuild.commands, one-line help). Kept static so that `--help` and
+# dispatch need no imports of the command modules.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "resolve": ("resolve", "the best consistent stack for a host (driver, GPU) and wishes"),
+    "check": ("check", "whether a complete stack (flags, JSON or an image's labels) is consistent"),
+    "knowledge": ("knowledge", "inspect and sync the knowledge base (matrix.yaml)"),
+    "images": ("images", "list the images the matrix declares, with ids and tags"),
+    "tags": ("tags", "print the tags of an image"),
+    "generate": ("generate", "render Dockerfiles and Singularity definitions for every image"),
+    "base": ("base", "create a local base image with debootstrap (no registry needed)"),
+    "build": ("build", "build images on a real engine"),
+    "test": ("test", "run the smoke suite inside built images"),
+    "publish": ("publish", "push tested images to a registry and verify their digests"),
+    "lock": ("lock", "write or check images.lock"),
+    "wheels": ("wheels", "write or check the hash-pinned wheel locks (locks/wheels/)"),
+    "sources": ("sources", "list or fetch the source tarballs the images compile, checksummed"),
+    "plan": ("plan", "which images a driver upgrade makes buildable, degrades or breaks"),
+    "export": ("export", "export an image for Slurm: enroot squashfs, OCI bundle or SIF"),
+    "slurm-script": ("slurm_script", "write an sbatch script that runs the smoke suite across nodes"),
+    "doctor": ("doctor", "read this node: host facts, the best image here, GPUDirect and NCCL advice"),
+    "find": ("find", "the published images (images.lock) that run on a host, best first, and how to pull them"),
+    "sbom": ("sbom", "a CycloneDX SBOM of a built image, checked against its wheel lock"),
+    "audit": ("audit", "known vulnerabilities of an image's locked wheels (the index's data)"),
+    "verify": ("verify", "check a pushed image's signature (cosign's key-based format) and its signed SBOM"),
+}
+
+
+# the exit codes every command uses (errors.py; README, "Exit codes")
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "done"),
+    (1, "answered, but the answer is no (nothing fits, a check or a smoke test failed)"),
+    (2, "the user's mistake or a refusal: bad flag, file or matrix, bad credentials, failed build"),
+    (3, "a service is unavailable: no engine answers, a registry or index is unreachable or keeps "
+        "failing; retry later"),
+    (130, "interrupted"),
+)
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="imagebuild",
+        description="Reproducible, tested container images for GPU clusters.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="commands:\n" + "\n".join(f"  {n:<13} {h}" for n, (_, h) in COMMANDS.items())
+        + "\n\nexit codes:\n" + "\n".join(f"  {c:<13} {h}" for c, h in EXIT_CODES),
+    )
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    p.add_argument("command", nargs="?", help="one of the commands below")
+    return p
+
+
+def add_matrix_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--matrix", default=os.environ.get("IMAGEBUILD_MATRIX", "matrix.yaml"),
+        help="the knowledge base (default: $IMAGEBUILD_MATRIX or ./matrix.yaml)")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line and exit code 2 (argparse prints usage too)."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        raise ImagebuildError(message, argument=self.prog)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        _top_parser().print_help()
+        return 0 if argv else 2
+    if argv[0] == "--version":
+        from .. import __version__
+        print(f"imagebuild {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"imagebuild: unknown command {name!r} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
+        return 2
+    modname, helptext = COMMANDS[name]
+    try:
+        module = importlib.import_module(f"imagebuild.cli.commands.{modname}")
+        parser = _Parser(prog=f"imagebuild {name}", description=helptext)
+        module.configure(parser)
+        args = parser.parse_args(rest)
+        return int(module.run(args) or 0)
+    except ImagebuildError as exc:
+        print(f"imagebuild {name}: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"imagebuild {name}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,252 @@
+"""`imagebuild find [host facts | --from-doctor FILE] [--registry HOST[:PORT]/NS [--no-check]] [--lock FILE]`
+
+The published images that run on a host, best first: the entries of images.lock whose smoke
+report passed (`imagebuild publish` pushes nothing else), still declared by the matrix with the
+same stack, that run on the host as `check --image` judges it; each with its CUDA compatibility
+mode, its tags, and (with --registry) the commands that fetch and run it: `docker pull`,
+`enroot import` and pyxis's `srun --container-image` (both of which take `HOST#NS/IMAGE:TAG`).
+
+Where images.lock records what `imagebuild publish` pushed to that registry (the entry's
+``published``: manifest digest and tags), `docker pull` names the immutable ``HOST/NS/IMAGE@DIGEST``.
+enroot and pyxis get the dated tag: enroot 3.x's URI parser takes ``[REGISTRY#]IMAGE[:TAG]`` only and
+refuses ``@sha256:`` (newer enroot parses it), so a digest form would fail on many clusters.
+
+With --registry, find asks the registry (GET /v2/, then each tag's manifest digest, with the
+credentials `publish` would use) before it offers anything, unless --no-check: an image is offered
+only when its dated tag serves the digest the lock records. Otherwise it is listed apart: "tag moved
+to <digest>", "not in registry", or "unrecorded" (the lock records no publish to that registry, so
+nothing says the tag is the tested image). Checking is the default because `find --registry` is the
+researcher's command and the failure it prevents (a job sent to a tag that was never pushed, was
+deleted or now names another image) costs a queued job; --no-check is for a machine that cannot
+reach the registry. Exit 0 when some image is offered, 1 when none is, 2 for bad input or refused
+credentials, 3 when the registry cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from .. import add_matrix_option
+from ...errors import UsageError
+from ..reporter import Reporter
+from .resolve import add_host_options
+
+SHOWN = 10
+
+
+def configure(parser) -> None:
+    add_matrix_option(parser)
+    add_host_options(parser)
+    parser.add_argument("--platform", help="the nodes' CPU architecture (x86_64, aarch64)")
+    parser.add_argument("--from-doctor", metavar="FILE",
+                        help="host facts from `imagebuild doctor --json` output; flags override it")
+    parser.add_argument("--lock", metavar="FILE",
+                        help="images.lock (default: images.lock beside the matrix)")
+    parser.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
+                        help="where the images were published: check that the registry serves what "
+                             "images.lock records, print pull and run commands")
+    parser.add_argument("--no-check", action="store_true",
+                        help="with --registry: do not ask the registry (print the commands unchecked)")
+    parser.add_argument("--auth-host", action="append", default=[], metavar="HOST",
+                        help="a host other than the registry's whose token service may receive the "
+                             "registry credentials (as for `imagebuild publish`); repeatable")
+    parser.add_argument("--all", action="store_true", help=f"list every image (text lists {SHOWN})")
+    parser.add_argument("--json", action="store_true", help="print a JSON document")
+
+
+_FACTS = ("driver", "gpu", "kernel", "open_kernel_modules", "ofed", "platform")
+
+
+def facts_from_doctor(path: str) -> dict:
+    """The `host` object of a doctor --json document."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except OSError as exc:
+        raise UsageError(f"cannot read: {exc.strerror}", argument="--from-doctor") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        where = f" at line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") else ""
+        raise UsageError(f"{path}: malformed JSON{where}", argument="--from-doctor") from None
+    host = data.get("host") if isinstance(data, dict) else None
+    if not isinstance(host, dict) or not set(_FACTS) <= set(host):
+        raise UsageError(f"{path}: not `imagebuild doctor --json` output (no host object with "
+                         f"{', '.join(_FACTS)})", argument="--from-doctor")
+    for key in ("driver", "gpu", "kernel", "platform"):
+        if host[key] is not None and not isinstance(host[key], str):
+            raise UsageError(f"{path}: host.{key} must be a string or null", argument="--from-doctor")
+    for key in ("open_kernel_modules", "ofed"):
+        if host[key] is not None and not isinstance(host[key], bool):
+            raise UsageError(f"{path}: host.{key} must be true, false or null",
+                             argument="--from-doctor")
+    return {key: host[key] for key in _FACTS}
+
+
+def references(target, spec, digest: str | None = None) -> dict:
+    """Docker and enroot/pyxis references of an image's tags, dated (immutable) tag first, and
+    the commands that fetch it and run its smoke suite under Slurm/pyxis on the host. With the
+    ``digest`` publish recorded, docker's reference is ``HOST/NS/IMAGE@DIGEST`` (first in the list);
+    enroot/pyxis keep the dated tag (module docstring)."""
+    repo = target.repository(spec.id)
+    tags = [spec.tags[-1], *spec.tags[:-1]]     # spec.tags: the floating tag, then the dated one
+    dated = tags[0]
+    docker = f"{target.host}/{repo}@{digest}" if digest else f"{target.host}/{repo}:{dated}"
+    enroot = f"{target.host}#{repo}:{dated}"
+    return {"docker": [*([docker] if digest else []), *(f"{target.host}/{repo}:{t}" for t in tags)],
+            "enroot": [f"{target.host}#{repo}:{t}" for t in tags],
+            "commands": [f"docker pull {docker}", f"enroot import docker://{enroot}",
+                         f"srun --container-image={enroot} imagebuild-smoke --tier "
+                         f"{'cpu' if spec.stack.get('cuda', 'none') == 'none' else 'gpu'}"]}
+
+
+def published_digest(target, spec, entry: dict) -> str | None:
+    """The manifest digest images.lock records for ``spec`` in ``target``'s registry, or None."""
+    record = (entry.get("published") or {}).get(target.reference(spec.id))
+    return record["digest"] if record else None
+
+
+def registry_status(api, target, spec, entry: dict, lock_path: str) -> dict:
+    """What the registry serves for an image's tags against what the lock recorded at publish:
+    ``status`` ok | moved | not-in-registry | unrecorded, and ``why`` (one line) when not ok.
+    Only the dated tag decides: a floating tag moves on to newer builds by design."""
+    repo_path, reference = target.repository(spec.id), target.reference(spec.id)
+    dated = spec.tags[-1]
+    served = {tag: api.manifest_digest(repo_path, tag) for tag in [dated, *spec.tags[:-1]]}
+    recorded = published_digest(target, spec, entry)
+    now = served[dated]
+    out = {"repository": reference, "dated_tag": dated, "recorded": recorded, "serves": now,
+           "tags": dict(sorted(served.items()))}
+    if now is None:
+        out.update(status="not-in-registry", why=f"not in registry: {reference}:{dated} does not exist")
+    elif recorded is None:
+        out.update(status="unrecorded",
+                   why=f"unrecorded: {reference}:{dated} serves {now}, but {lock_path} records no "
+                       f"publish to {reference}, so nothing says it is the tested image (publish it "
+                       "with `imagebuild publish`, which records the digest)")
+    elif now != recorded:
+        out.update(status="moved", why=f"tag moved to {now}: {reference}:{dated} no longer serves "
+                                       f"{recorded}, the digest {lock_path} records")
+    else:
+        out.update(status="ok", why=None)
+    return out
+
+
+def run(args) -> int:
+    from ...deliver import hostfit, lockfile
+    from ...render import images
+    from ... import knowledge
+    from ...resolve.solver import Host
+
+    facts = {key: None for key in _FACTS}
+    if args.from_doctor:
+        facts.update(facts_from_doctor(args.from_doctor))
+    for key in _FACTS:
+        value = getattr(args, key, None)
+        if value is not None:
+            facts[key] = value
+    if facts["driver"] is None and facts["gpu"] is None:
+        raise UsageError("give the host: --driver and --gpu (or --gpu none), or --from-doctor FILE",
+                         argument="--driver")
+    target = None
+    if args.registry:
+        from ...deliver.publish import parse_target
+        target = parse_target(args.registry)
+    elif args.no_check:
+        raise UsageError("--no-check goes with --registry (without it no registry is asked)",
+                         argument="--no-check")
+    k = knowledge.load(args.matrix)
+    if facts["platform"] is not None:
+        facts["platform"] = hostfit.platform_id(k, facts["platform"])
+        if facts["platform"] not in k.platforms:
+            raise UsageError(f"unknown platform {facts['platform']!r} (one of "
+                             f"{', '.join(k.platforms)})", argument="--platform")
+    host = Host(driver=facts["driver"], gpu=facts["gpu"], kernel=facts["kernel"], ofed=facts["ofed"],
+                open_kernel_modules=facts["open_kernel_modules"], date=args.date)
+    lock_path = args.lock or os.path.join(os.path.dirname(os.path.abspath(args.matrix)),
+                                          lockfile.DEFAULT_LOCK)
+    locked = lockfile.read_lock(lock_path)
+    specs = {s.id: s for s in images.expand(k, allow_unverified=args.allow_unverified)[0]}
+    candidates, left_out = [], []
+    for image_id, entry in sorted(locked.items()):
+        spec = specs.get(image_id)
+        if spec is None:
+            left_out.append((image_id, "in the lock but no longer declared by the matrix"))
+        elif not (entry.get("smoke") or {}).get("passed"):
+            left_out.append((image_id, "no passing smoke report in the lock: not published"))
+        else:
+            drift = lockfile.drift(entry, {"stack": dict(spec.stack)}, only=("stack",))
+            if drift:
+                left_out.append((image_id, "the lock's stack differs from the matrix's ("
+                                 + "; ".join(drift) + "): run `imagebuild lock`"))
+            else:
+                candidates.append(spec)
+    good, bad = hostfit.fits(k, candidates, host, facts["platform"], args.allow_unverified)
+    left_out += [(m.spec.id, m.why) for m in bad]
+    checked = target is not None and not args.no_check
+    status: dict[str, dict] = {}
+    if checked and good:
+        from ...deliver.publish import RegistryAPI, find_credentials
+        api = RegistryAPI(target.host, find_credentials(target.host), auth_hosts=args.auth_host)
+        api.ping()          # an unreachable registry is one line, exit 3, before anything is listed
+        status = {f.spec.id: registry_status(api, target, f.spec, locked[f.spec.id], lock_path)
+                  for f in good}
+    offered = [f for f in good if not checked or status[f.spec.id]["status"] == "ok"]
+    refused = [f for f in good if checked and status[f.spec.id]["status"] != "ok"]
+
+    def digest_of(f) -> str | None:
+        return published_digest(target, f.spec, locked[f.spec.id])
+
+    if args.json:
+        out = []
+        for f in offered:
+            item = f.to_json()
+            item["published"] = locked[f.spec.id].get("published") or {}
+            if target is not None:
+                item.update(references(target, f.spec, digest_of(f)))
+                item["registry"] = status.get(f.spec.id) or {
+                    "repository": target.reference(f.spec.id), "recorded": digest_of(f),
+                    "status": "unchecked"}
+            out.append(item)
+        Reporter.for_args("find", args).result(
+            {"host": facts, "lock": lock_path, "images": out,
+             "not_offered": [{"image": f.spec.id, "why": status[f.spec.id]["why"],
+                              "registry": status[f.spec.id]} for f in refused],
+             "left_out": [{"image": i, "why": w} for i, w in left_out]})
+        return 0 if offered else 1
+    if not offered:
+        if good:
+            print(f"No image of {lock_path} that runs on this host is in {target.host}/"
+                  f"{target.namespace} as it was published.")
+            for f in refused:
+                print(f"  {f.spec.id}: {status[f.spec.id]['why']}")
+        else:
+            print(f"No published image in {lock_path} runs on this host.")
+            for image_id, why in left_out[:SHOWN]:
+                print(f"  {image_id}: {why}")
+        return 1
+    shown = offered if args.all else offered[:SHOWN]
+    for n, f in enumerate(shown, 1):
+        mode = ("CPU only" if f.mode == "n/a" else f.mode) + (f", needs {f.package}" if f.package else "")
+        print(f"{n}. {f.spec.id} ({mode})")
+        if target is None:
+            print(f"   tags: {', '.join(f.spec.tags)}")
+            for repo, record in sorted((locked[f.spec.id].get("published") or {}).items()):
+                print(f"   published: {repo}@{record['digest']}")
+        else:
+            if checked:
+                print(f"   registry: ok ({f.spec.tags[-1]} serves the digest publish recorded)")
+            for cmd in references(target, f.spec, digest_of(f))["commands"]:
+                print(f"   {cmd}")
+    if len(offered) > len(shown):
+        print(f"... and {len(offered) - len(shown)} more (--all)")
+    if refused:
+        print(f"Not offered: {len(refused)} image(s) that run here are not in the registry as published:")
+        for f in refused:
+            print(f"  {f.spec.id}: {status[f.spec.id]['why']}")
+    if target is None:
+        print("give --registry HOST[:PORT]/NAMESPACE (where they were published) for the pull commands")
+    elif not checked:
+        print("the registry was not asked (--no-check): a tag may be missing or name another image")
+    if left_out:
+        print(f"{len(left_out)} locked image(s) left out (--json says why)")
+    return 0

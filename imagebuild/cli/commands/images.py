@@ -1,0 +1,40 @@
+"""imagebuild images: the images the matrix declares (id, tag, stack), and with --all what was left out."""
+
+from __future__ import annotations
+
+from .. import add_matrix_option
+from ..reporter import Reporter
+
+
+def configure(parser) -> None:
+    add_matrix_option(parser)
+    parser.add_argument("--all", action="store_true",
+                        help="also list the combinations that do not resolve, and why")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--allow-unverified", action="store_true",
+                        help="also images that rely on facts marked verified: false")
+
+
+def run(args) -> int:
+    from ...render import images as I
+    from ... import knowledge
+
+    k = knowledge.load(args.matrix)
+    specs, skipped = I.expand(k, allow_unverified=args.allow_unverified)
+    if args.json:
+        doc = {"images": [{"id": s.id, "family": s.family, "flavor": s.flavor, "tag": s.tag,
+                           "tags": list(s.tags), "ref": s.local_ref, "stack": s.stack,
+                           "min_driver": s.min_driver} for s in specs]}
+        if args.all:
+            doc["skipped"] = [{"family": x.family, "combination": x.combination,
+                               "reason": x.reason(k)} for x in skipped]
+        Reporter.for_args("images", args).result(doc)
+        return 0
+    width = max(len(s.id) for s in specs) if specs else 10
+    for s in specs:
+        print(f"{s.id:<{width}}  {s.tag}")
+    print(f"{len(specs)} images")
+    if args.all:
+        for x in skipped:
+            print(f"not built: {x.family}: {x.combination}: {x.reason(k)}")
+    return 0

@@ -1,0 +1,237 @@
+"""`imagebuild knowledge validate | show SECTION | sync pytorch`
+
+- validate: load matrix.yaml strictly and print what it holds (sources, facts, rules, unverified).
+- show SECTION: a readable table of one section (gpus, cuda, drivers, architectures, pytorch,
+  cudnn, nccl, ucx, openmpi, os, constraints, sources), each row with its source.
+- sync pytorch: compare each PyTorch release's default variant with the real wheel metadata on the
+  package index; exit 0 when all agree, 1 when they differ; --write updates matrix.yaml in place.
+"""
+
+from __future__ import annotations
+
+from ...errors import UsageError
+from ..reporter import Reporter
+
+SECTIONS = ("sources", "cuda", "drivers", "architectures", "gpus", "cudnn", "nccl", "pytorch", "ucx",
+            "openmpi", "os", "constraints", "rules")
+
+
+def configure(parser) -> None:
+    from .. import add_matrix_option
+
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    p = sub.add_parser("validate", help="load matrix.yaml strictly and print counts")
+    add_matrix_option(p)
+    p = sub.add_parser("show", help="print one section as a table with sources")
+    p.add_argument("section", metavar="SECTION", help="one of: " + ", ".join(SECTIONS))
+    add_matrix_option(p)
+    p = sub.add_parser("sync", help="compare PyTorch pins with the wheels on the package index")
+    p.add_argument("what", metavar="WHAT", choices=["pytorch"], help="what to sync: pytorch")
+    p.add_argument("--write", action="store_true",
+                   help="update matrix.yaml in place (only the differing values)")
+    p.add_argument("--versions", default=None, metavar="V1,V2",
+                   help="only these PyTorch releases (default: every release in the matrix)")
+    p.add_argument("--index-url", default=None, metavar="URL",
+                   help="the package index (default: pip's configured index-url, else pip's default)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    add_matrix_option(p)
+    for p in sub.choices.values():
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
+    # subparsers inherit argparse's own error(); route theirs through the one-line error too
+    for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse has no public API
+        for name, subparser in action.choices.items():
+            subparser.error = _one_line_error(f"{parser.prog} {name}")
+
+
+def _one_line_error(prog: str):
+    def error(message: str):
+        raise UsageError(message, argument=prog)
+    return error
+
+
+def run(args) -> int:
+    if args.action == "validate":
+        return _validate(args)
+    if args.action == "show":
+        return _show(args)
+    return _sync(args)
+
+
+def _validate(args) -> int:
+    from ... import knowledge
+
+    k = knowledge.load(args.matrix)
+    facts = _facts(k)
+    unverified = sum(1 for f in facts if not f[1])
+    unverified_rules = sum(1 for r in k.rules if not r.verified)
+    Reporter.for_args("knowledge", args).result(
+        {"matrix": args.matrix, "valid": True, "sources": len(k.sources), "facts": len(facts),
+         "rules": len(k.rules), "unverified_facts": unverified, "unverified_rules": unverified_rules},
+        f"{args.matrix}: valid\n"
+        f"  sources:    {len(k.sources)}\n"
+        f"  facts:      {len(facts)}\n"
+        f"  rules:      {len(k.rules)}\n"
+        f"  unverified: {unverified} facts, {unverified_rules} rules")
+    return 0
+
+
+def _facts(k) -> list[tuple[str, bool]]:
+    """(kind, verified) for every fact of the knowledge base."""
+    out = [("cuda-mode", True) for _ in k.modes]
+    out += [("cuda-major", True) for _ in k.majors]
+    out += [("cuda-release", r.verified) for r in k.releases.values()]
+    out += [("driver-branch", True) for _ in k.branches]
+    out += [("architecture", True) for _ in k.architectures]
+    out += [("gpu", True) for _ in k.gpus]
+    out += [("pytorch-release", True) for _ in k.pytorch]
+    out += [("pytorch-variant", v.verified) for v in k.variants.values()]
+    out += [("ucx", True) for _ in k.ucx] + [("openmpi", True) for _ in k.openmpi]
+    out += [("os", True) for _ in k.os] + [("gpudirect", True) for _ in k.gpudirect]
+    out += [("nccl-feature", True) for _ in k.nccl_features]
+    out += [("rdma", r["verified"]) for r in k.rdma.values()]
+    raw = k.raw
+    for sect in ("cudnn",):
+        if sect in raw:
+            out += [("cudnn-line", True) for _ in raw[sect].get("lines", [])]
+            out += [("cudnn-build", True) for _ in raw[sect].get("builds", [])]
+    if "nccl" in raw:
+        out += [("nccl-build", True) for _ in raw["nccl"].get("builds", [])]
+    out += [("constraint", c.get("verified", True) is not False) for c in raw.get("constraints", [])]
+    return out
+
+
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    cells = [[str("" if c is None else c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    out.append("  ".join("-" * w for w in widths))
+    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    return out
+
+
+def _mark(verified: bool) -> str:
+    return "" if verified else "unverified"
+
+
+def _show(args) -> int:
+    from ... import knowledge
+
+    section = args.section
+    if section not in SECTIONS:
+        raise UsageError(f"unknown section {section!r} (one of: {', '.join(SECTIONS)})",
+                         argument="SECTION")
+    tables = _section_tables(knowledge.load(args.matrix), section)
+    lines: list[str] = []
+    for n, (title, header, rows) in enumerate(tables):
+        shown = [[f"[{c}]" if h == "source" else c for c, h in zip(row, header)] for row in rows]
+        lines += ([""] if n else []) + ([f"{title}:"] if title else []) + _table(header, shown)
+    # JSON: the same tables as data, each cell as the text shows it but a source without brackets
+    Reporter.for_args("knowledge", args).result(
+        {"matrix": args.matrix, "section": section,
+         "tables": [{"title": title, "columns": header, "rows": [["" if c is None else str(c) for c in row]
+                                                                 for row in rows]}
+                    for title, header, rows in tables]},
+        "\n".join(lines))
+    return 0
+
+
+def _section_tables(k, section: str) -> list[tuple[str | None, list[str], list[list]]]:
+    """One section of the knowledge as tables: (title or None, header, rows) each."""
+    raw = k.raw
+    if section == "sources":
+        return [(None, ["id", "title", "url"], [[s.id, s.title, s.url] for s in k.sources.values()])]
+    if section == "cuda":
+        return [("modes", ["mode", "driver floor", "package", "source"],
+                 [[m.id, m.driver_floor, m.package or "", m.source] for m in k.modes]),
+                ("majors", ["major", "minor-compat driver", "source"],
+                 [[f"{maj}.x", drv, src] for maj, (drv, src) in sorted(k.majors.items())]),
+                ("releases", ["cuda", "min driver", "source", ""],
+                 [[r.version, r.driver or "?", r.source, _mark(r.verified)]
+                  for r in k.releases.values()])]
+    if section == "drivers":
+        rows = [[f"R{b.branch}", b.type or "", "end of life" if b.eol is True else (b.eol or "?"),
+                 b.newest_cuda or "", b.source] for b in k.branches.values()]
+        return [(None, ["branch", "type", "eol", "newest cuda", "source"], rows)]
+    if section == "architectures":
+        rows = [[a["cc"], a["name"], a["first_cuda"] or "", a["last_cuda"] or "",
+                 f"R{a['last_branch']}" if a["last_branch"] else "", a["source"]]
+                for a in k.architectures.values()]
+        return [(None, ["cc", "name", "first cuda", "last cuda", "last branch", "source"], rows)]
+    if section == "gpus":
+        rows = [[g.name, g.cc, k.architectures[g.cc]["name"], "yes" if g.datacenter else "no",
+                 g.source] for g in k.gpus.values()]
+        return [(None, ["gpu", "cc", "architecture", "data center", "source"], rows)]
+    if section == "pytorch":
+        rows = []
+        for ver, rel in k.pytorch.items():
+            for (pv, _), v in k.variants.items():
+                if pv != ver:
+                    continue
+                rows.append([ver, rel["python"], v.tag, v.cudnn, v.nccl, v.cuda_runtime or "",
+                             "yes" if v.default else "", ",".join(v.arch) if v.arch else "?",
+                             v.source, _mark(v.verified)])
+        return [(None, ["torch", "python", "variant", "cudnn", "nccl", "cuda runtime", "default",
+                        "arch", "source", ""], rows)]
+    if section in ("cudnn", "nccl"):
+        node = raw.get(section) or {}
+        tables: list = []
+        if section == "cudnn":
+            tables.append(("lines", ["cudnn", "cuda", "driver", "cc", "source"],
+                           [[ln["versions"], ln["cuda"], ln.get("driver", ""), ln.get("cc", ""),
+                             ln["source"]] for ln in node.get("lines", [])]))
+        tables.append(("builds", ["cuda major", "versions", "source"],
+                       [[f"cu{b['cuda_major']}", b["versions"], b["source"]]
+                        for b in node.get("builds", [])]))
+        if section == "nccl":
+            tables.append(("features", ["since", "feature", "source"],
+                           [[f["since"], f["feature"], f["source"]] for f in k.nccl_features]))
+        return tables
+    if section in ("ucx", "openmpi"):
+        rows = [[v, e["install"], ",".join(e.get("os", [])) if e.get("os") else "",
+                 "no" if e.get("cuda") is False else "", e["source"]]
+                for v, e in getattr(k, section).items()]
+        return [(None, [section, "install", "os", "cuda", "source"], rows)]
+    if section == "os":
+        rows = [[o["id"], o["name"], ",".join(o["python"]), o["cuda"] or "none", o["kernel"] or "",
+                 o["source"]] for o in k.os.values()]
+        return [(None, ["os", "name", "python", "cuda", "kernel", "source"], rows)]
+    if section == "constraints":
+        rows = [[r.id, r.text, r.source, _mark(r.verified)] for r in k.rules
+                if any(r.id == c.get("id") for c in raw.get("constraints", []))]
+        return [(None, ["id", "fact", "source", ""], rows)]
+    rows = [[r.id, r.line, r.text, r.source, _mark(r.verified)] for r in k.rules]   # rules
+    return [(None, ["rule", "line", "fact", "source", ""], rows)]
+
+
+def _sync(args) -> int:
+    from ...knowledge import sync
+
+    versions = None
+    if args.versions is not None:
+        versions = [v.strip() for v in args.versions.split(",") if v.strip()]
+        if not versions:
+            raise UsageError("no version given", argument="--versions")
+    index_url = sync.validate_index_url(args.index_url) if args.index_url else None
+
+    rep = Reporter.for_args("knowledge", args)
+    result = sync.sync_pytorch(args.matrix, versions, index_url, write=args.write, progress=rep.progress)
+    text = "\n".join(result.lines)
+    n = sum(len(r.differences) for r in result.reports)
+    if result.agree:
+        text += f"\nall {len(result.reports)} releases agree with the index"
+    elif args.write:
+        text += (f"\n{args.matrix}: " + ("updated" if result.written else "nothing writable changed")
+                 + f" ({n} difference(s); values marked 'fix by hand' were not written)")
+    rep.result({"matrix": args.matrix, "agree": result.agree, "write": args.write,
+                "written": result.written, "differences": n,
+                "releases": [_release_json(r) for r in result.reports]}, text)
+    return 0 if result.agree else 1
+
+
+def _release_json(report) -> dict:
+    """One release of `knowledge sync`: the matrix's pins, the index's, and where they differ."""
+    from dataclasses import asdict
+
+    return {"release": report.release, "line": report.line, "matrix": report.matrix,
+            "index": asdict(report.pins), "differences": [asdict(d) for d in report.differences]}

@@ -1,0 +1,152 @@
+"""`imagebuild lock [--check] [--lock FILE] [IMAGE...]`
+
+Writes images.lock (resolved stack, Dockerfile sha256, base image id, built image id and a smoke
+report summary per image) or, with --check, prints what drifted and exits 1 when anything did.
+
+An image is locked with the matrix images it is built FROM (a devel image's runtime), as `build`
+builds them with it (images.with_bases): its entry records that image's engine id as its base, so
+the lock also says what that image is, and `build --locked IMAGE` finds every image it builds in
+the lock. A dependency not named is said on stderr; --check compares the same images.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..reporter import Reporter
+from ...workspace import Workspace
+
+
+def configure(parser) -> None:
+    from .. import add_matrix_option
+
+    parser.add_argument("images", nargs="*", metavar="IMAGE",
+                        help="image ids (default: all); an image is locked (or checked) with the "
+                             "images it is built FROM, as `build` builds them: a devel image with "
+                             "its runtime")
+    parser.add_argument("--check", action="store_true",
+                        help="compare with the lock instead of writing it; exit 1 on any drift")
+    parser.add_argument("--lock", default=None, metavar="FILE",
+                        help="the lock file (default: images.lock beside the matrix)")
+    parser.add_argument("--reports-dir", default=None, metavar="DIR",
+                        help="smoke reports (default: .imagebuild/reports beside the matrix)")
+    parser.add_argument("--sbom-dir", default=None, metavar="DIR",
+                        help="SBOMs written by `imagebuild sbom IMAGE --output DIR/IMAGE.cdx.json` "
+                             "(default: .imagebuild/sbom beside the matrix)")
+    parser.add_argument("--no-engine", action="store_true",
+                        help="record no base/built image ids (for a machine without an engine)")
+    parser.add_argument("--json", action="store_true",
+                        help="print what was locked, or with --check what drifted, as JSON")
+    add_matrix_option(parser)
+
+
+def _all_images(matrix: str, names: list[str]) -> dict:
+    """The images to lock, by id: all of them (sorted), or the named ones with the matrix images
+    they are built FROM, each after those (dependency order)."""
+    from ...render.images import load_images
+
+    specs = load_images(matrix)
+    if not names:
+        return dict(sorted(specs.items()))
+    from ...render.images import with_bases
+    from .publish import lookup_images
+    named = lookup_images(matrix, names, specs)   # the same load: one matrix, read once
+    return {spec.id: spec for spec in with_bases(list(named.values()), specs)}
+
+
+def _brought(specs: dict, names: list[str]) -> dict[str, str]:
+    """For each image of ``specs`` not among ``names``: the first image built FROM it."""
+    if not names:       # every image is named
+        return {}
+    users = {dep: spec.id for spec in reversed(specs.values()) for dep in spec.depends_on}
+    return {image_id: users[image_id] for image_id in specs if image_id not in names}
+
+
+def _previous_lock(lock_path: str, *, strict: bool, rep: Reporter) -> dict:
+    """The entries of the lock being rewritten ({} when there is none). A malformed lock is an
+    error when some of its entries are kept (``strict``); a full rewrite replaces it, saying that
+    its publish records (if any) cannot be carried over."""
+    from ...deliver import lockfile
+
+    if not os.path.exists(lock_path):
+        return {}
+    try:
+        return lockfile.read_lock(lock_path)
+    except lockfile.LockError as exc:
+        if strict:
+            raise
+        rep.warn(f"{exc}; rewriting it whole, no publish record carried over")
+        return {}
+
+
+def run(args) -> int:
+    from ...deliver import lockfile
+
+    ws = Workspace.of(args.matrix)
+    root = str(ws.root)
+    lock_path = args.lock or str(ws.lock)
+    specs = _all_images(args.matrix, list(dict.fromkeys(args.images)))
+    rep = Reporter.for_args("lock", args)
+    for image_id, user in _brought(specs, args.images).items():
+        rep.progress(f"{image_id}: {'checked' if args.check else 'locked'} too ({user} is built FROM it)",
+                     image=image_id, built_from_by=user)
+    engine = None
+    if not args.no_engine:
+        from ...engines import get_engine
+        engine = get_engine()
+    current = {
+        image_id: lockfile.entry_for_image(engine, image_id=image_id, stack=dict(spec.stack),
+                                           local_ref=spec.local_ref, root=root,
+                                           reports_dir=args.reports_dir)
+        for image_id, spec in specs.items()
+    }
+    # provenance: the recipe's, the wheel lock's, the SBOM's and the test report's sha256, and the
+    # base the built image records; SBOM and report only when they describe that exact image id
+    from ...deliver.publish import default_report_path
+    reports_dir = args.reports_dir or ws.reports
+    sbom_dir = args.sbom_dir or ws.sbom
+    for image_id, spec in specs.items():
+        current[image_id]["provenance"] = lockfile.provenance_for(
+            engine, spec, args.matrix, root=root, built_id=current[image_id]["image_id"],
+            report_path=default_report_path(image_id, reports_dir),
+            sbom_path=os.path.join(sbom_dir, f"{image_id}.cdx.json"))
+    if args.check:
+        return _check(args, lock_path, current, rep)
+    previous = _previous_lock(lock_path, strict=bool(args.images), rep=rep)
+    # what `publish` pushed stays recorded while the image is the same one (lockfile docstring)
+    dropped = lockfile.carry_published(previous, current)
+    for image_id in dropped:
+        rep.warn(f"{image_id}: the image changed since it was published; its publish record is dropped",
+                 image=image_id)
+    locked_now = sorted(current)
+    if args.images and previous:
+        # lock only the named images; keep the others as they were
+        merged = dict(previous)
+        merged.update(current)
+        current = merged
+    lockfile.write_lock(lock_path, current)
+    rep.result({"lock": lock_path, "check": False, "locked": locked_now, "images": sorted(current),
+                "publish_records_dropped": dropped},
+               f"wrote {lock_path} ({len(current)} image(s))")
+    return 0
+
+
+def _check(args, lock_path: str, current: dict, rep: Reporter) -> int:
+    """--check: what drifted between the lock and the images as they are now; 1 when anything did."""
+    from ...deliver import lockfile
+
+    locked = lockfile.read_lock(lock_path)
+    if args.images:
+        locked = {k: v for k, v in locked.items() if k in current}
+    drifted = lockfile.drift_all(locked, current)
+    for image_id, lines in drifted.items():
+        for line in lines:
+            rep.line(f"{image_id}: {line}", image=image_id)
+    doc = {"lock": lock_path, "check": True, "images": sorted(current), "drifted": drifted,
+           "match": not drifted}
+    if drifted:
+        rep.error(f"{len(drifted)} image(s) drifted from {lock_path}")
+        rep.result(doc)
+        return 1
+    rep.result(doc, f"{lock_path}: {len(current)} image(s) match")
+    return 0

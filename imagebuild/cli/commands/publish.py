@@ -1,0 +1,235 @@
+"""`imagebuild publish IMAGE... --registry HOST[:PORT]/NAMESPACE [--report FILE]`
+
+Pushes tested images (a passing smoke report for the exact engine image id) and checks through the
+registry's HTTP API that it holds the digest the engine pushed. Dated immutable tag first, floating
+tag after it: see imagebuild/deliver/publish.py for why.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ...errors import ImagebuildError
+from ..reporter import Reporter
+from ...workspace import Workspace
+
+
+def configure(parser) -> None:
+    from .. import add_matrix_option
+
+    parser.add_argument("images", nargs="+", metavar="IMAGE", help="image ids from the matrix")
+    parser.add_argument("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE",
+                        help="where to push, e.g. localhost:5000/hpc")
+    parser.add_argument("--report", metavar="FILE",
+                        help="the smoke report to trust (one IMAGE only; default "
+                             ".imagebuild/reports/<image-id>.json beside the matrix)")
+    parser.add_argument("--reports-dir", metavar="DIR", default=None,
+                        help="folder of smoke reports (default .imagebuild/reports beside the matrix)")
+    parser.add_argument("--auth-host", action="append", default=[], metavar="HOST",
+                        help="a host other than the registry's whose token service may receive the "
+                             "registry credentials (a bearer realm elsewhere is refused otherwise); "
+                             "repeatable")
+    parser.add_argument("--lock", metavar="FILE", default=None,
+                        help="images.lock, which must record the engine image id being pushed and the "
+                             "sha256 of its smoke report (default: images.lock beside the matrix)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    from ...deliver.audit import SEVERITIES
+    parser.add_argument("--fail-on", choices=SEVERITIES, default=None, metavar="SEVERITY",
+                        help="audit each image's wheel lock first (as `imagebuild audit`) and push "
+                             f"nothing when one has vulnerabilities at or above it ({', '.join(SEVERITIES)})")
+    parser.add_argument("--allow-partial-audit", action="store_true",
+                        help="with --fail-on: accept wheels the index has no vulnerability data for")
+    parser.add_argument("--sbom", action="store_true",
+                        help="attach each image's CycloneDX SBOM as an OCI referrer: "
+                             ".imagebuild/sbom/<id>.cdx.json beside the matrix (where `imagebuild lock` "
+                             "reads it), else generated from the built image as `imagebuild sbom` does")
+    parser.add_argument("--sbom-file", metavar="FILE", default=None,
+                        help="with one IMAGE: attach this SBOM (implies --sbom); it must describe the "
+                             "engine's image and match the sbom_sha256 images.lock records, if any")
+    parser.add_argument("--sign-key", metavar="FILE", default=None,
+                        help="sign each pushed manifest (and its SBOM referrer) with this ECDSA P-256 "
+                             "PEM private key, in cosign's format; its password, if any, from "
+                             "IMAGEBUILD_SIGN_KEY_PASSWORD (never a flag)")
+    add_matrix_option(parser)
+
+
+def lookup_images(matrix: str, names: list[str], specs: dict | None = None) -> dict:
+    """ImageSpecs by id for ``names`` (in order), through imagebuild.render.images.load_images, or from
+    ``specs`` when the caller already loaded ``matrix`` (one load per run)."""
+    if specs is None:
+        from ...render.images import load_images
+
+        specs = load_images(matrix)
+    missing = [n for n in names if n not in specs]
+    if missing:
+        known = sorted(specs)
+        close = [k for k in known if missing[0] in k or k in missing[0]][:3] or known[:3]
+        hint = ", ".join(close) + (f" and {len(known) - len(close)} more: `imagebuild images`"
+                                   if len(known) > len(close) else "")
+        raise ImagebuildError(f"unknown image {missing[0]!r} (known: {hint or 'none'})", file=matrix)
+    return {n: specs[n] for n in names}
+
+
+def image_sbom(image_id: str, engine_id: str, args) -> bytes | None:
+    """The SBOM --sbom/--sbom-file attaches to one image, read and checked before anything is pushed:
+    it must describe exactly the engine's image (its metadata.component bom-ref), and when images.lock
+    records an sbom_sha256 for the image it must be that SBOM (the referrer's layer digest is then
+    the lock's sbom_sha256). None without --sbom."""
+    import hashlib
+    from pathlib import Path
+    from ...deliver import lockfile
+    from ...errors import UsageError
+
+    if not (args.sbom or args.sbom_file):
+        return None
+    path = Path(args.sbom_file) if args.sbom_file else Workspace.of(args.matrix).sbom / f"{image_id}.cdx.json"
+    where: dict = {"file": str(path)}
+    if path.is_file():
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"cannot read the SBOM ({exc.strerror})", file=str(path)) from None
+    elif args.sbom_file:
+        raise UsageError(f"no such file {args.sbom_file}", argument="--sbom-file")
+    else:
+        from ...deliver import sbom
+        from ...engines import get_engine
+        result = sbom.generate(get_engine(), matrix=args.matrix, image=image_id)
+        for problem in result.problems:
+            Reporter.for_args("publish", args).warn(f"{image_id}: SBOM: {problem}", image=image_id)
+        raw, where = result.text.encode("utf-8"), {"argument": "--sbom"}
+    try:
+        subject = json.loads(raw)["metadata"]["component"]["bom-ref"]
+    except (ValueError, KeyError, TypeError):
+        raise UsageError(f"{image_id}: not a CycloneDX SBOM written by `imagebuild sbom`", **where) from None
+    if subject != f"image:{engine_id}":
+        raise UsageError(f"{image_id}: the SBOM describes {str(subject)[:25]}, the engine holds image:"
+                         f"{engine_id[:19]}; write it again (imagebuild sbom {image_id} --output FILE)", **where)
+    lock_path = args.lock or str(Workspace.of(args.matrix).lock)
+    recorded = ((lockfile.read_lock(lock_path).get(image_id) or {}).get("provenance") or {}).get("sbom_sha256")
+    actual = hashlib.sha256(raw).hexdigest()
+    if recorded and recorded != actual:
+        raise UsageError(f"{image_id}: the lock records SBOM sha256 {recorded[:16]}..., the SBOM to attach is "
+                         f"{actual[:16]}...; write the SBOM and the lock again", file=lock_path)
+    return raw
+
+
+def attach_to(api, target, image_id: str, sbom: bytes | None, key, done: dict, say):
+    """publish_image's after_dated hook: the SBOM referrer, then the signatures of the image and of
+    the SBOM referrer; what was pushed goes into ``done``."""
+    from ...deliver import referrers, signing
+
+    def hook(digest: str) -> None:
+        repository = target.repository(image_id)
+        reference = target.reference(image_id)
+        if sbom is not None:
+            subject = referrers.subject_of(api, repository, digest)
+            done["sbom"] = referrers.attach_sbom(api, repository, subject, sbom, image_id=image_id,
+                                                 progress=say)
+        if key is not None:
+            done["signature"] = signing.sign(api, repository, docker_reference=reference, digest=digest,
+                                             key=key, progress=say)
+            if "sbom" in done:
+                done["sbom_signature"] = signing.sign(api, repository, docker_reference=reference,
+                                                      digest=done["sbom"].digest, key=key, progress=say)
+    return hook
+
+
+def attachment_lines(result, done: dict) -> list[str]:
+    repo = result.repository
+    lines = []
+    if "sbom" in done:
+        a = done["sbom"]
+        lines.append(f"{repo}@{a.digest} sbom sha256:{a.layer_digest.split(':', 1)[1]} of {result.digest} "
+                     f"({a.listed_by})")
+    for what in ("signature", "sbom_signature"):
+        if what in done:
+            s = done[what]
+            lines.append(f"{repo}:{s.tag}@{s.digest} {what.replace('_', ' ')} of {s.subject} (key {s.key_id})")
+    return lines
+
+
+def check_lock(image_id: str, engine_id: str, report_source: str, args) -> None:
+    """The lock records this image id and this report as its test report (lockfile.check_publishable)."""
+    from pathlib import Path
+    from ...deliver import lockfile
+
+    lock_path = args.lock or str(Workspace.of(args.matrix).lock)
+    entries = lockfile.read_lock(lock_path)
+    lockfile.check_publishable(entries.get(image_id), name=image_id, engine_id=engine_id,
+                               report_raw=Path(report_source).read_bytes(), lock_path=lock_path)
+
+
+def record_published(result, args) -> None:
+    """images.lock records what was pushed: repository, verified manifest digest, tags (lockfile's
+    ``published``), so that `imagebuild find --registry` can print the digest and check the registry."""
+    from ...deliver import lockfile
+
+    lock_path = args.lock or str(Workspace.of(args.matrix).lock)
+    lockfile.record_published(lock_path, result.image_id, engine_image_id=result.engine_image_id,
+                              repository=result.repository, digest=result.digest,
+                              tags=[t.reference.rsplit(":", 1)[1] for t in result.tags])
+
+
+def run(args) -> int:
+    from ...deliver import publish
+    from ...engines import get_engine
+
+    rep = Reporter.for_args("publish", args)
+    target = publish.parse_target(args.registry)
+    if args.report and len(args.images) != 1:
+        raise ImagebuildError("--report names the report of one image; give one IMAGE", argument="--report")
+    if args.sbom_file and len(args.images) != 1:
+        raise ImagebuildError("--sbom-file names the SBOM of one image; give one IMAGE", argument="--sbom-file")
+    if args.sign_key:   # a key that cannot be read stops the run before anything is pushed
+        from ...deliver.signing import load_signing_key
+        key = load_signing_key(args.sign_key)
+    else:
+        key = None
+    specs = lookup_images(args.matrix, list(dict.fromkeys(args.images)))
+    if args.fail_on:   # before anything else: a refused image stops the whole run
+        from ...deliver.audit import gate
+        from pathlib import Path
+        gate({i: (str(Path(args.matrix).resolve().parent / s.wheel_lock) if s.wheel_lock else None)
+              for i, s in specs.items()}, fail_on=args.fail_on, allow_partial=args.allow_partial_audit)
+    reports_dir = args.reports_dir or Workspace.of(args.matrix).reports
+    # every report is checked before anything is pushed: one untested image stops the whole run
+    reports = {}
+    for image_id in specs:
+        path = args.report or publish.default_report_path(image_id, reports_dir)
+        reports[image_id] = (publish.load_report(path), str(path))
+    engine = get_engine()
+    credentials = publish.find_credentials(target.host)
+    sboms: dict = {}
+    for image_id, spec in specs.items():
+        found = engine.lookup(spec.local_ref)
+        if found is None:
+            raise ImagebuildError(f"image {spec.local_ref} is not in the engine; build it first")
+        engine_id = found.id
+        report, source = reports[image_id]
+        publish.check_report(report, engine_id, name=image_id, source=source)
+        check_lock(image_id, engine_id, source, args)
+        sboms[image_id] = image_sbom(image_id, engine_id, args)
+    api = publish.RegistryAPI(target.host, credentials, auth_hosts=args.auth_host)
+    results = []
+    attached: dict = {}
+    for image_id, spec in specs.items():
+        report, source = reports[image_id]
+        say = rep.progress
+        done: dict = {}
+        result = publish.publish_image(
+            engine, image_id=image_id, local_ref=spec.local_ref, tags=list(spec.tags), target=target,
+            report=report, report_source=source, credentials=credentials, api=api,
+            progress=say,
+            after_dated=attach_to(api, target, image_id, sboms[image_id], key, done, say)
+            if sboms[image_id] is not None or key is not None else None)
+        attached[image_id] = done
+        results.append(result)
+        record_published(result, args)
+        for tag in result.tags:
+            rep.line(f"{tag.reference}@{tag.digest}", image=image_id)
+        for line in attachment_lines(result, attached[image_id]):
+            rep.line(line, image=image_id)
+    rep.result([{**r.as_dict(), **{k: v.as_dict() for k, v in attached[r.image_id].items()}}
+                for r in results])
+    return 0

@@ -1,0 +1,121 @@
+"""`imagebuild test IMAGE... [--report FILE] [--ranks N] [--timeout S] [--only NAME...]`
+
+Runs the smoke suite inside each image (one container), compares the image's labels with
+/opt/imagebuild/image.json, and runs ddp.two-node and mpi.two-container across two containers. Each image's report goes
+to --report FILE (one image) or .imagebuild/reports/<image-id>.json beside the matrix (where `lock`
+and `publish` look for it), with JUnit XML beside it.
+Exit 0 when every required check passed, 1 when one failed, 2 when the tests could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+
+from ...errors import UsageError
+from ..reporter import Reporter
+from ...workspace import Workspace
+
+
+
+def _count(text: str) -> int:
+    from ...smoke.__main__ import bounded
+    return bounded(int, 1, 64)(text)
+
+
+def _seconds(text: str) -> float:
+    from ...smoke.__main__ import bounded
+    return bounded(float, 10, 7200)(text)
+
+
+def _refs_for(names: list[str], matrix: str) -> list[str]:
+    """Matrix image ids (smoke-cpu) become their local references, from one load of the matrix
+    (and none when every name is a ref); anything with ':' or '/' is a ref already."""
+    specs = None
+    refs = []
+    for name in names:
+        if ":" in name or "/" in name:
+            refs.append(name)
+            continue
+        from ...render.images import load_images, select
+        if specs is None:
+            specs = load_images(matrix)
+        refs.append(select(specs, [name])[0].local_ref)
+    return refs
+
+
+def _terminate(signum, frame):  # noqa: ARG001 - signal API
+    raise KeyboardInterrupt
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from .. import add_matrix_option
+    add_matrix_option(parser)
+    parser.add_argument("images", nargs="+", metavar="IMAGE",
+                        help="matrix image ids (smoke-cpu) or local image references (name:tag)")
+    parser.add_argument("--report", metavar="FILE",
+                        help="write the JSON report here, JUnit XML beside it (one IMAGE only; "
+                             "default .imagebuild/reports/<image-id>.json beside the matrix)")
+    parser.add_argument("--ranks", type=_count, default=2, help="ranks for the distributed checks (default 2)")
+    parser.add_argument("--timeout", type=_seconds, default=180.0, help="seconds per check (default 180)")
+    parser.add_argument("--quiet", "-q", action="store_true",
+                        help="do not stream the suite's output; print only each check's result")
+    parser.add_argument("--only", nargs="+", metavar="NAME", action="extend", default=[],
+                        help="run only these checks (versions, libraries, mpi.config, mpi.allreduce, "
+                             "torch.allreduce, ddp.equivalence, gpudirect, ddp.two-node, mpi.two-container)")
+    parser.add_argument("--json", action="store_true",
+                        help="print each image's verdict, counts and report paths as JSON on stdout; "
+                             "the checks as they run go to stderr as JSON lines")
+
+
+def run(args) -> int:
+    from ...testrun import runner as testrun
+    from ...engines import get_engine
+    from ...atomic import write_atomic
+    from ...smoke.report import junit_path
+
+    if args.report and len(args.images) != 1:
+        raise UsageError("--report names the report of one image; give one IMAGE "
+                         "(without it each report goes to .imagebuild/reports/<image-id>.json beside the matrix)", argument="--report")
+    args.images = _refs_for(args.images, args.matrix)
+    for ref in args.images:
+        testrun.validate_ref(ref)
+    opts = testrun.TestOptions(ranks=args.ranks, timeout=args.timeout, only=testrun.check_only(args.only))
+    engine = get_engine()
+    # a CI runner stops jobs with SIGTERM: leave through the same clean-up path as Ctrl-C
+    signal.signal(signal.SIGTERM, _terminate)
+    for ref in args.images:  # every image known and labelled before anything runs
+        testrun.inspect_image(engine, ref)
+    rep = Reporter(command="test", json_mode=args.json)   # --quiet here: no log stream, results stay
+    failed = 0
+    done = []
+    for ref in args.images:
+        rep.line(f"== {ref}", message=f"testing {ref}", image=ref)
+
+        def show(result, ref=ref) -> None:
+            rep.line(f"{result.status.upper():<4} {result.name:<16} {result.metrics.get('seconds', 0):7.1f}s  "
+                     f"{result.detail}", message=f"{result.name}: {result.status} {result.detail}".rstrip(),
+                     image=ref, check=result.name, status=result.status)
+
+        def inside(line: str, ref=ref) -> None:
+            if line.strip():
+                rep.line(f"   | {line}", message=line, image=ref, stream="suite")
+
+        report = testrun.test_image(engine, ref, opts, progress=show, log=None if args.quiet else inside)
+        path = args.report or Workspace.of(args.matrix).reports / f"{report.extra['imagebuild_id']}.json"
+        try:
+            write_atomic(path, report.to_json(), perm=0o600, parents=True)
+            write_atomic(junit_path(path), report.to_junit(), perm=0o600, parents=True)
+        except OSError as exc:
+            raise UsageError(f"cannot write the report: {exc.strerror}", file=path) from None
+        summ = report.summary()
+        skipped = f" (skipped: {', '.join(report.skipped())})" if summ["skip"] else ""
+        rep.line(f"{'PASSED' if report.passed else 'FAILED'} {ref}: {summ['pass']} passed, {summ['fail']} failed, "
+                 f"{summ['skip']} skipped{skipped}; report {path}", image=ref)
+        failed += not report.passed
+        done.append({"ref": ref, "image": report.extra.get("imagebuild_id"), "passed": report.passed,
+                     "tier": report.tier, "summary": summ, "skipped": report.skipped(),
+                     "failed_checks": [c.name for c in report.checks if c.status == "fail"],
+                     "report": path, "junit": junit_path(path)})
+    rep.result({"passed": not failed, "images": done})
+    return 1 if failed else 0

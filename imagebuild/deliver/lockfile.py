@@ -1,0 +1,565 @@
+"""images.lock: what each image was built from and what it proved, so that a later build can say
+exactly what drifted.
+
+The lock is JSON with sorted keys, two-space indent and a trailing newline (same inputs, same
+bytes), written through a temporary file and a rename (never half-written)::
+
+    {
+      "images": {
+        "<image-id>": {
+          "base_image": "sha256:...",          # id/digest of the FROM image
+          "bases": {                           # every external FROM (absent in older locks)
+            "ubuntu:22.04": {"id": "sha256:...", "digest": "ubuntu@sha256:..." | null}
+          },
+          "dockerfile_sha256": "<hex>",        # of Dockerfiles/<id>/Dockerfile
+          "image_id": "sha256:..." | null,     # the engine's id of the built image
+          "smoke": {"counts": {"fail": 0, "pass": 9, "skip": 1}, "passed": true,
+                    "report_sha256": "<hex>"} | null,
+          "stack": {"cuda": "12.4.1", "pytorch": "2.4.1", ...},
+          "published": {                       # what `imagebuild publish` pushed (absent: never)
+            "HOST[:PORT]/NS/<image-id>": {"digest": "sha256:...", "tags": ["<dated>", "<floating>"]}
+          }
+        }
+      },
+      "version": 1
+    }
+
+What a base's "digest" is: ``id`` is the engine's image id, the sha256 of the image's config,
+which names the layers by their own sha256: a content address the engine verifies, and the only
+digest an image that never went through a registry has (the local base that `imagebuild base`
+makes is one, and its id is a pure function of its root file system). ``digest`` is the registry
+manifest digest (``NAME@sha256:...``) the engine recorded when the image was pulled or pushed,
+null when it never was. `build --locked` refuses to build when either differs from the lock.
+
+``published`` is written by `imagebuild publish` after it pushed the image whose engine id the
+entry records and read every tag's manifest digest back from the registry: per repository
+(``HOST[:PORT]/NAMESPACE/<image-id>``, the docker reference without a tag), the manifest digest and
+the tags (sorted) that served it then. It is the registry-side identity of the tested image:
+`imagebuild find --registry` prints ``REPOSITORY@DIGEST`` and asks the registry whether the dated
+tag still serves that digest. `imagebuild lock` keeps the record while the entry's image id is
+unchanged and drops it when the image changed (a new build is not what was pushed) or when no
+image id is recorded (``--no-engine``). It is no build input: `lock --check` does not compare it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from pathlib import Path
+
+from ..atomic import write_atomic
+from ..digests import sha256_bytes, sha256_file
+from ..dockerfile import BASE_DIGEST_LABEL, base_refs
+from ..reference import DIGEST_RE, is_repo_digest
+from ..workspace import LOCK_FILE
+from ..errors import ImagebuildError, LockError  # LockError: the one of errors.py, named here too
+
+LOCK_VERSION = 1
+DEFAULT_LOCK = LOCK_FILE
+ENTRY_KEYS = ("base_image", "dockerfile_sha256", "image_id", "smoke", "stack")
+OPTIONAL_KEYS = ("bases", "provenance", "published")   # a lock without them is still read
+#: what an image was made from and what vouches for it (see provenance_for)
+PROVENANCE_KEYS = ("base_digest", "recipe_sha256", "sbom_sha256", "test_report_sha256", "wheel_lock_sha256")
+STATUSES = ("fail", "pass", "skip")
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_IMAGE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
+
+
+def dockerfile_path(root: str | os.PathLike, image_id: str) -> Path:
+    """Where `imagebuild generate` writes an image's Dockerfile: Dockerfiles/<id>/Dockerfile."""
+    return Path(root) / "Dockerfiles" / image_id / "Dockerfile"
+
+
+def summarize_report(report: dict, raw: bytes) -> dict:
+    """The lock's summary of a smoke report: passed, counts per status, sha256 of its bytes."""
+    summary = report.get("summary")
+    if isinstance(summary, dict):
+        counts = {s: int(summary.get(s, 0)) for s in STATUSES}
+    else:
+        checks = report.get("checks") if isinstance(report.get("checks"), list) else []
+        counts = {s: sum(1 for c in checks if isinstance(c, dict) and c.get("status") == s)
+                  for s in STATUSES}
+    return {"counts": counts, "passed": report.get("passed") is True, "report_sha256": sha256_bytes(raw)}
+
+
+def read_report_summary(path: str | os.PathLike) -> dict | None:
+    """summarize_report of the JSON report at ``path``; None when there is no report yet."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        report = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        line = getattr(exc, "lineno", None)
+        raise ImagebuildError(f"malformed smoke report ({getattr(exc, 'msg', exc)})", file=str(path),
+                              line=line) from None
+    if not isinstance(report, dict):
+        raise ImagebuildError("the smoke report is not a JSON object", file=str(path))
+    return summarize_report(report, raw)
+
+
+def compute_entry(*, stack: dict[str, str], dockerfile_sha256: str, base_image: str | None,
+                  image_id: str | None, smoke: dict | None, bases: dict | None = None) -> dict:
+    """One lock entry from plain values (``smoke`` as returned by summarize_report; ``bases``
+    ref -> {"id", "digest"}, left out when None)."""
+    if not _HEX64.match(dockerfile_sha256 or ""):
+        raise ImagebuildError(f"dockerfile_sha256 {dockerfile_sha256!r} is not a sha256 hex digest")
+    extra = {} if bases is None else {
+        "bases": {str(ref): {"digest": b.get("digest"), "id": b.get("id")} for ref, b in sorted(bases.items())}}
+    return {**extra,
+        "base_image": base_image,
+        "dockerfile_sha256": dockerfile_sha256,
+        "image_id": image_id,
+        "smoke": None if smoke is None else {
+            "counts": {s: int(smoke["counts"].get(s, 0)) for s in STATUSES},
+            "passed": bool(smoke["passed"]),
+            "report_sha256": smoke["report_sha256"],
+        },
+        "stack": {str(k): str(v) for k, v in sorted(stack.items())},
+    }
+
+
+def dumps(entries: dict[str, dict]) -> str:
+    return json.dumps({"images": entries, "version": LOCK_VERSION}, indent=2, sort_keys=True) + "\n"
+
+
+def write_lock(path: str | os.PathLike, entries: dict[str, dict]) -> None:
+    """Write the lock atomically (temp file in the same folder, then rename)."""
+    for image_id, entry in entries.items():
+        _check_entry(image_id, entry, str(path))
+    write_atomic(path, dumps(entries), perm=0o644, parents=True)
+
+
+def _check_entry(image_id: str, entry, where: str) -> None:
+    def bad(why: str) -> LockError:
+        return LockError(f"image {image_id!r}: {why}", file=where)
+
+    if not isinstance(image_id, str) or not _IMAGE_ID.match(image_id):
+        raise LockError(f"invalid image id {image_id!r}", file=where)
+    if not isinstance(entry, dict):
+        raise bad("entry is not an object")
+    missing = [k for k in ENTRY_KEYS if k not in entry]
+    if missing:
+        raise bad(f"missing {', '.join(missing)}")
+    extra = sorted(set(entry) - set(ENTRY_KEYS) - set(OPTIONAL_KEYS))
+    if extra:
+        raise bad(f"unknown key {extra[0]!r}")
+    if "bases" in entry:
+        bases = entry["bases"]
+        if not isinstance(bases, dict) or not all(
+                isinstance(ref, str) and isinstance(b, dict) and set(b) == {"id", "digest"}
+                for ref, b in bases.items()):
+            raise bad("bases must map image references to {id, digest}")
+        for ref, b in bases.items():
+            if b["id"] is not None and not (isinstance(b["id"], str) and DIGEST_RE.match(b["id"])):
+                raise bad(f"bases[{ref!r}].id is not sha256:<64 hex digits> or null")
+            if b["digest"] is not None and not (isinstance(b["digest"], str)
+                                                and is_repo_digest(b["digest"])):
+                raise bad(f"bases[{ref!r}].digest is not NAME@sha256:<64 hex digits> or null")
+    if "provenance" in entry:
+        prov = entry["provenance"]
+        if not isinstance(prov, dict) or set(prov) != set(PROVENANCE_KEYS):
+            raise bad(f"provenance must be {{{', '.join(PROVENANCE_KEYS)}}}")
+        for key in PROVENANCE_KEYS:
+            value = prov[key]
+            ok = value is None or (isinstance(value, str) and (
+                DIGEST_RE.match(value) if key == "base_digest" else _HEX64.match(value)))
+            if not ok or (key == "recipe_sha256" and value is None):
+                raise bad(f"provenance.{key} is not a sha256 {'digest' if key == 'base_digest' else 'hex digest'}"
+                          f"{'' if key == 'recipe_sha256' else ' or null'}")
+    if "published" in entry:
+        why = _published_problem(image_id, entry["published"])
+        if why:
+            raise bad(why)
+    if not isinstance(entry["stack"], dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in entry["stack"].items()):
+        raise bad("stack must map component names to version strings")
+    if not isinstance(entry["dockerfile_sha256"], str) or not _HEX64.match(entry["dockerfile_sha256"]):
+        raise bad("dockerfile_sha256 is not a sha256 hex digest")
+    for key in ("base_image", "image_id"):
+        if entry[key] is not None and not isinstance(entry[key], str):
+            raise bad(f"{key} must be a string or null")
+    smoke = entry["smoke"]
+    if smoke is not None:
+        if not isinstance(smoke, dict) or set(smoke) != {"counts", "passed", "report_sha256"}:
+            raise bad("smoke must be null or {counts, passed, report_sha256}")
+        if not isinstance(smoke["passed"], bool) or not isinstance(smoke["counts"], dict) \
+                or not all(isinstance(v, int) for v in smoke["counts"].values()) \
+                or not isinstance(smoke["report_sha256"], str):
+            raise bad("smoke has values of the wrong type")
+
+
+def _published_problem(image_id: str, published) -> str | None:
+    """Why ``published`` is not a valid record for ``image_id`` (None when it is): a non-empty map
+    of ``HOST[:PORT]/NAMESPACE/<image_id>`` to {digest: sha256:<64 hex>, tags: sorted, unique,
+    non-empty list of tags}."""
+    from .publish import HOST_RE, NAMESPACE_RE, TAG_RE
+
+    if not isinstance(published, dict) or not published:
+        return "published must map HOST[:PORT]/NAMESPACE/IMAGE to {digest, tags}"
+    for repo, record in published.items():
+        host, _, path = repo.partition("/") if isinstance(repo, str) else ("", "", "")
+        namespace, _, last = path.rpartition("/")
+        if not (HOST_RE.match(host) and NAMESPACE_RE.match(namespace) and last == image_id):
+            return f"published key {repo!r} is not HOST[:PORT]/NAMESPACE/{image_id}"
+        if not isinstance(record, dict) or set(record) != {"digest", "tags"}:
+            return f"published[{repo!r}] must be {{digest, tags}}"
+        if not isinstance(record["digest"], str) or not DIGEST_RE.match(record["digest"]):
+            return f"published[{repo!r}].digest is not sha256:<64 hex digits>"
+        tags = record["tags"]
+        if not isinstance(tags, list) or not tags or not all(isinstance(t, str) and TAG_RE.match(t)
+                                                             for t in tags):
+            return f"published[{repo!r}].tags must be a non-empty list of tags"
+        if tags != sorted(set(tags)):
+            return f"published[{repo!r}].tags must be sorted and unique"
+    return None
+
+
+def record_published(path: str | os.PathLike, image_id: str, *, engine_image_id: str, repository: str,
+                     digest: str, tags: list[str]) -> None:
+    """Record in the lock at ``path`` that ``repository`` (HOST/NS/<image_id>) holds ``digest``
+    under ``tags``, pushed from the engine image ``engine_image_id``; written atomically.
+
+    Refused (one line) when the lock no longer records that engine image for ``image_id`` (it was
+    rewritten since publish checked it): the record would vouch for another image. The tags are
+    merged with those already recorded for the same digest; another digest replaces the record."""
+    entries = read_lock(path)
+    entry = entries.get(image_id)
+    if entry is None or entry.get("image_id") != engine_image_id:
+        raise LockError(f"{image_id}: pushed as {repository}@{digest}, but the lock no longer records "
+                        f"image {_short(engine_image_id)} for it; not recorded (run `imagebuild lock`, "
+                        "then publish again)", file=str(path))
+    published = dict(entry.get("published") or {})
+    before = published.get(repository)
+    if before is not None and before["digest"] == digest:
+        tags = [*before["tags"], *tags]
+    published[repository] = {"digest": digest, "tags": sorted(set(tags))}
+    entry["published"] = dict(sorted(published.items()))
+    write_lock(path, entries)
+
+
+def carry_published(old: dict[str, dict], new: dict[str, dict]) -> list[str]:
+    """Copy each ``published`` record of the ``old`` lock entries into the ``new`` ones whose
+    image id is the same (and not null); the ids of the images whose record was dropped."""
+    dropped = []
+    for image_id, entry in sorted(new.items()):
+        record = (old.get(image_id) or {}).get("published")
+        if not record:
+            continue
+        if entry.get("image_id") is not None and entry.get("image_id") == old[image_id].get("image_id"):
+            entry["published"] = record
+        else:
+            entry.pop("published", None)
+            dropped.append(image_id)
+    return dropped
+
+
+def read_lock(path: str | os.PathLike) -> dict[str, dict]:
+    """The entries of the lock at ``path`` (image id -> entry); LockError naming the file (and
+    line/column for JSON syntax errors) when it is malformed."""
+    where = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LockError("no lock file (write one with `imagebuild lock`)", file=where) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockError(f"cannot read ({type(exc).__name__})", file=where) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LockError(f"malformed JSON ({exc.msg})", file=where, line=exc.lineno, column=exc.colno) from None
+    if not isinstance(data, dict) or set(data) != {"images", "version"}:
+        raise LockError("expected an object with exactly the keys 'images' and 'version'", file=where)
+    if data["version"] != LOCK_VERSION:
+        raise LockError(f"lock version {data['version']!r} is not supported (expected {LOCK_VERSION})",
+                        file=where)
+    if not isinstance(data["images"], dict):
+        raise LockError("'images' is not an object", file=where)
+    for image_id, entry in data["images"].items():
+        _check_entry(image_id, entry, where)
+    return data["images"]
+
+
+def _short(value) -> str:
+    if value is None:
+        return "none"
+    text = str(value)
+    return text[:19] if text.startswith("sha256:") else text
+
+
+#: the inputs of a build: what `build --locked` compares before building
+BUILD_INPUTS = ("stack", "dockerfile_sha256", "base_image", "bases")
+
+
+def drift(lock_entry: dict, current: dict, *, only: tuple[str, ...] | None = None) -> list[str]:
+    """Human-readable differences between a locked entry and the current one, in a stable order:
+    stack components (sorted), then Dockerfile, base image, built image, smoke report.
+
+    ``only`` restricts the comparison to some entry keys (e.g. BUILD_INPUTS before a build, when
+    the image and its report do not exist yet).
+    """
+    if only is not None:
+        unknown = set(only) - set(ENTRY_KEYS) - set(OPTIONAL_KEYS)
+        if unknown:
+            raise ValueError(f"unknown lock keys {sorted(unknown)}")
+        lock_entry = {k: v for k, v in lock_entry.items() if k in only}
+        current = {k: v for k, v in current.items() if k in only}
+    out: list[str] = []
+    old_stack, new_stack = lock_entry.get("stack") or {}, current.get("stack") or {}
+    for comp in sorted(set(old_stack) | set(new_stack)):
+        old, new = old_stack.get(comp), new_stack.get(comp)
+        if old == new:
+            continue
+        if old is None:
+            out.append(f"{comp} added ({new})")
+        elif new is None:
+            out.append(f"{comp} removed (was {old})")
+        else:
+            out.append(f"{comp} {old} -> {new}")
+    if (only is None or "dockerfile_sha256" in only) and \
+            lock_entry.get("dockerfile_sha256") != current.get("dockerfile_sha256"):
+        out.append("Dockerfile sha256 changed")
+    if (only is None or "base_image" in only) and lock_entry.get("base_image") != current.get("base_image"):
+        out.append(f"base image {_short(lock_entry.get('base_image'))} -> {_short(current.get('base_image'))}")
+    if (only is None or "bases" in only) and "bases" in lock_entry and "bases" in current:
+        old_b, new_b = lock_entry["bases"], current["bases"]
+        for ref in sorted(set(old_b) | set(new_b)):
+            was, now = old_b.get(ref), new_b.get(ref)
+            if was is None:
+                out.append(f"base {ref} added")
+            elif now is None:
+                out.append(f"base {ref} removed")
+            else:
+                for key in ("id", "digest"):
+                    if was.get(key) != now.get(key):
+                        out.append(f"base {ref} {key} {_short(was.get(key))} -> {_short(now.get(key))}")
+    if (only is None or "provenance" in only) and "provenance" in lock_entry and "provenance" in current:
+        old_p, new_p = lock_entry["provenance"], current["provenance"]
+        for key in PROVENANCE_KEYS:
+            was, now = old_p.get(key), new_p.get(key)
+            if was == now or key == "test_report_sha256":   # the smoke lines say it
+                continue
+            what = key.removesuffix("_sha256").replace("_", " ")
+            if key == "base_digest":
+                out.append(f"built on base {_short(was)} -> {_short(now)}")
+            else:
+                out.append(f"{what} sha256 {'added' if was is None else 'removed' if now is None else 'changed'}")
+    if (only is None or "image_id" in only) and lock_entry.get("image_id") != current.get("image_id"):
+        out.append(f"image {_short(lock_entry.get('image_id'))} -> {_short(current.get('image_id'))}")
+    old_smoke, new_smoke = lock_entry.get("smoke"), current.get("smoke")
+    if old_smoke != new_smoke:
+        if old_smoke is None or new_smoke is None:
+            out.append(f"smoke report {'none' if old_smoke is None else 'present'} -> "
+                       f"{'none' if new_smoke is None else 'present'}")
+        else:
+            if old_smoke.get("passed") != new_smoke.get("passed"):
+                verdict = {True: "passed", False: "failed"}
+                out.append(f"smoke {verdict[bool(old_smoke.get('passed'))]} -> "
+                           f"{verdict[bool(new_smoke.get('passed'))]}")
+            old_c, new_c = old_smoke.get("counts") or {}, new_smoke.get("counts") or {}
+            for status in sorted(set(old_c) | set(new_c)):
+                if old_c.get(status, 0) != new_c.get(status, 0):
+                    out.append(f"smoke {status} {old_c.get(status, 0)} -> {new_c.get(status, 0)}")
+            if old_smoke.get("report_sha256") != new_smoke.get("report_sha256") and not any(
+                    line.startswith("smoke ") for line in out):
+                out.append("smoke report sha256 changed")
+    return out
+
+
+def drift_all(locked: dict[str, dict], current: dict[str, dict]) -> dict[str, list[str]]:
+    """drift per image id over both sides; images only in one side are reported as such."""
+    result: dict[str, list[str]] = {}
+    for image_id in sorted(set(locked) | set(current)):
+        if image_id not in locked:
+            result[image_id] = ["not in the lock"]
+        elif image_id not in current:
+            result[image_id] = ["in the lock but no longer declared"]
+        else:
+            lines = drift(locked[image_id], current[image_id])
+            if lines:
+                result[image_id] = lines
+    return result
+
+
+def without_bases(entry: dict, refs) -> dict:
+    """``entry`` without the bases among ``refs`` (images `build` makes in the same run from their
+    own locked inputs: a devel image's runtime), and without ``base_image`` when it was one of
+    theirs. The entry itself is not changed."""
+    bases = entry.get("bases") or {}
+    drop = [b for ref, b in bases.items() if ref in refs]
+    if not drop:
+        return entry
+    out = dict(entry, bases={ref: b for ref, b in bases.items() if ref not in refs})
+    if any(b.get("id") == entry.get("base_image") for b in drop):
+        out["base_image"] = None
+    return out
+
+
+
+
+def entry_for_image(engine, *, image_id: str, stack: dict[str, str], local_ref: str,
+                    root: str | os.PathLike = ".", reports_dir: str | os.PathLike | None = None) -> dict:
+    """The current lock entry of one image, read from the repository and the engine.
+
+    ``engine`` is an imagebuild Engine (None: base and built image ids are recorded as null). The
+    base image is the engine id of the first external FROM of the generated Dockerfile.
+    """
+    from .publish import default_report_path
+    from ..workspace import REPORTS
+
+    path = dockerfile_path(root, image_id)
+    dockerfile_sha = sha256_file(path)
+    refs = base_refs(Path(path).read_text(encoding="utf-8"))
+    base = built = None
+    bases = {ref: {"id": None, "digest": None} for ref in refs}
+    if engine is not None:
+        for ref in refs:
+            image = engine.lookup(ref)
+            if image is None:
+                continue
+            bases[ref] = {"id": image.id, "digest": repo_digest(ref, list(image.repo_digests))}
+        base = bases[refs[0]]["id"] if refs else None
+        image = engine.lookup(local_ref)
+        built = image.id if image is not None else None
+    report = default_report_path(image_id, Path(root) / REPORTS if reports_dir is None else reports_dir)
+    return compute_entry(stack=stack, dockerfile_sha256=dockerfile_sha, base_image=base, image_id=built,
+                         smoke=read_report_summary(report), bases=bases)
+
+
+def repo_digest(ref: str, repo_digests: list[str]) -> str | None:
+    """The registry digest (``NAME@sha256:...``) among an image's RepoDigests that belongs to
+    ``ref``'s repository; None when the engine has none (the image was never pulled or pushed)."""
+    name = ref.split("@", 1)[0]
+    if ":" in name.rsplit("/", 1)[-1]:
+        name = name.rsplit(":", 1)[0]
+    names = {name, f"docker.io/{name}", f"docker.io/library/{name}"}
+    for entry in sorted(repo_digests):
+        if entry.split("@", 1)[0] in names and is_repo_digest(entry):
+            return entry
+    return None
+
+
+# --------------------------------------------------------------------------- provenance
+
+def context_sha256(folder: str | os.PathLike, *,
+                   exclude: tuple[str, ...] = ("wheels", "sources")) -> str:
+    """sha256 of a build context: of the sorted lines ``<sha256 of the file>  <relative path>``
+    (a symlink: ``-> <target>`` instead of the file's hash), top-level ``exclude`` folders left
+    out (host wheels: each is pinned by its sha256 in requirements/wheels.txt; source tarballs:
+    each is pinned by its sha256 in the Dockerfile, which is hashed)."""
+    root = Path(folder)
+    lines = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel.split("/", 1)[0] in exclude:
+            continue
+        if path.is_symlink():
+            lines.append(f"-> {os.readlink(path)}  {rel}")
+        elif path.is_file():
+            lines.append(f"{sha256_file(path)}  {rel}")
+    return sha256_bytes(("\n".join(lines) + "\n").encode())
+
+
+def recipe_sha256(spec, matrix: str | os.PathLike) -> str:
+    """context_sha256 of the context `imagebuild build` renders for ``spec`` from the matrix at
+    ``matrix`` (the Dockerfile, the smoke suite, image.json, the wheel lock)."""
+    import tempfile
+
+    from ..render.renderer import write_context
+    path = Path(matrix)
+    try:
+        st = path.stat()
+    except OSError:
+        raise ImagebuildError("file not found", file=str(matrix)) from None
+    k = _knowledge(str(path.resolve()), st.st_mtime_ns, st.st_size)
+    with tempfile.TemporaryDirectory(prefix="imagebuild-recipe-") as tmp:
+        return context_sha256(write_context(spec, Path(tmp) / spec.id, k=k))
+
+
+@functools.lru_cache(maxsize=4)
+def _knowledge(path: str, mtime_ns: int, size: int):
+    from ..knowledge import load
+    return load(path)
+
+
+def _read_if_there(path: str | os.PathLike) -> bytes | None:
+    """The file's bytes, or None when there is no such file (any other failure is one line)."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ImagebuildError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
+
+
+def sbom_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | None:
+    """sha256 of the SBOM at ``path`` when it is the SBOM of the image ``built_id`` (its
+    metadata.component bom-ref is ``image:<id>``, as `imagebuild sbom` writes it); None when there
+    is none, or it describes another image (a stale SBOM vouches for nothing)."""
+    raw = _read_if_there(path)
+    if raw is None:
+        return None
+    try:
+        doc = json.loads(raw)
+        subject = doc["metadata"]["component"]["bom-ref"]
+    except (ValueError, KeyError, TypeError):
+        raise ImagebuildError("not a CycloneDX SBOM written by `imagebuild sbom`", file=str(path)) from None
+    return sha256_bytes(raw) if built_id and subject == f"image:{built_id}" else None
+
+
+def report_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | None:
+    """sha256 of the smoke report at ``path`` when it reports on the image ``built_id``."""
+    raw = _read_if_there(path)
+    if raw is None:
+        return None
+    try:
+        report = json.loads(raw)
+    except ValueError:
+        raise ImagebuildError("malformed smoke report", file=str(path)) from None
+    ok = isinstance(report, dict) and built_id is not None and report.get("image_id") == built_id
+    return sha256_bytes(raw) if ok else None
+
+
+def provenance_for(engine, spec, matrix: str | os.PathLike, *, root: str | os.PathLike, built_id: str | None,
+                   report_path: str | os.PathLike, sbom_path: str | os.PathLike) -> dict:
+    """The provenance of one image: the base it was built on (the built image's
+    org.opencontainers.image.base.digest label), the recipe's hash, the wheel lock's, and the
+    hashes of the SBOM and the smoke report that describe exactly this image id (null otherwise)."""
+    base_digest = None
+    if engine is not None and built_id is not None:
+        value = engine.inspect(built_id).labels.get(BASE_DIGEST_LABEL)
+        base_digest = value if isinstance(value, str) and DIGEST_RE.match(value) else None
+    wheel_lock = getattr(spec, "wheel_lock", None)
+    return {
+        "base_digest": base_digest,
+        "recipe_sha256": recipe_sha256(spec, matrix),
+        "sbom_sha256": sbom_sha256_for(sbom_path, built_id),
+        "test_report_sha256": report_sha256_for(report_path, built_id),
+        "wheel_lock_sha256": sha256_file(Path(root) / wheel_lock) if wheel_lock else None,
+    }
+
+
+def check_publishable(entry: dict | None, *, name: str, engine_id: str, report_raw: bytes,
+                      lock_path: str) -> None:
+    """Refuse (ImagebuildError, one line) unless the lock records, for this image, the engine image
+    id being pushed and the sha256 of the report being trusted as its test report."""
+    from .publish import NotTestedError
+
+    def refuse(why: str) -> NotTestedError:
+        return NotTestedError(f"{name}: {why}; not published (run `imagebuild lock` after "
+                              "`imagebuild test`)", file=lock_path)
+
+    if entry is None:
+        raise refuse("not in the lock")
+    if entry.get("image_id") != engine_id:
+        raise refuse(f"the lock records image {_short(entry.get('image_id'))}, the engine holds "
+                     f"{_short(engine_id)}")
+    recorded = (entry.get("provenance") or {}).get("test_report_sha256")
+    if recorded is None:
+        raise refuse("the lock records no test report for that image")
+    if recorded != sha256_bytes(report_raw):
+        raise refuse("the smoke report is not the one the lock records")

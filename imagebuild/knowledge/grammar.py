@@ -1,0 +1,851 @@
+"""What a matrix.yaml may hold before anything reads it, and the grammar of every string that can
+reach a recipe.
+
+Three gates, each refusing with one KnowledgeError line that names the file and, where there is one,
+the line and column:
+
+1. `read_text` and `scan` (called by knowledge.load_yaml before the YAML is composed): the file is at
+   most MAX_BYTES of UTF-8; no raw control character or Unicode line break outside ordinary line
+   ends; nesting at most MAX_DEPTH deep (deeper nesting made PyYAML's composer recurse until it
+   crashed); at most MAX_NODES nodes; aliases expand to at most MAX_ALIAS_NODES nodes in all (an
+   alias "billion laughs" bomb is refused at the alias that crosses the budget, before any of it is
+   built); no scalar holds a control character, a line or paragraph separator or a format (bidi)
+   character, except that a `note:` may span lines (notes never reach a recipe).
+2. `check_fields` (called by load_yaml on the composed document): each string field that reaches a
+   recipe, an image id, a tag or a label matches its own grammar (FIELDS), whatever section it is
+   in, so a hostile value is refused on its own line before any section is compiled.
+3. `validate` (called once at the end of knowledge.build): the `tools:`, `images:` and the
+   recipe-facing parts of `rdma:` checked in full: every key, its type, its grammar, and the
+   cross-references: an image family naming an unknown OS or RDMA id, a tool naming an unknown
+   source, an OS an image family builds on without the base image, glibc or NVIDIA repository its
+   recipes and wheel locks read, a CUDA family without the tools its recipes download, a UCX or
+   Open MPI release built from source without its url and sha256. What a command would otherwise
+   find only when it renders is found by `imagebuild knowledge validate`.
+
+The renderer checks every value again (render._safe) and checks the rendered text's structure, so
+a value that slipped past these gates still cannot add a line to a recipe.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from typing import Any, Iterable
+
+import yaml
+
+from ..errors import KnowledgeError
+from ..packagers import PACKAGERS
+from ..reference import is_reference
+from ..versions import VersionSyntaxError, parse_spec
+
+MAX_BYTES = 4 * 1024 * 1024      # matrix.yaml is about 60 KiB
+MAX_DEPTH = 48                   # it nests 6 deep
+MAX_NODES = 200_000              # it has about 3,300 events
+MAX_ALIAS_NODES = 10_000         # nodes all aliases together may stand for (it uses none)
+MAX_TEXT = 200                   # one-line text that reaches a comment or a label
+
+# Raw characters refused anywhere in the file, comments included: C0/C1 controls other than tab, LF
+# and CRLF; a lone CR; NEL, LINE and PARAGRAPH SEPARATOR (YAML counts them as line breaks, most
+# editors do not, so lines would be numbered differently); bidi controls (text that reads one way
+# and parses another); a byte order mark other than at the start.
+_RAW_BAD = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f"
+                      "\u202a-\u202e\u2066-\u2069\ufeff]|\r(?!\n)")
+
+# Keys whose value is free prose that no recipe, tag or label ever holds: it may span lines.
+PROSE_KEYS = frozenset({"note"})
+
+
+# --------------------------------------------------------------------------------------------------
+# characters
+
+
+def char_name(ch: str) -> str:
+    """U+000A (LINE FEED): how an offending character is named in a message."""
+    names = {"\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\t": "CHARACTER TABULATION",
+             "\x00": "NULL", "\x0b": "LINE TABULATION", "\x0c": "FORM FEED", "\x85": "NEXT LINE",
+             "\x1b": "ESCAPE", "\x7f": "DELETE"}
+    name = names.get(ch) or unicodedata.name(ch, "") or unicodedata.category(ch)
+    return f"U+{ord(ch):04X} ({name})"
+
+
+def bad_char(text: str, multiline: bool = False) -> tuple[int, str] | None:
+    """(index, character) of the first character one-line text may not hold: a control character
+    (Cc), a line or paragraph separator (Zl, Zp) or a format character (Cf: bidi controls,
+    zero-width characters, BOM). With `multiline`, LF and tab are allowed (prose)."""
+    if text.isprintable():  # fast path: no Cc, Cf, Zl, Zp (nor Zs other than space, allowed below)
+        return None
+    for i, ch in enumerate(text):
+        if multiline and ch in "\n\t":
+            continue
+        if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp", "Cs"):
+            return i, ch
+    return None
+
+
+def _show(value: str, limit: int = 60) -> str:
+    """A value quoted for a one-line message (repr escapes every control and separator)."""
+    return repr(value if len(value) <= limit else value[:limit] + "...")
+
+
+# --------------------------------------------------------------------------------------------------
+# gate 1: bytes, characters and YAML structure
+
+
+def read_text(path) -> str:
+    """The file as text: at most MAX_BYTES, UTF-8, no raw control characters (KnowledgeError)."""
+    where = str(path)
+    try:
+        chunks, size = [], 0
+        with open(path, "rb") as fh:  # never more than MAX_BYTES + 1, whatever the file is
+            while size <= MAX_BYTES:  # (a FIFO, /dev/zero); read(MAX_BYTES) would allocate it all
+                chunk = fh.read(1 << 16)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+        data = b"".join(chunks)
+    except FileNotFoundError:
+        raise KnowledgeError("file not found", file=where) from None
+    except OSError as exc:
+        raise KnowledgeError(f"cannot read: {exc.strerror or exc}", file=where) from None
+    if len(data) > MAX_BYTES:
+        raise KnowledgeError(f"more than {MAX_BYTES // 2**20} MiB: refused (the knowledge base is "
+                             "read whole; matrix.yaml is about 60 KiB)", file=where)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise KnowledgeError(f"not UTF-8: byte 0x{data[exc.start]:02x} cannot start or continue a "
+                             "character", file=where, line=line, column=col) from None
+    start = 1 if text.startswith("\ufeff") else 0
+    m = _RAW_BAD.search(text, start)
+    if m:
+        line = text.count("\n", 0, m.start()) + 1
+        col = m.start() - (text.rfind("\n", 0, m.start()) + 1) + 1
+        raise KnowledgeError(f"{char_name(m.group()[0])} is not allowed in the file (control "
+                             "characters, lone carriage returns, Unicode line separators and bidi "
+                             "controls are refused, even in comments)",
+                             file=where, line=line, column=col)
+    return text
+
+
+class _Frame:
+    __slots__ = ("mapping", "anchor", "nodes", "expect_key", "key")
+
+    def __init__(self, mapping: bool, anchor: str | None):
+        self.mapping = mapping
+        self.anchor = anchor
+        self.nodes = 1
+        self.expect_key = True
+        self.key = None
+
+
+def scan(text: str, path: str, loader) -> None:
+    """Walk the YAML events (the parser keeps no tree, so this is cheap and bounded) and refuse deep
+    nesting, too many nodes, alias expansion beyond the budget and scalars with control or line
+    separator characters, before the composer builds anything. YAML syntax errors propagate as
+    yaml.MarkedYAMLError (load_yaml reports them)."""
+    stack: list[_Frame] = []
+    sizes: dict[str, int] = {}     # anchor -> nodes it stands for (its aliases expanded)
+    nodes = aliased = 0
+
+    def fail(msg, mark):
+        raise KnowledgeError(msg, file=path, line=mark.line + 1, column=mark.column + 1)
+
+    def done(size: int):
+        """A node of `size` nodes is complete in the current collection."""
+        if stack:
+            top = stack[-1]
+            top.nodes += size
+            if top.mapping:
+                top.expect_key = not top.expect_key
+
+    for ev in yaml.parse(text, Loader=loader):
+        if isinstance(ev, (yaml.ScalarEvent, yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            nodes += 1
+            if nodes > MAX_NODES:
+                fail(f"more than {MAX_NODES} YAML nodes: refused", ev.start_mark)
+        if isinstance(ev, yaml.ScalarEvent):
+            top = stack[-1] if stack else None
+            is_key = top is not None and top.mapping and top.expect_key
+            prose = (top is not None and top.mapping and not top.expect_key
+                     and top.key in PROSE_KEYS)
+            hit = bad_char(ev.value, multiline=prose)
+            if hit:
+                what = "a key" if is_key else (f"{top.key!s} {_show(ev.value)}" if top is not None
+                                               and top.mapping else f"a value {_show(ev.value)}")
+                fail(f"{what} holds {char_name(hit[1])}: one-line fields hold no control "
+                     "characters, tabs, line breaks or Unicode line or paragraph separators",
+                     ev.start_mark)
+            if is_key:
+                top.key = ev.value
+            if ev.anchor:
+                sizes[ev.anchor] = 1
+            done(1)
+        elif isinstance(ev, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            if len(stack) >= MAX_DEPTH:
+                fail(f"nested more than {MAX_DEPTH} levels deep: refused", ev.start_mark)
+            stack.append(_Frame(isinstance(ev, yaml.MappingStartEvent), ev.anchor))
+        elif isinstance(ev, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            frame = stack.pop()
+            if frame.anchor:
+                sizes[frame.anchor] = frame.nodes
+            done(frame.nodes)
+        elif isinstance(ev, yaml.AliasEvent):
+            size = sizes.get(ev.anchor, 1)
+            aliased += size
+            if aliased > MAX_ALIAS_NODES:
+                fail(f"aliases expand to more than {MAX_ALIAS_NODES} nodes (alias *{ev.anchor} "
+                     f"stands for {size}): refused as an alias bomb", ev.start_mark)
+            done(size)
+
+
+# --------------------------------------------------------------------------------------------------
+# grammars
+
+
+_PATTERNS = {
+    "id": re.compile(r"[a-z0-9][a-z0-9._-]{0,127}"),
+    "version": re.compile(r"[0-9]+(?:\.[0-9]+){0,4}"),
+    "driver": re.compile(r"[0-9]{3}(?:\.[0-9]{1,3}){0,2}"),
+    "sha256": re.compile(r"[0-9a-f]{64}"),
+    "fingerprint": re.compile(r"[0-9A-F]{40}"),
+    "keyid": re.compile(r"[0-9A-F]{16}"),
+    "commit": re.compile(r"[0-9a-f]{40}"),
+    "word": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"),
+    "package": re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"),
+    "url": re.compile(r"https://[A-Za-z0-9.-]+(?:/[A-Za-z0-9._~%+-]+)*/?"),
+    "date": re.compile(r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"),
+    "month": re.compile(r"[0-9]{4}-(?:0[1-9]|1[0-2])(?:-(?:0[1-9]|[12][0-9]|3[01]))?"),
+    "oci": re.compile(r"[a-z0-9]+/[a-z0-9]+(?:/[a-z0-9]+)?"),
+    # an SPDX license expression: ids (or LicenseRef-...) joined by AND, OR, WITH, with parentheses
+    "spdx": re.compile(r"\(*[A-Za-z0-9][A-Za-z0-9.-]{0,63}\+?\)*"
+                       r"(?: (?:AND|OR|WITH) \(*[A-Za-z0-9][A-Za-z0-9.-]{0,63}\+?\)*){0,15}"),
+}
+_DESCRIBE = {
+    "id": "lower-case letters, digits, '.', '_' and '-', starting with a letter or digit",
+    "version": "digits and dots, e.g. 12.4.1",
+    "driver": "e.g. 535.104.05 or 580",
+    "sha256": "64 lower-case hex digits",
+    "fingerprint": "40 upper-case hex digits",
+    "keyid": "16 upper-case hex digits",
+    "commit": "a git commit: 40 lower-case hex digits",
+    "word": "letters, digits, '.', '_' and '-'",
+    "package": "a package name: letters, digits, '+', '.', '_' and '-'",
+    "ref": "an image reference such as ubuntu:24.04 or name/path:tag[@sha256:...]",
+    "url": "an https URL of letters, digits and ._~%+- path segments",
+    "date": "a date YYYY-MM-DD",
+    "month": "YYYY-MM or YYYY-MM-DD",
+    "oci": "an OCI platform such as linux/amd64",
+    "spdx": "an SPDX license expression such as Apache-2.0 or (MIT OR BSD-3-Clause)",
+}
+# Characters one-line text (a description, a name) may not hold even when printable: they mean
+# something inside a double-quoted LABEL value or a shell line.
+_TEXT_FORBIDDEN = set('"\\$`')
+
+
+def check(kind: str, value: str, placeholders: Iterable[str] = ()) -> str | None:
+    """Why `value` is not a `kind` (None when it is). Kinds: the _PATTERNS names, `text` (one line
+    of printable text without " \\ $ `), `spec` (a version specifier or none), `version|none`,
+    `url` (with the given {placeholders} allowed)."""
+    if not isinstance(value, str):
+        return f"must be a string, not {type(value).__name__}"
+    hit = bad_char(value)
+    if hit:
+        return f"holds {char_name(hit[1])} (one-line fields hold no control or separator characters)"
+    if kind == "text":
+        if not value.strip():
+            return "must not be empty"
+        if len(value) > MAX_TEXT:
+            return f"is longer than {MAX_TEXT} characters"
+        odd = next((ch for ch in value if ch in _TEXT_FORBIDDEN or not ch.isprintable()), None)
+        if odd is not None:
+            return (f"holds {odd!r}: one-line text may not hold \" \\ $ ` or non-printable "
+                    "characters (it reaches comments and LABEL values)")
+        return None
+    if kind == "spec":
+        if value != value.strip() or not value:
+            return "must be a specifier such as '>=2.6' (no surrounding spaces)"
+        try:
+            parse_spec(value)
+        except VersionSyntaxError as exc:
+            return str(exc)
+        return None
+    if kind == "version|none":
+        return None if value == "none" else check("version", value)
+    if kind == "url":
+        return _check_url(value, tuple(placeholders))
+    if kind == "ref":     # the one grammar of image references
+        return None if is_reference(value) else f"must be {_DESCRIBE[kind]}"
+    pattern = _PATTERNS[kind]
+    if not pattern.fullmatch(value):
+        if kind in ("version", "driver"):  # the words knowledge/ uses for the same mistake
+            return f"is a malformed {'driver ' if kind == 'driver' else ''}version (expected " \
+                   f"{_DESCRIBE[kind]})"
+        return f"must be {_DESCRIBE[kind]}"
+    if kind == "spdx" and not _balanced(value):
+        return f"must be {_DESCRIBE[kind]} (its parentheses do not pair)"
+    if kind == "spdx" and "NOASSERTION" in value.split():
+        return "must state licenses: NOASSERTION is a placeholder (leave project.licenses out instead)"
+    if kind == "id" and ".." in value:
+        return "must not hold '..'"
+    return None
+
+
+def _balanced(value: str) -> bool:
+    depth = 0
+    for ch in value:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _check_url(value: str, placeholders: tuple[str, ...]) -> str | None:
+    """An https URL whose only {fields} are `placeholders` (no conversion, no format spec, no
+    attribute or index: str.format on anything else would fail or read attributes)."""
+    sample = []
+    try:
+        parts = list(string.Formatter().parse(value))
+    except ValueError as exc:
+        return f"is not a valid URL template ({exc})"
+    for literal, field, spec, conv in parts:
+        sample.append(literal)
+        if field is None:
+            continue
+        if field not in placeholders or spec or conv:
+            allowed = ", ".join("{" + p + "}" for p in placeholders) or "none"
+            return f"holds the placeholder {{{field}}} (allowed here: {allowed})"
+        sample.append("x0")
+    text = "".join(sample)
+    if "{" in text or "}" in text:
+        return "holds a brace that is not a placeholder"
+    if not _PATTERNS["url"].fullmatch(text):
+        return f"must be {_DESCRIBE['url']}"
+    if "/../" in text + "/" or "/./" in text + "/":
+        return "must not hold '.' or '..' path segments"
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# gate 2: every recipe-facing string field, wherever it is
+
+
+def _url(*ph):
+    return ("url", ph)
+
+
+# (path, grammar, shape): `*` is every item of a list, `?` every value of a mapping; shape is "str"
+# (one string), "list" (a list of strings) or "any" (one string or a list of them). A value of the
+# wrong type is refused here too, with the line it stands on: YAML reads `cuda: 12.10` as the number
+# 12.1, and a !!binary value would reach a recipe as "b'...'".
+FIELDS: tuple[tuple[tuple[str, ...], Any, str], ...] = (
+    (("as_of",), "date", "str"),
+    (("project", "source"), _url(), "str"),
+    (("project", "licenses"), "spdx", "str"),
+    (("platforms", "*", "id"), "word", "str"),
+    (("platforms", "*", "cuda_repo"), "word", "str"),
+    (("platforms", "*", "oci"), "oci", "str"),
+    (("platforms", "*", "aliases"), "word", "list"),
+    (("os", "*", "id"), "id", "str"),
+    (("os", "*", "name"), "text", "str"),
+    (("os", "*", "family"), "word", "str"),
+    (("os", "*", "base"), "ref", "str"),
+    (("os", "*", "nvidia_repo"), "word", "str"),
+    (("os", "*", "glibc"), "version", "str"),
+    (("os", "*", "python"), "version", "list"),
+    (("cuda", "releases", "*", "version"), "version", "str"),
+    (("cuda", "releases", "*", "driver"), "driver", "str"),
+    (("pytorch", "releases", "*", "version"), "version", "str"),
+    (("pytorch", "releases", "*", "variants", "*", "cuda"), "version", "str"),
+    (("pytorch", "releases", "*", "variants", "*", "cudnn"), "version", "str"),
+    (("pytorch", "releases", "*", "variants", "*", "nccl"), "version", "str"),
+    (("pytorch", "releases", "*", "variants", "*", "cuda_runtime"), "version", "str"),
+    *[((comp, "releases", "*", f), g, "str") for comp in ("ucx", "openmpi")
+      for f, g in (("version", "version"), ("line", "version"), ("url", _url("version")),
+                   ("sha256", "sha256"))],
+    *[((comp, "releases", "*", "git_archive", f), g, "str") for comp in ("ucx", "openmpi")
+      for f, g in (("file", "word"), ("sha256", "sha256"), ("commit", "commit"))],
+    *[(("tools", t, f), g, "str") for t in ("gdrcopy", "nccl-tests")
+      for f, g in (("version", "version"), ("url", _url("version")), ("sha256", "sha256"))],
+    *[(("tools", t, f), g, "str") for t in ("cuda-repo-key", "cuda-repo-key-dnf")
+      for f, g in (("fingerprint", "fingerprint"), ("url", _url("repo")))],
+    (("tools", "pytorch-index", "url"), _url("tag"), "str"),
+    (("rdma", "*", "id"), "id", "str"),
+    (("rdma", "*", "name"), "text", "str"),
+    (("rdma", "*", "version"), "version", "str"),
+    (("rdma", "*", "released"), "month", "str"),
+    (("rdma", "*", "repo"), _url("version", "os"), "str"),
+    (("rdma", "*", "os", "?"), "word", "str"),
+    (("rdma", "*", "key", "url"), _url(), "str"),
+    (("rdma", "*", "key", "fingerprint"), "fingerprint", "str"),
+    (("rdma", "*", "key", "long_id"), "keyid", "str"),
+    (("rdma", "*", "packages", "?", "?"), "package", "list"),
+    (("images", "*", "family"), "id", "str"),
+    (("images", "*", "description"), "text", "str"),
+    (("images", "*", "flavors"), "id", "any"),
+    (("images", "*", "pytorch"), "spec", "str"),
+    (("images", "*", "variants"), "id", "str"),
+    (("images", "*", "os"), "id", "any"),
+    (("images", "*", "cuda"), "version|none", "any"),
+    (("images", "*", "nccl"), "version", "any"),
+    (("images", "*", "ucx"), "version", "str"),
+    (("images", "*", "openmpi"), "version", "str"),
+    (("images", "*", "python"), "version", "str"),
+    (("images", "*", "wheels"), "id", "str"),
+    (("images", "*", "rdma"), "id", "str"),
+    (("images", "*", "cuda_from"), "id", "str"),
+    (("images", "*", "sources"), "id", "str"),
+    (("images", "*", "build", "cuda_arch"), "version", "list"),
+)
+
+
+def _item_pos(lst, i) -> tuple[int | None, int | None]:
+    pos = getattr(lst, "item_pos", None)
+    if pos and i < len(pos):
+        return pos[i]
+    return getattr(lst, "line", None), getattr(lst, "column", None)
+
+
+def _key_pos(mapping, key) -> tuple[int | None, int | None]:
+    if hasattr(mapping, "pos"):
+        return mapping.pos(key)
+    return None, None
+
+
+def _walk(node, pattern, label, pos):
+    """(label, value, (line, column)) for every node `pattern` reaches from `node`."""
+    if not pattern:
+        yield label, node, pos
+        return
+    head, rest = pattern[0], pattern[1:]
+    if head == "*":
+        if isinstance(node, list):
+            for i, item in enumerate(node):
+                yield from _walk(item, rest, f"{label}[{i}]", _item_pos(node, i))
+    elif head == "?":
+        if isinstance(node, dict):
+            for key, value in node.items():
+                yield from _walk(value, rest, f"{label}.{key}", _key_pos(node, key))
+    elif isinstance(node, dict) and head in node:
+        yield from _walk(node[head], rest, f"{label}.{head}" if label else head,
+                         _key_pos(node, head))
+
+
+def _grammar_error(path: str, label: str, value, grammar, pos) -> KnowledgeError:
+    kind, ph = grammar if isinstance(grammar, tuple) else (grammar, ())
+    if not isinstance(value, str):
+        why = f"must be a string, not {_kind(value)}" + _QUOTE_HINT.get(type(value), "")
+    else:
+        why = check(kind, value, ph)
+    if why is None:
+        return None
+    shown = f" {_show(value)}" if isinstance(value, str) else ""
+    return KnowledgeError(f"{label}{shown} {why}", file=path, line=pos[0], column=pos[1])
+
+
+_QUOTE_HINT = {int: " (quote it)", float: " (quote it: YAML reads 12.10 as the number 12.1)"}
+
+
+def check_fields(doc: Any, path: str) -> None:
+    """Every recipe-facing value of FIELDS is a string (or a list of strings, where the field is a
+    list) of its grammar: KnowledgeError naming its line otherwise (the first in the file)."""
+    if not isinstance(doc, dict):
+        return
+    errors = []
+    for pattern, grammar, shape in FIELDS:
+        for label, value, pos in _walk(doc, pattern, "", (None, None)):
+            if isinstance(value, list) and shape in ("list", "any"):
+                items = [(f"{label}[{i}]", v, _item_pos(value, i)) for i, v in enumerate(value)]
+            elif shape == "list":
+                errors.append(KnowledgeError(f"{label} must be a list of strings, not "
+                                             f"{_kind(value)}", file=path, line=pos[0],
+                                             column=pos[1]))
+                continue
+            else:
+                items = [(label, value, pos)]
+            for lab, v, p in items:
+                err = _grammar_error(path, lab, v, grammar, p)
+                if err is not None:
+                    errors.append(err)
+    if errors:  # the first in the file, whatever the order of FIELDS
+        raise min(errors, key=lambda e: (e.line or 0, e.column or 0))
+
+
+# --------------------------------------------------------------------------------------------------
+# gate 3: tools, images and rdma in full (types, keys, cross-references)
+
+FLAVORS = ("runtime", "devel", "cpu")
+VARIANT_MODES = ("all", "default", "default-and-newest")
+FAMILY_KEYS = ("family", "description", "flavors", "pytorch", "variants", "os", "cuda", "nccl",
+               "ucx", "openmpi", "python", "wheels", "rdma", "cuda_from", "sources", "build")
+# Which tarball of UCX and Open MPI a family's recipes compile: the release asset, or the git tag
+# archive with its submodules (`git_archive:` in the ucx/openmpi release; autogen first).
+SOURCE_FORMS = ("release", "git")
+# Build choices a family makes for what it compiles (recorded in the image's labels), with their
+# defaults: UCX's GDA-KI module (GPU-initiated networking, needs the gpunetio submodule), Open MPI's
+# Fortran bindings, ROMIO (MPI-IO) and OpenSHMEM; `cuda_arch` the GPU architectures nvcc compiles
+# nccl-tests for (default: nccl-tests' own list for the CUDA release).
+BUILD_SWITCHES = {"gda": True, "fortran": True, "romio": True, "oshmem": True}
+BUILD_KEYS = tuple(BUILD_SWITCHES) + ("cuda_arch",)
+# Where a family's CUDA comes from: NVIDIA's package repository for the OS (the default: the
+# recipes install pinned CUDA packages), or the wheels torch's closure brings (nvidia-cuda-runtime,
+# cuDNN, NCCL, cuBLAS, ... as torch pins them; no NVIDIA repository, no CUDA package).
+CUDA_FROM = ("repository", "wheels")
+# tool -> (required keys, optional keys, {key: grammar})
+_TARBALL = (("version", "url", "sha256", "source"), ("note",),
+            {"version": "version", "url": _url("version"), "sha256": "sha256"})
+_KEY = (("fingerprint", "url", "source"), ("note",),
+        {"fingerprint": "fingerprint", "url": _url("repo")})
+TOOLS = {
+    "gdrcopy": _TARBALL,
+    "nccl-tests": _TARBALL,
+    "cuda-repo-key": _KEY,
+    "cuda-repo-key-dnf": _KEY,
+    "pytorch-index": (("url", "source"), ("note",), {"url": _url("tag")}),
+}
+
+
+def check_mapping(fail, node, where: str, required: Iterable[str], optional: Iterable[str] = (),
+                  parent=None, key=None):
+    """``node``, when it is a mapping that holds every key of ``required`` and no key outside
+    ``required`` and ``optional``; otherwise ``fail(message, node, key)`` raises. The one shape check
+    of the matrix's mappings: knowledge's sections (_Ctx.mapping) and gate 3 (_Checker.mapping)
+    both use it. A node that is no mapping (a scalar has no position of its own) is reported at
+    ``parent``'s ``key`` when a parent is given."""
+    if not isinstance(node, dict):
+        fail(f"{where}: expected a mapping, not {_kind(node)}", parent if parent is not None else node, key)
+    allowed = set(required) | set(optional)
+    for k in node:
+        if k not in allowed:
+            fail(f"{where}: unknown key {k!r} (allowed: {', '.join(sorted(allowed))})", node, k)
+    for k in required:
+        if k not in node:
+            fail(f"{where}: missing key {k!r}", node)
+    return node
+
+
+class _Checker:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.path = ctx.path
+
+    def fail(self, msg: str, node=None, key=None):
+        self.ctx.fail(msg, node, key)
+
+    def fail_item(self, msg: str, lst, i: int):
+        line, col = _item_pos(lst, i)
+        raise KnowledgeError(msg, file=self.path, line=line, column=col)
+
+    def mapping(self, node, where: str, required: Iterable[str], optional: Iterable[str],
+                parent=None, key=None):
+        return check_mapping(self.fail, node, where, required, optional, parent, key)
+
+    def string(self, node, key: str, where: str, grammar="text", optional=True):
+        """node[key] as a string of `grammar` (None when absent and optional)."""
+        if key not in node:
+            if optional:
+                return None
+            self.fail(f"{where}: missing key {key!r}", node)
+        value = node[key]
+        if not isinstance(value, str):
+            hint = (" (quote it: YAML reads 2.10 as the number 2.1)"
+                    if isinstance(value, (int, float)) and not isinstance(value, bool) else "")
+            self.fail(f"{where}.{key} must be a string, not {_kind(value)}{hint}", node, key)
+        kind, ph = grammar if isinstance(grammar, tuple) else (grammar, ())
+        why = check(kind, value, ph)
+        if why:
+            self.fail(f"{where}.{key} {_show(value)} {why}", node, key)
+        return value
+
+    def strings(self, node, key: str, where: str, grammar, allow_list=True):
+        """node[key] as a list of `grammar` strings (a single string is a list of one)."""
+        value = node[key]
+        if isinstance(value, str) or not allow_list:
+            return [self.string(node, key, where, grammar, optional=False)]
+        if not isinstance(value, list):
+            self.fail(f"{where}.{key} must be a string or a list of strings, not {_kind(value)}",
+                      node, key)
+        if not value:
+            self.fail(f"{where}.{key} must not be empty", node, key)
+        out = []
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                self.fail_item(f"{where}.{key}[{i}] must be a string, not {_kind(item)}", value, i)
+            why = check(grammar, item)
+            if why:
+                self.fail_item(f"{where}.{key}[{i}] {_show(item)} {why}", value, i)
+            if item in out:
+                self.fail_item(f"{where}.{key}: {item!r} is listed twice", value, i)
+            out.append(item)
+        return out
+
+    def source(self, node, where: str, sources: set[str], key="source", optional=False):
+        if key not in node and optional:
+            return
+        sid = self.string(node, key, where, "text", optional=False)
+        if sid not in sources and check("url", sid) is not None:
+            self.fail(f"{where}: unknown source {sid!r} (declare it under sources: or give an https "
+                      "URL)", node, key)
+
+
+def _kind(value) -> str:
+    """How a YAML value's type is named in a message."""
+    if value is None:
+        return "null"
+    for t, name in ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string"),
+                    (list, "a list"), (dict, "a mapping")):
+        if isinstance(value, t):
+            return name
+    return type(value).__name__
+
+
+def _ids(section, key="id") -> list[str]:
+    if isinstance(section, list):
+        return [str(e[key]) for e in section if isinstance(e, dict) and key in e]
+    if isinstance(section, dict):
+        return [str(k) for k in section]
+    return []
+
+
+def validate(doc, ctx) -> None:
+    """Gate 3, for knowledge.build: `ctx` is its _Ctx (fail(msg, node, key) raises KnowledgeError
+    at the node's position; `path` is the file)."""
+    c = _Checker(ctx)
+    sources = {str(s) for s in doc.get("sources", {})} if isinstance(doc.get("sources"), dict) \
+        else set()
+    if "tools" in doc:
+        _tools(c, doc, sources)
+    if "rdma" in doc:
+        _rdma(c, doc, sources)
+    _tarballs(c, doc)
+    if "images" in doc:
+        _images(c, doc, set(_ids(doc.get("os"))), set(_ids(doc.get("rdma"))))
+
+
+def _tarballs(c: _Checker, doc):
+    """A UCX or Open MPI release built from source is downloaded by the recipes: it needs its url
+    and sha256 (nothing is downloaded unverified), whether or not an image takes it today."""
+    for comp in ("ucx", "openmpi"):
+        section = doc.get(comp)
+        releases = section.get("releases") if isinstance(section, dict) else None
+        for i, r in enumerate(releases if isinstance(releases, list) else []):
+            if isinstance(r, dict) and r.get("install", "source") == "source":
+                for key in ("url", "sha256"):
+                    if key not in r:
+                        c.fail(f"{comp}.releases[{i}] ({r.get('version')}): built from source, so "
+                               f"it needs url and sha256 (nothing is downloaded unverified); "
+                               f"{key} is missing", r)
+
+
+def _tools(c: _Checker, doc, sources):
+    tools = doc["tools"]
+    c.mapping(tools, "tools", (), TOOLS, doc, "tools")
+    for name, entry in tools.items():
+        required, optional, grammars = TOOLS[name]
+        where = f"tools.{name}"
+        c.mapping(entry, where, required, optional, tools, name)
+        for key in required:
+            if key == "source":
+                c.source(entry, where, sources)
+            else:
+                c.string(entry, key, where, grammars[key], optional=False)
+        _note(c, entry, where)
+
+
+def _note(c: _Checker, node, where: str):
+    if "note" in node and not isinstance(node["note"], str):
+        c.fail(f"{where}.note must be a string, not {_kind(node['note'])}", node, "note")
+
+
+def _rdma(c: _Checker, doc, sources):
+    """What knowledge.build leaves to the recipes: the grammar of each field (gate 2 checked the
+    strings; here their types), the key's source, and non-empty package lists."""
+    section = doc["rdma"]
+    if not isinstance(section, list):
+        return  # knowledge.build reports it
+    for i, r in enumerate(section):
+        if not isinstance(r, dict):
+            continue
+        where = f"rdma[{i}]"
+        c.string(r, "id", where, "id", optional=False)
+        c.string(r, "name", where, "text", optional=False)
+        c.string(r, "version", where, "version", optional=False)
+        c.string(r, "released", where, "month")
+        c.string(r, "repo", where, _url("version", "os"), optional=False)
+        _note(c, r, where)
+        os_map = r.get("os")
+        if isinstance(os_map, dict):
+            for os_id in os_map:
+                c.string(os_map, os_id, f"{where}.os", "word", optional=False)
+        key = r.get("key")
+        if isinstance(key, dict):
+            c.string(key, "url", f"{where}.key", _url(), optional=False)
+            c.string(key, "fingerprint", f"{where}.key", "fingerprint")
+            c.string(key, "long_id", f"{where}.key", "keyid")
+            c.source(key, f"{where}.key", sources, optional=True)
+            _note(c, key, f"{where}.key")
+        pk = r.get("packages")
+        if isinstance(pk, dict):
+            for pm, lists in pk.items():
+                if isinstance(lists, dict):
+                    for flavor in lists:
+                        c.strings(lists, flavor, f"{where}.packages.{pm}", "package")
+
+
+def _images(c: _Checker, doc, os_ids: set[str], rdma_ids: set[str]):
+    fams = doc["images"]
+    if not isinstance(fams, list):
+        c.fail(f"images: expected a list of families, not {_kind(fams)}", doc, "images")
+    for i, fam in enumerate(fams):
+        where = f"images[{i}]"
+        if not isinstance(fam, dict):
+            c.fail_item(f"{where}: each family is a mapping, not {_kind(fam)}", fams, i)
+        c.mapping(fam, where, ("family", "flavors", "os"), FAMILY_KEYS)
+        name = c.string(fam, "family", where, "id", optional=False)
+        where = f"images[{i}] ({name})"
+        c.string(fam, "description", where, "text")
+        flavors = c.strings(fam, "flavors", where, "id")
+        for j, fl in enumerate(flavors):
+            if fl not in FLAVORS:
+                _fail_in(c, fam, "flavors", j, f"{where}.flavors: {fl!r} is not one of "
+                         f"{', '.join(FLAVORS)}")
+        for j, os_id in enumerate(c.strings(fam, "os", where, "id")):
+            if os_id not in os_ids:
+                _fail_in(c, fam, "os", j, f"{where}.os: unknown os {os_id!r} (known: "
+                         f"{', '.join(sorted(os_ids)) or 'none'})")
+        pytorch = c.string(fam, "pytorch", where, "spec")
+        if "variants" in fam:
+            mode = c.string(fam, "variants", where, "id")
+            if mode not in VARIANT_MODES:
+                c.fail(f"{where}.variants must be one of {', '.join(VARIANT_MODES)}", fam,
+                       "variants")
+        if "cuda" in fam:
+            c.strings(fam, "cuda", where, "version|none")
+        if "nccl" in fam:
+            if pytorch is not None and pytorch != "none":
+                c.fail(f"{where}.nccl: only a family without PyTorch (pytorch: none) names NCCL "
+                       "versions (PyTorch's build decides its NCCL)", fam, "nccl")
+            c.strings(fam, "nccl", where, "version")
+        for comp in ("ucx", "openmpi", "python"):
+            c.string(fam, comp, where, "version")
+        wheels = c.string(fam, "wheels", where, "id")
+        if wheels is not None and wheels != "host":
+            c.fail(f"{where}.wheels must be 'host' (or left out)", fam, "wheels")
+        if "cpu" in flavors and wheels != "host":
+            c.fail(f"{where}: a cpu flavor installs PyTorch from host wheels: add wheels: host",
+                   fam, "flavors")
+        rdma = c.string(fam, "rdma", where, "id")
+        if rdma is not None and rdma != "rdma-core" and rdma not in rdma_ids:
+            c.fail(f"{where}.rdma: unknown rdma {rdma!r} (rdma-core, or an id of the rdma: "
+                   f"section: {', '.join(sorted(rdma_ids)) or 'none'})", fam, "rdma")
+        cuda_from = c.string(fam, "cuda_from", where, "id")
+        if cuda_from is not None and cuda_from not in CUDA_FROM:
+            c.fail(f"{where}.cuda_from must be one of {', '.join(CUDA_FROM)}", fam, "cuda_from")
+        form = c.string(fam, "sources", where, "id")
+        if form is not None and form not in SOURCE_FORMS:
+            c.fail(f"{where}.sources must be one of {', '.join(SOURCE_FORMS)}", fam, "sources")
+        if "build" in fam:
+            b = c.mapping(fam["build"], f"{where}.build", (), BUILD_KEYS, fam, "build")
+            for key in BUILD_SWITCHES:
+                if key in b and not isinstance(b[key], bool):
+                    c.fail(f"{where}.build.{key} must be true or false, not {_kind(b[key])}", b, key)
+            if "cuda_arch" in b:
+                for j, arch in enumerate(c.strings(b, "cuda_arch", f"{where}.build", "version")):
+                    if not re.fullmatch(r"[1-9][0-9]?\.[0-9]", arch):
+                        _fail_in(c, b, "cuda_arch", j, f"{where}.build.cuda_arch: {arch!r} is not "
+                                 "a compute capability (8.0, 9.0, 10.0, ...)")
+        if cuda_from == "wheels":
+            # CUDA is NVIDIA's wheels: torch's closure, or the cuda-toolkit wheels UCX, Open MPI
+            # and nccl-tests are compiled against (see images.expand)
+            if rdma not in (None, "rdma-core"):
+                c.fail(f"{where}.cuda_from: wheels images take RDMA user space from the OS's "
+                       "rdma-core", fam, "rdma")
+            compiled = _wheels_comms(c, doc, fam, where, pytorch)
+            # a devel image adds the cuda-toolkit wheels (nvcc, headers) to its runtime image:
+            # only a family that compiles against them has them in its wheel lock
+            if any(f != "runtime" and not (f == "devel" and compiled) for f in flavors):
+                c.fail(f"{where}.cuda_from: wheels makes runtime images only, and devel ones where "
+                       "UCX and Open MPI are compiled against the CUDA toolkit's wheels (a cpu "
+                       "flavor, or a devel one beside torch's closure, needs CUDA from the "
+                       "repository, or none)", fam, "flavors")
+        _what_images_need(c, doc, fam, where, flavors, pytorch, cuda_from or "repository")
+
+
+def _wheels_comms(c: _Checker, doc, fam, where: str, pytorch) -> bool:
+    """cuda_from: wheels, as images.expand renders it: UCX and Open MPI pinned to releases of
+    their sections, both compiled from source against the cuda-toolkit wheels or both the OS's
+    packages beside torch's closure; the OS's packages only with PyTorch. True when they are
+    compiled (the family's lock has the cuda-toolkit wheels)."""
+    installs = set()
+    for comp in ("ucx", "openmpi"):
+        section = doc.get(comp) if isinstance(doc.get(comp), dict) else {}
+        releases = section.get("releases") if isinstance(section.get("releases"), list) else []
+        pinned = fam.get(comp)
+        entry = next((r for r in releases if isinstance(r, dict) and pinned is not None
+                      and str(r.get("version")) == str(pinned)), None)
+        if entry is None:
+            c.fail(f"{where}.cuda_from: wheels needs {comp} pinned to a release of matrix.yaml's "
+                   f"{comp} section" + (f" ({pinned!r} is none)" if pinned is not None else ""),
+                   fam, comp if comp in fam else None)
+        installs.add(str(entry.get("install") or "source"))
+    if len(installs) != 1:
+        c.fail(f"{where}.cuda_from: wheels builds UCX and Open MPI both from source or takes both "
+               "from the OS", fam, "cuda_from")
+    if installs == {"os"} and str(pytorch if pytorch is not None else "none") == "none":
+        c.fail(f"{where}.cuda_from: wheels without PyTorch compiles UCX and Open MPI against the "
+               "CUDA toolkit's wheels: pin source releases, not the OS's packages", fam, "cuda_from")
+    return installs == {"source"}
+
+
+def _what_images_need(c: _Checker, doc, fam, where: str, flavors: list[str], pytorch,
+                      cuda_from: str = "repository"):
+    """What the recipes of a family will read, checked now rather than when they are rendered:
+    each OS's base image and glibc (the wheel lock's platform), and for CUDA images (every flavor
+    but cpu) whose CUDA comes from NVIDIA's repository, the OS's NVIDIA repository and packager,
+    and the tools the recipes download (CUDA from torch's wheels needs none of them)."""
+    cuda_images = any(f != "cpu" for f in flavors)
+    cudas = fam.get("cuda")
+    if cuda_images and (cudas == "none" or (isinstance(cudas, list) and "none" in cudas)):
+        c.fail(f"{where}: runtime and devel images are CUDA images: cuda none is for the cpu "
+               "flavor", fam, "cuda")
+    oses = {str(o.get("id")): o for o in doc.get("os", []) if isinstance(o, dict)} \
+        if isinstance(doc.get("os"), list) else {}
+    tools = doc.get("tools") if isinstance(doc.get("tools"), dict) else {}
+    names = fam["os"] if isinstance(fam["os"], list) else [fam["os"]]
+    for os_id in names:
+        entry = oses.get(os_id)
+        if entry is None:
+            continue
+        needs = ["base", "glibc"] + (["nvidia_repo"] if cuda_images and cuda_from == "repository"
+                                     else [])
+        for key in needs:
+            if key not in entry:
+                c.fail(f"os {os_id}: {where} builds images on it, so it needs {key}", entry)
+        if not re.fullmatch(r"2\.[0-9]+", str(entry["glibc"])):
+            c.fail(f"os {os_id}: glibc {str(entry['glibc'])!r} must be 2.N (the wheel locks' "
+                   "manylinux platform)", entry, "glibc")
+        if cuda_images and cuda_from == "repository":
+            family = str(entry.get("family"))
+            if family not in PACKAGERS:
+                c.fail(f"os {os_id}: {where} builds CUDA images on it, whose recipes are written "
+                       f"for the families {', '.join(sorted(PACKAGERS))}, not {family!r}",
+                       entry, "family")
+            for tool in ("gdrcopy", "nccl-tests", PACKAGERS[family]["key"]):
+                if tool not in tools:
+                    c.fail(f"{where}: its CUDA images on {os_id} download and check "
+                           f"tools.{tool}, which is missing", fam)
+    if pytorch not in (None, "none") and cuda_images and fam.get("variants", "all") != "default" \
+            and "pytorch-index" not in tools:
+        c.fail(f"{where}: PyTorch variants other than PyPI's default come from "
+               "tools.pytorch-index, which is missing", fam)
+
+
+def _fail_in(c: _Checker, node, key: str, i: int, msg: str):
+    value = node[key]
+    if isinstance(value, list):
+        c.fail_item(msg, value, i)
+    c.fail(msg, node, key)

@@ -1,0 +1,11 @@
+"""Stage 3 of the pipeline: from the matrix's `images:` section to recipes.
+
+- `images`: expands the image families into `ImageSpec`s (stack, OS, flavour, tags, labels,
+  image.json), one resolved stack each, and the order they are built in (`depends_on`);
+- `imageneeds`: what an image's stack asks of its recipe (the CUDA layout, the compiled parts);
+- `wheellock`: the hash-pinned wheel locks an image installs (`locks/wheels/`);
+- `sources`: the source tarballs a recipe compiles and the checksummed cache they are read from;
+- `renderer`: an `ImageSpec` as stages of steps, each step one Jinja fragment, laid out as a
+  Dockerfile or a Singularity definition; build contexts.
+
+Reads `knowledge` and `resolve`; knows no engine."""

@@ -1,0 +1,40 @@
+"""What an image needs from the node it runs on, as facts from matrix.yaml, for image.json's
+``needs`` object (read inside the image by ``imagebuild-check``, imagebuild/smoke/imagecheck.py).
+
+    native_driver   the driver the image's CUDA release shipped with (CUDA Table 3), when known
+    forward_compat  {package, branches}: the cuda-compat package of the CUDA release and the host
+                    driver branches NVIDIA's forward-compatibility table lists for it (cuda.compat)
+    gpu_archs       the compute capabilities the image's PyTorch build is compiled for, when the
+                    matrix has them confirmed (an unverified list is left out, never guessed)
+
+A CPU image, or a fact the matrix does not hold, gives no key. ``min_driver`` (the floor through
+minor-version compatibility and cuDNN's rows) is image.json's own key already.
+"""
+
+from __future__ import annotations
+
+from .images import ImageSpec
+from ..versions import NONE, parse_version
+
+
+def image_needs(spec: ImageSpec, k) -> dict:
+    cuda = spec.stack.get("cuda", NONE)
+    if cuda == NONE:
+        return {}
+    needs: dict = {}
+    release = k.releases.get(cuda)
+    if release is not None and release.driver and release.verified:
+        needs["native_driver"] = release.driver
+    mm = spec.cuda_mm
+    row = k.compat.get(mm)
+    mode = next((m for m in k.modes if m.package), None)
+    if row is not None and mode is not None:
+        v = parse_version(cuda)
+        needs["forward_compat"] = {"package": mode.package.format(major=v.major, minor=v.minor),
+                                   "branches": sorted(row.branches, reverse=True)}
+    torch = spec.stack.get("pytorch", NONE)
+    if torch != NONE:
+        variant = k.variants.get((torch, mm))
+        if variant is not None and variant.arch and variant.verified:
+            needs["gpu_archs"] = list(variant.arch)
+    return {"needs": needs} if needs else {}

@@ -1,0 +1,219 @@
+"""The source cache: every tarball an image's recipe compiles from, fetched once, checked always.
+
+Sites without access to GitHub release assets (an air-gapped cluster with a package proxy, a
+mirror of git rather than of releases) fill a local cache instead: `imagebuild sources fetch`
+downloads (or copies from a mirror folder or URL) every tarball the chosen images need into the
+cache, each checked against the sha256 matrix.yaml records, and written atomically. Nothing is ever
+taken without its checksum, and nothing is taken from elsewhere than the origin the user names.
+
+Two forms of a tarball exist:
+
+- `release`: the upstream release asset (the `url` and `sha256` of the matrix entry);
+- `git`: an archive of the git tag with its submodules (`git_archive:` in the matrix, its own file
+  name and sha256; no upstream twin, so it only comes from a mirror). UCX and Open MPI record one;
+  gdrcopy's and nccl-tests' release URLs already are git tag archives.
+
+The cache file of a release is `<name>-<version>.tar.gz` (or .tar.bz2, after the URL); of a git
+archive, the file name the matrix records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+from urllib.parse import urljoin, urlsplit
+
+from ..atomic import atomic_file
+from ..digests import sha256_file
+from ..errors import ImagebuildError, Unavailable, UsageError
+from ..redact import redact
+from ..versions import NONE
+
+FORMS = ("release", "git")
+CHUNK = 1 << 20
+
+
+class SourceError(ImagebuildError):
+    """A tarball cannot be had, or its bytes are not the ones the matrix records."""
+
+
+class SourceUnavailable(Unavailable, SourceError):
+    """The upstream or the mirror cannot be reached, or answers 5xx/429 (exit code 3)."""
+
+
+@dataclass(frozen=True)
+class Tarball:
+    name: str              # ucx, openmpi, gdrcopy, nccl-tests
+    version: str
+    form: str              # release | git
+    file: str              # the cache's file name
+    sha256: str
+    url: str | None        # the upstream URL (release form); None: no upstream twin
+    source: str            # the matrix source id of the checksum
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "version": self.version, "form": self.form, "file": self.file,
+                "sha256": self.sha256, "url": self.url, "source": self.source}
+
+
+def _release(name: str, entry: dict) -> Tarball | None:
+    if not entry.get("url") or not entry.get("sha256"):
+        return None
+    version = str(entry["version"])
+    url = str(entry["url"]).replace("{version}", version)
+    path = urlsplit(url).path
+    ext = ".tar.bz2" if path.endswith(".tar.bz2") else ".tar.gz" if path.endswith(
+        (".tar.gz", ".tgz")) else ".tar"
+    return Tarball(name, version, "release", f"{name}-{version}{ext}", str(entry["sha256"]), url,
+                   str(entry.get("source", "")))
+
+
+def _git(name: str, entry: dict) -> Tarball | None:
+    ga = entry.get("git_archive")
+    if not ga:
+        return None
+    return Tarball(name, str(entry["version"]), "git", str(ga["file"]), str(ga["sha256"]), None,
+                   str(ga.get("source", "")))
+
+
+def for_image(k, spec, form: str = "release") -> list[Tarball]:
+    """The tarballs an image's recipe compiles: UCX and Open MPI when built from source, gdrcopy
+    and nccl-tests in CUDA images. `form` git takes the git archive where the matrix records one."""
+    if form not in FORMS:
+        raise UsageError(f"unknown form {form!r} (one of {', '.join(FORMS)})", argument="--form")
+    out: list[Tarball] = []
+    wanted = []
+    if spec.stack.get("cuda", NONE) != NONE:
+        tools = k.raw.get("tools", {})
+        wanted += [("gdrcopy", tools.get("gdrcopy", {})), ("nccl-tests", tools.get("nccl-tests", {}))]
+    for name, entry in (("ucx", spec.ucx), ("openmpi", spec.openmpi)):
+        if entry.get("install", "source") == "source":
+            wanted.append((name, entry))
+    for name, entry in wanted:
+        tb = (_git(name, entry) if form == "git" else None) or _release(name, entry)
+        if tb is None:
+            raise SourceError(f"{spec.id}: {name} {entry.get('version')} has no url and sha256 "
+                              "in matrix.yaml: nothing is fetched unverified")
+        out.append(tb)
+    return out
+
+
+def catalog(k, specs: Iterable, form: str | None = None) -> list[Tarball]:
+    """Every tarball the images need, once each, in a stable order: in the form each image's
+    recipe compiles (its family's `sources:`), or in `form` for all."""
+    seen: dict[str, Tarball] = {}
+    for spec in specs:
+        for tb in for_image(k, spec, form or spec.sources):
+            seen.setdefault(tb.file, tb)
+    return [seen[f] for f in sorted(seen)]
+
+
+def is_url(origin: str) -> bool:
+    return origin.startswith(("https://", "http://"))
+
+
+@dataclass
+class Fetched:
+    tarball: Tarball
+    how: str          # cached | copied | downloaded
+    origin: str
+    size: int
+
+
+def fetch(tarballs: list[Tarball], cache: Path, origin: str | None = None,
+          session=None, progress: Callable[[str], None] | None = None,
+          argument: str = "--from") -> list[Fetched]:
+    """Fill `cache` with `tarballs`. `origin`: None for the upstream URLs, a folder, or a mirror's
+    base URL. A file already in the cache with the right sha256 is kept; every new file is
+    checked before it replaces anything. The first failure stops with one SourceError."""
+    cache = Path(cache)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SourceError(f"cannot create the source cache: {exc.strerror}", file=str(cache)) from None
+    if origin is not None and not is_url(origin) and not Path(origin).is_dir():
+        raise UsageError(f"no folder {origin!r} (a mirror is a folder or an http(s) URL)",
+                         argument=argument)
+    out = []
+    for tb in tarballs:
+        dest = cache / tb.file
+        if dest.is_file() and sha256_file(dest) == tb.sha256:
+            out.append(Fetched(tb, "cached", str(dest), dest.stat().st_size))
+            continue
+        if origin is None:
+            if tb.url is None:
+                raise SourceError(f"{tb.file}: a git archive has no upstream twin; fill the cache "
+                                  f"from a mirror ({argument} DIR|URL)")
+            where, how = tb.url, "downloaded"
+        elif is_url(origin):
+            where, how = urljoin(origin.rstrip("/") + "/", tb.file), "downloaded"
+        else:
+            where, how = str(Path(origin) / tb.file), "copied"
+        if progress:
+            progress(f"{tb.file}: {how} from {redact(where)}")
+        size = _put(tb, where, dest, session)
+        out.append(Fetched(tb, how, redact(where), size))   # shown and reported: no credentials
+    return out
+
+
+def _put(tb: Tarball, where: str, dest: Path, session) -> int:
+    """Copy or download `where` into a temporary file beside `dest`, check its sha256, then move
+    it into place (never a half-written or unchecked file under the cache's name)."""
+    h = hashlib.sha256()
+    size = 0
+    with atomic_file(dest, "wb", perm=0o600, suffix=".part") as out:
+        for block in _read(where, session):
+            h.update(block)
+            size += len(block)
+            out.write(block)
+        if h.hexdigest() != tb.sha256:
+            raise SourceError(f"{tb.file}: sha256 {h.hexdigest()} from {where} is not the "
+                              f"{tb.sha256} matrix.yaml records [{tb.source}]; refused")
+    return size
+
+
+def _read(where: str, session) -> Iterable[bytes]:
+    if not is_url(where):
+        try:
+            with open(where, "rb") as fh:
+                while True:
+                    block = fh.read(CHUNK)
+                    if not block:
+                        return
+                    yield block
+        except FileNotFoundError:
+            raise SourceError("not in the mirror folder (--form git takes the git archive where "
+                              "the matrix records one)", file=where) from None
+        except OSError as exc:
+            raise SourceError(f"cannot read: {exc.strerror}", file=where) from None
+    import requests
+
+    session = session or requests.Session()
+    try:
+        resp = session.get(where, stream=True, timeout=60)
+        if resp.status_code >= 400:
+            kind = SourceUnavailable if resp.status_code >= 500 or resp.status_code == 429 else SourceError
+            raise kind(f"{where}: HTTP {resp.status_code}")
+        yield from resp.iter_content(CHUNK)
+    except requests.RequestException as exc:
+        raise SourceUnavailable(f"cannot download {where}: {type(exc).__name__}") from None
+
+
+def copy_into(tarballs: list[Tarball], cache: Path, dest: Path) -> list[Path]:
+    """Place the images' tarballs, from the cache, in a build context folder (checked again)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
+    for tb in tarballs:
+        src = Path(cache) / tb.file
+        if not src.is_file():
+            raise SourceError(f"{tb.file}: not in the source cache {cache} "
+                              "(imagebuild sources fetch fills it)")
+        if sha256_file(src) != tb.sha256:
+            raise SourceError(f"{tb.file}: the cached file does not match its sha256 "
+                              f"[{tb.source}]; fetch it again")
+        shutil.copy2(src, dest / tb.file)
+        out.append(dest / tb.file)
+    return out
