@@ -4,6 +4,11 @@
 - No import cycle between imagebuild's modules, counting imports inside functions too: a lazy import
   that points back up the pipeline is a cycle postponed, not removed.
 - No function longer than 120 lines.
+- The packages follow the pipeline, and imports point one way, down it: a package may import the
+  shared helper modules at the package's top and the packages before it in PIPELINE, never one
+  after it; the helpers import no package.
+- Nothing below `cli/` prints: no print() and no sys.stdout/sys.stderr outside `cli/` and the
+  smoke suite (a program of its own, run inside images).
 
 Each rule is also checked against a small planted violation, so that none of them can pass by
 reading nothing."""
@@ -118,6 +123,63 @@ def _long_functions(root: Path) -> list[str]:
     return out
 
 
+#: imagebuild's packages in pipeline order: each may import those before it, none after it.
+#: `smoke` is first because it is a program of its own (copied into images, standard library only)
+#: that the host side starts and reads; `engines` knows nothing of the matrix.
+PIPELINE = ("smoke", "engines", "knowledge", "resolve", "render", "build", "testrun", "deliver", "cli")
+
+
+def _package(module: str, root: Path) -> str | None:
+    """The package of PIPELINE a module belongs to; None for a shared helper at the top."""
+    parts = module.split(".")
+    if len(parts) > 1 and (root / parts[1]).is_dir():
+        return parts[1]
+    return None
+
+
+def _upward_imports(root: Path, order: tuple[str, ...]) -> list[str]:
+    """Imports that point up the pipeline (or from a top-level helper into any package)."""
+    out = []
+    for module, targets in sorted(_graph(root).items()):
+        if module == f"{root.name}.__main__":
+            continue                # `python -m imagebuild`: the entry point, above cli/
+        mine = _package(module, root)
+        for target in sorted(targets):
+            theirs = _package(target, root)
+            if theirs is None or theirs == mine:
+                continue
+            if mine is None or order.index(theirs) > order.index(mine):
+                out.append(f"{module} -> {target}")
+    return out
+
+
+def _unknown_packages(root: Path, order: tuple[str, ...]) -> list[str]:
+    return sorted(p.name for p in root.iterdir()
+                  if p.is_dir() and (p / "__init__.py").exists() and p.name not in order)
+
+
+def _printers(root: Path, allowed: tuple[str, ...]) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print") or (
+                    isinstance(node, ast.Attribute) and node.attr in ("stdout", "stderr")
+                    and isinstance(node.value, ast.Name) and node.value.id == "sys"):
+                out.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return out
+
+
+def test_packages_follow_the_pipeline():
+    assert _unknown_packages(PACKAGE, PIPELINE) == []
+    assert _upward_imports(PACKAGE, PIPELINE) == []
+
+
+def test_nothing_below_cli_prints():
+    assert _printers(PACKAGE, ("cli", "smoke")) == []
+
+
 def test_only_engines_import_the_docker_sdk():
     assert _docker_imports(PACKAGE) == []
 
@@ -147,3 +209,19 @@ def test_the_rules_see_planted_violations(tmp_path):
     assert _docker_imports(pkg) == ["pkg/b.py:3"]            # engines/ itself may
     assert _cycles(_graph(pkg)) == [["pkg.a", "pkg.b"]]       # the lazy import counts
     assert _long_functions(pkg) == ["pkg/c.py:1 long (121 lines)"]
+
+
+def test_the_pipeline_rules_see_planted_violations(tmp_path):
+    pkg = tmp_path / "pkg"
+    for name in ("render", "build", "cli", "extra"):
+        (pkg / name).mkdir(parents=True)
+        (pkg / name / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helper.py").write_text("from .render import x\n")              # a helper reaching up
+    (pkg / "render" / "a.py").write_text("from ..build import b\nfrom .. import helper\n")
+    (pkg / "build" / "b.py").write_text("from ..render import a\nimport sys\nsys.stderr.write('x')\n")
+    (pkg / "cli" / "c.py").write_text("from ..build import b\nprint('ok')\n")
+    order = ("render", "build", "cli")
+    assert _unknown_packages(pkg, order) == ["extra"]
+    assert _upward_imports(pkg, order) == ["pkg.helper -> pkg.render", "pkg.render.a -> pkg.build.b"]
+    assert _printers(pkg, ("cli",)) == ["pkg/build/b.py:3"]
