@@ -190,6 +190,19 @@ def test_unknown_and_foreign_images_are_one_line(docker_client, capsys):
         assert "not an imagebuild image" in capsys.readouterr().err
 
 
+def test_tier_gpu_without_a_gpu_runtime_is_one_line(smoke_cpu_image, docker_client, capsys, tmp_path):
+    """This engine has no NVIDIA runtime: `--tier gpu` asks it for every GPU, it refuses, and the
+    user reads one line saying what the tier needs; no report is written, no container is left."""
+    before = _leftovers(docker_client)
+    report = tmp_path / "gpu.json"
+    assert cli.main(["test", smoke_cpu_image, "--tier", "gpu", "--report", str(report)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("imagebuild test: tier gpu needs the engine to give containers GPUs")
+    assert "gpu" in err[0].split(": ", 2)[-1]        # the engine's own words follow
+    assert not report.exists()
+    assert _leftovers(docker_client) - before == set()
+
+
 def test_a_hung_container_is_killed_at_its_deadline(smoke_cpu_image, docker_client):
     with Containers(get_engine("docker", client=docker_client)) as cs:
         box = cs.start(smoke_cpu_image, ["sleep", "600"], name="hung")

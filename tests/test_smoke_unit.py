@@ -457,8 +457,62 @@ def test_only_names_checked():
     from imagebuild.testrun.runner import check_only
 
     assert check_only(["versions", "ddp.two-node"]) == ["versions", "ddp.two-node"]
+    assert check_only(["nccl-tests"]) == ["nccl-tests"]
     with pytest.raises(UsageError, match="unknown check 'nccl'"):
         check_only(["nccl"])
+
+
+class _SuiteSession:
+    """A stand-in for the container session (pure logic: what the runner asks of the engine)."""
+
+    def __init__(self, refuse_gpus: bool = False):
+        self.started, self.refuse_gpus = [], refuse_gpus
+
+    def start(self, image, argv, *, name, gpus=False, **_):
+        from imagebuild.errors import SmokeError
+        if gpus and self.refuse_gpus:
+            raise SmokeError(f'cannot start a container of {image}: could not select device driver "" '
+                             "with capabilities: [[gpu]]")
+        self.started.append((list(argv), gpus))
+        return "c"
+
+    def wait(self, container, deadline):
+        return 0
+
+    def read_json(self, container, path):
+        return None if path.endswith("image.json") else {"image": "a:1", "checks": [], "passed": True}
+
+
+@pytest.mark.parametrize("tier, ranks, only, argv_tail, gpus", [
+    ("cpu", 2, [], ["--tier", "cpu", "--ranks", "2", "--only", *smoke.CHECK_NAMES], False),
+    ("gpu", None, [], ["--tier", "gpu", "--only", *smoke.CHECK_NAMES, "nccl-tests"], True),
+    ("gpu", 4, ["nccl-tests"], ["--tier", "gpu", "--ranks", "4", "--only", "nccl-tests"], True),
+    ("cpu", 2, ["versions", "nccl-tests"], ["--tier", "cpu", "--ranks", "2", "--only", "versions", "nccl-tests"],
+     False),
+])
+def test_the_suite_container_per_tier(tier, ranks, only, argv_tail, gpus):
+    """Tier gpu asks the engine for every GPU and leaves the ranks to the suite (one per GPU)
+    unless given; tier cpu asks for none; nccl-tests runs on tier gpu or when named."""
+    from imagebuild.testrun.runner import ImageUnderTest, TestOptions, _suite_in_container
+
+    cs = _SuiteSession()
+    opts = TestOptions(ranks=ranks, timeout=60, only=only, tier=tier)
+    _suite_in_container(cs, ImageUnderTest("a:1", None), opts, None)
+    [(argv, asked)] = cs.started
+    assert asked is gpus
+    flags = [a for a in argv if a not in ("--report", "--timeout", "--image", "a:1", "60")
+             and not a.startswith("/")]
+    assert flags == ["imagebuild-smoke", *argv_tail]
+
+
+def test_tier_gpu_on_an_engine_without_gpus_says_what_is_missing():
+    from imagebuild.errors import SmokeError
+    from imagebuild.testrun.runner import ImageUnderTest, TestOptions, _suite_in_container
+
+    with pytest.raises(SmokeError, match=r"tier gpu needs the engine to give containers GPUs .*"
+                                         r"could not select device driver"):
+        _suite_in_container(_SuiteSession(refuse_gpus=True), ImageUnderTest("a:1", None),
+                            TestOptions(ranks=None, tier="gpu"), None)
 
 
 def test_min_driver_label_must_match_image_json():

@@ -562,10 +562,11 @@ class DockerSession:
     def create(self, image: str, command: Sequence[str], *, name: str,
                env: Mapping[str, str] | None = None, network: str | None = None,
                hostname: str | None = None, shm_size: str | None = None, shareable: bool = False,
-               join: Container | None = None) -> Container:
+               join: Container | None = None, gpus: bool = False) -> Container:
         """A container of ``image`` named ``<token>-<name>``: on ``network`` only (reachable there
         as ``hostname``), its IPC namespace ``shareable``, or joining the IPC and PID namespaces
-        of ``join`` (then without a /dev/shm of its own)."""
+        of ``join`` (then without a /dev/shm of its own); with ``gpus``, every GPU of the host
+        (``docker run --gpus all``: the engine's NVIDIA runtime hook must be installed)."""
         kwargs: dict = {"command": list(command), "detach": True,
                         "name": check_name(f"{self.token}-{name}", "container name"),
                         "environment": dict(env or {}), "labels": dict(self._labels)}
@@ -577,6 +578,9 @@ class DockerSession:
                 kwargs["shm_size"] = shm_size
             if shareable:
                 kwargs["ipc_mode"] = "shareable"
+        if gpus:
+            import docker.types
+            kwargs["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
         if hostname:
             kwargs["hostname"] = check_hostname(hostname)
         if network:

@@ -24,7 +24,7 @@ from typing import Callable
 from .. import reference
 from ..engines import Container, ImageInfo
 from ..errors import EngineError, EngineRefused, NoSuchImage, SmokeError, UsageError
-from ..smoke import CHECK_NAMES, HOST_CHECK_NAMES
+from ..smoke import CHECK_NAMES, GPU_CHECK_NAMES, HOST_CHECK_NAMES
 from ..smoke.expect import COMPONENTS
 from ..smoke.report import FAIL, PASS, SKIP, CheckResult, Report, combine
 
@@ -118,15 +118,16 @@ class Containers:
 
     def start(self, image: str, command: list[str], *, name: str, env: dict | None = None,
               network: str | None = None, hostname: str | None = None, shm_size: str = "512m",
-              files: bytes | None = None, shareable: bool = False, join: Container | None = None) -> Container:
+              files: bytes | None = None, shareable: bool = False, join: Container | None = None,
+              gpus: bool = False) -> Container:
         """Create and start a container: on `network` only (its one interface besides loopback),
         `files` (a tar) unpacked at / before it starts, its IPC namespace `shareable`, or joining
         the IPC and PID namespaces of the container `join` (two processes in two containers that
-        see each other as on one host)."""
+        see each other as on one host); with `gpus`, every GPU of the engine's host."""
         try:
             container = self._session.create(image, command, name=name, env=env or {}, network=network,
                                              hostname=hostname, shm_size=shm_size, shareable=shareable,
-                                             join=join)
+                                             join=join, gpus=gpus)
             if files is not None and not self._session.put_files(container, files):
                 raise SmokeError(f"cannot copy files into a container of {image}")
             self._session.start(container)
@@ -229,9 +230,13 @@ def inspect_image(engine, ref: str) -> ImageUnderTest:
 
 @dataclass
 class TestOptions:
-    ranks: int = 2
+    """How `imagebuild test` runs the suite. Tier gpu gives the suite's container every GPU of the
+    engine's host and adds the GPU-only checks (nccl-tests); its ranks default to the suite's own
+    choice, one per GPU (None), where tier cpu runs 2."""
+    ranks: int | None = 2
     timeout: float = 180.0
     only: list[str] = field(default_factory=list)
+    tier: str = "cpu"
 
     def wants(self, name: str) -> bool:
         return not self.only or name in self.only
@@ -262,12 +267,23 @@ def _follow(cs: Containers, container, log: Callable[[str], None]):
 def _suite_in_container(cs: Containers, image: ImageUnderTest, opts: TestOptions,
                         progress: Callable[[CheckResult], None] | None,
                         log: Callable[[str], None] | None = None) -> tuple[list[CheckResult], dict | None]:
-    names = [n for n in CHECK_NAMES if opts.wants(n)]
+    gpu = opts.tier == "gpu"
+    # the GPU-only checks run on tier gpu, or when --only names them (on tier cpu they then skip
+    # with their reason, as the suite itself does)
+    names = ([n for n in CHECK_NAMES if opts.wants(n)]
+             + [n for n in GPU_CHECK_NAMES if n in opts.only or (gpu and not opts.only)])
     if not names:
         return [], None
-    argv = ["imagebuild-smoke", "--report", REPORT_IN_CONTAINER, "--ranks", str(opts.ranks),
+    argv = ["imagebuild-smoke", "--tier", opts.tier, "--report", REPORT_IN_CONTAINER,
+            *(["--ranks", str(opts.ranks)] if opts.ranks is not None else []),
             "--timeout", str(int(opts.timeout)), "--image", image.ref, "--only", *names]
-    container = cs.start(image.ref, argv, name="suite")
+    try:
+        container = cs.start(image.ref, argv, name="suite", gpus=gpu)
+    except SmokeError as exc:
+        if not gpu:
+            raise
+        raise SmokeError(f"tier gpu needs the engine to give containers GPUs (the NVIDIA Container "
+                         f"Toolkit on its host, as for `docker run --gpus all`): {exc}") from None
     follower = _follow(cs, container, log) if log else None
     wall = opts.timeout * max(len(names), 1) + 60
     code = cs.wait(container, time.monotonic() + wall)
@@ -574,15 +590,15 @@ def test_image(engine, ref: str, opts: TestOptions, progress: Callable[[CheckRes
             checks.append(result)
             if progress:
                 progress(result)
-    return Report(image=ref, checks=checks, tier="cpu",
+    return Report(image=ref, checks=checks, tier=opts.tier,
                   extra={"image_id": info.id, "repo_digests": sorted(info.repo_digests),
                          "imagebuild_id": imagebuild_id(info.labels), "ranks": opts.ranks})
 
 
 def check_only(names: list[str]) -> list[str]:
-    allowed = set(CHECK_NAMES) | set(HOST_CHECK_NAMES)
-    bad = [n for n in names if n not in allowed]
+    known = CHECK_NAMES + GPU_CHECK_NAMES + HOST_CHECK_NAMES
+    bad = [n for n in names if n not in known]
     if bad:
-        raise UsageError(f"unknown check {bad[0]!r} (one of: {', '.join(CHECK_NAMES + HOST_CHECK_NAMES)})",
+        raise UsageError(f"unknown check {bad[0]!r} (one of: {', '.join(known)})",
                          argument="--only")
     return names

@@ -1,7 +1,9 @@
-"""`imagebuild test IMAGE... [--report FILE] [--ranks N] [--timeout S] [--only NAME...]`
+"""`imagebuild test IMAGE... [--tier cpu|gpu] [--report FILE] [--ranks N] [--timeout S] [--only NAME...]`
 
 Runs the smoke suite inside each image (one container), compares the image's labels with
-/opt/imagebuild/image.json, and runs ddp.two-node and mpi.two-container across two containers. Each image's report goes
+/opt/imagebuild/image.json, and runs ddp.two-node and mpi.two-container across two containers.
+`--tier gpu` gives the suite's container every GPU of the engine's host (`--gpus all`), runs one
+rank per GPU unless --ranks says otherwise, and adds the GPU-only checks (nccl-tests). Each image's report goes
 to --report FILE (one image) or .imagebuild/reports/<image-id>.json beside the matrix (where `lock`
 and `publish` look for it), with JUnit XML beside it.
 Exit 0 when every required check passed, 1 when one failed, 2 when the tests could not run.
@@ -56,13 +58,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", metavar="FILE",
                         help="write the JSON report here, JUnit XML beside it (one IMAGE only; "
                              "default .imagebuild/reports/<image-id>.json beside the matrix)")
-    parser.add_argument("--ranks", type=_count, default=2, help="ranks for the distributed checks (default 2)")
+    parser.add_argument("--tier", choices=("cpu", "gpu"), default="cpu",
+                        help="gpu: the suite's container gets every GPU of the engine's host (the NVIDIA "
+                             "Container Toolkit must be installed there) and nccl-tests runs too")
+    parser.add_argument("--ranks", type=_count, default=None,
+                        help="ranks for the distributed checks (default 2; tier gpu: one per GPU)")
     parser.add_argument("--timeout", type=_seconds, default=180.0, help="seconds per check (default 180)")
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="do not stream the suite's output; print only each check's result")
     parser.add_argument("--only", nargs="+", metavar="NAME", action="extend", default=[],
                         help="run only these checks (versions, libraries, mpi.config, mpi.allreduce, "
-                             "torch.allreduce, ddp.equivalence, gpudirect, ddp.two-node, mpi.two-container)")
+                             "torch.allreduce, ddp.equivalence, ddp.elastic, gpudirect, nccl-tests, "
+                             "ddp.two-node, mpi.two-container)")
     parser.add_argument("--json", action="store_true",
                         help="print each image's verdict, counts and report paths as JSON on stdout; "
                              "the checks as they run go to stderr as JSON lines")
@@ -80,7 +87,9 @@ def run(args) -> int:
     args.images = _refs_for(args.images, args.matrix)
     for ref in args.images:
         testrun.validate_ref(ref)
-    opts = testrun.TestOptions(ranks=args.ranks, timeout=args.timeout, only=testrun.check_only(args.only))
+    ranks = args.ranks if args.ranks is not None or args.tier == "gpu" else 2
+    opts = testrun.TestOptions(ranks=ranks, timeout=args.timeout, only=testrun.check_only(args.only),
+                               tier=args.tier)
     engine = get_engine()
     # a CI runner stops jobs with SIGTERM: leave through the same clean-up path as Ctrl-C
     signal.signal(signal.SIGTERM, _terminate)
