@@ -231,3 +231,67 @@ def test_lock_records_every_base_and_names_the_one_that_moved(docker_client, tmp
         assert out == [f"two-bases: base {second} id {first_id[:19]} -> {second_id[:19]}"]
     finally:
         docker_client.images.remove(second, force=True)
+
+
+# ---------------------------------------------------------------- one writer at a time
+
+def _publish_slowly(lock_path: str, repository: str, go, guarded: bool) -> None:
+    """A child process: record one publish, with the read widened to 0.3 s so that writers that
+    do not wait for each other would overwrite each other's record."""
+    import time
+
+    real_read = lockfile.read_lock
+
+    def slow_read(path):
+        entries = real_read(path)
+        time.sleep(0.3)
+        return entries
+
+    lockfile.read_lock = slow_read
+    if not guarded:   # the planted defect: the same update without the writers' lock
+        lockfile.one_writer = lambda path, wait=0: __import__("contextlib").nullcontext()
+    go.wait(10)
+    lockfile.record_published(lock_path, "img", engine_image_id="sha256:" + "2" * 64,
+                              repository=repository, digest="sha256:" + "c" * 64, tags=["1"])
+
+
+def _publish_at_once(tmp_path, guarded: bool) -> dict:
+    import multiprocessing
+
+    lock = tmp_path / "images.lock"
+    lockfile.write_lock(lock, {"img": entry()})
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
+    procs = [ctx.Process(target=_publish_slowly, args=(str(lock), f"localhost:5000/ns{i}/img", go, guarded))
+             for i in range(4)]
+    for p in procs:
+        p.start()
+    go.set()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    return lockfile.read_lock(lock)["img"].get("published", {})
+
+
+def test_concurrent_publishes_keep_every_record(tmp_path):
+    """Four processes record a publish in one lock at the same moment: each waits for the one
+    before it and reads what it wrote, so all four records stay. Without the writers' lock the
+    same four lose records (checked too, so this test can see the defect it guards against)."""
+    (tmp_path / "guarded").mkdir()
+    (tmp_path / "bare").mkdir()
+    kept = _publish_at_once(tmp_path / "guarded", guarded=True)
+    assert sorted(kept) == [f"localhost:5000/ns{i}/img" for i in range(4)]
+    assert len(_publish_at_once(tmp_path / "bare", guarded=False)) < 4
+
+
+def test_a_writer_held_too_long_is_one_line(tmp_path):
+    import filelock
+
+    lock = tmp_path / "images.lock"
+    with filelock.FileLock(str(tmp_path / ".images.lock.lock")):
+        with pytest.raises(ImagebuildError, match=r"another imagebuild has been writing this lock for 0 s "
+                                                  r"\(it holds \.images\.lock\.lock\)"):
+            with lockfile.one_writer(lock, wait=0.2):
+                pass
+    with lockfile.one_writer(lock, wait=0.2):   # free again once the holder let go
+        pass

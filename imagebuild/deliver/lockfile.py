@@ -43,6 +43,7 @@ image id is recorded (``--no-engine``). It is no build input: `lock --check` doe
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -125,6 +126,33 @@ def compute_entry(*, stack: dict[str, str], dockerfile_sha256: str, base_image: 
 
 def dumps(entries: dict[str, dict]) -> str:
     return json.dumps({"images": entries, "version": LOCK_VERSION}, indent=2, sort_keys=True) + "\n"
+
+
+#: how long a writer waits for another one to finish with the same lock file
+WRITER_WAIT_S = 300.0
+
+
+@contextlib.contextmanager
+def one_writer(path: str | os.PathLike, wait: float = WRITER_WAIT_S):
+    """Hold the lock file at ``path`` for one read-modify-write at a time across processes (two
+    CI jobs publishing from one checkout, a `lock` beside a `publish`): each reads what the other
+    wrote instead of overwriting it. The writers meet on ``.<name>.lock`` beside it (filelock:
+    an OS lock, released when the holder exits, however it exits)."""
+    import filelock
+
+    path = Path(path)
+    guard = path.parent / f".{path.name}.lock"
+    try:
+        guard.parent.mkdir(parents=True, exist_ok=True)
+        with filelock.FileLock(str(guard), timeout=wait):
+            yield
+    except filelock.Timeout:
+        raise LockError(f"another imagebuild has been writing this lock for {wait:.0f} s (it holds "
+                        f"{guard.name}); try again when it is done", file=str(path)) from None
+    except OSError as exc:
+        if exc.filename is None or Path(exc.filename) not in (guard, guard.parent):
+            raise
+        raise LockError(f"cannot take {guard.name} to write the lock: {exc.strerror}", file=str(path)) from None
 
 
 def write_lock(path: str | os.PathLike, entries: dict[str, dict]) -> None:
@@ -226,7 +254,15 @@ def record_published(path: str | os.PathLike, image_id: str, *, engine_image_id:
 
     Refused (one line) when the lock no longer records that engine image for ``image_id`` (it was
     rewritten since publish checked it): the record would vouch for another image. The tags are
-    merged with those already recorded for the same digest; another digest replaces the record."""
+    merged with those already recorded for the same digest; another digest replaces the record.
+    One writer at a time (``one_writer``), so two publishes never lose each other's record."""
+    with one_writer(path):
+        _record_published(path, image_id, engine_image_id=engine_image_id, repository=repository,
+                          digest=digest, tags=tags)
+
+
+def _record_published(path, image_id: str, *, engine_image_id: str, repository: str, digest: str,
+                      tags: list[str]) -> None:
     entries = read_lock(path)
     entry = entries.get(image_id)
     if entry is None or entry.get("image_id") != engine_image_id:

@@ -112,6 +112,19 @@ def run(args) -> int:
             sbom_path=os.path.join(sbom_dir, f"{image_id}.cdx.json"))
     if args.check:
         return _check(args, lock_path, current, rep)
+    with lockfile.one_writer(lock_path):   # a publish recording beside us is kept, not overwritten
+        dropped, locked_now, current = _merge_and_write(args, lock_path, current, rep)
+    rep.result({"lock": lock_path, "check": False, "locked": locked_now, "images": sorted(current),
+                "publish_records_dropped": dropped},
+               f"wrote {lock_path} ({len(current)} image(s))")
+    return 0
+
+
+def _merge_and_write(args, lock_path: str, current: dict, rep: Reporter) -> tuple[list[str], list[str], dict]:
+    """The lock as it is now, merged with ``current`` and written: the publish records dropped,
+    the images locked by this run, and every entry written."""
+    from ...deliver import lockfile
+
     previous = _previous_lock(lock_path, strict=bool(args.images), rep=rep)
     # what `publish` pushed stays recorded while the image is the same one (lockfile docstring)
     dropped = lockfile.carry_published(previous, current)
@@ -125,10 +138,7 @@ def run(args) -> int:
         merged.update(current)
         current = merged
     lockfile.write_lock(lock_path, current)
-    rep.result({"lock": lock_path, "check": False, "locked": locked_now, "images": sorted(current),
-                "publish_records_dropped": dropped},
-               f"wrote {lock_path} ({len(current)} image(s))")
-    return 0
+    return dropped, locked_now, current
 
 
 def _check(args, lock_path: str, current: dict, rep: Reporter) -> int:
