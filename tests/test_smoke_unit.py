@@ -525,6 +525,33 @@ def test_min_driver_label_must_match_image_json():
     assert status == FAIL and "min_driver='535.54'" in text
 
 
+@pytest.mark.parametrize("require, problem", [
+    ("cuda>=13.0 driver>=580.65.06", None),
+    ("cuda>=13.0 driver>=535.54.03", "NVIDIA_REQUIRE_CUDA='cuda>=13.0 driver>=535.54.03' but image.json "
+                                     "min_driver='580.65.06'"),
+    ("cuda>=13.0", "NVIDIA_REQUIRE_CUDA='cuda>=13.0' but image.json min_driver='580.65.06'"),
+    ("cuda>=13.0 driver>=580.65.06 driver>=470.57.02", "but image.json min_driver"),   # two floors: which?
+    (None, "NVIDIA_REQUIRE_CUDA is not set, but image.json min_driver='580.65.06'"),
+])
+def test_nvidia_require_cuda_must_state_the_resolvers_driver_floor(require, problem):
+    """A CUDA image's NVIDIA_REQUIRE_CUDA is what makes the NVIDIA runtime refuse a node whose
+    driver is too old: it must carry image.json's min_driver (the resolver's), and nothing else."""
+    from imagebuild.testrun.runner import compare_labels
+
+    labels, stack = _labels()
+    labels["io.imagebuild.min-driver"] = "580.65.06"
+    image_json = {"id": "smoke-cpu", "flavor": "cpu", "stack": stack, "min_driver": "580.65.06"}
+    env = {"PATH": "/usr/bin"} if require is None else {"NVIDIA_REQUIRE_CUDA": require}
+    status, text = compare_labels(labels, image_json, env)[0]
+    if problem is None:
+        assert status == PASS and "min-driver, NVIDIA_REQUIRE_CUDA)" in text
+    else:
+        assert status == FAIL and problem in text
+    cpu = dict(image_json, min_driver="none")
+    labels["io.imagebuild.min-driver"] = "none"
+    assert compare_labels(labels, cpu, {})[0][0] == PASS        # a CPU image asks nothing of the driver
+
+
 @pytest.mark.parametrize("endpoint,rdzv_id", [("node0;reboot:29500", "a"), ("node0", "a"), ("node0:29500", "a b"),
                                               ("$(id):1", "a")])
 def test_ddp_node_refuses_hostile_arguments(endpoint, rdzv_id, tmp_path):

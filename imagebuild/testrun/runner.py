@@ -61,8 +61,26 @@ def expected_from_labels(labels: dict[str, str]) -> dict:
     return {"id": imagebuild_id(labels), "flavor": labels.get(LABEL_PREFIX + "flavor", ""), "stack": stack}
 
 
-def compare_labels(labels: dict[str, str], image_json: dict | None) -> list[tuple[str, str]]:
-    """The labels must say exactly what /opt/imagebuild/image.json inside the image says."""
+#: the driver floor in NVIDIA_REQUIRE_CUDA, the constraint the NVIDIA container runtime enforces
+_REQUIRE_DRIVER = re.compile(r"(?:^|\s)driver>=([0-9][0-9.]*)(?=\s|$)")
+
+
+def _require_cuda_problem(env: dict[str, str], min_driver: str) -> str | None:
+    """Why the image's NVIDIA_REQUIRE_CUDA does not hold the driver floor image.json states (None
+    when it does): it is what makes the NVIDIA runtime refuse a node whose driver is too old."""
+    require = env.get("NVIDIA_REQUIRE_CUDA")
+    if require is None:
+        return f"NVIDIA_REQUIRE_CUDA is not set, but image.json min_driver={min_driver!r}"
+    floors = _REQUIRE_DRIVER.findall(require)
+    if floors != [min_driver]:
+        return f"NVIDIA_REQUIRE_CUDA={require!r} but image.json min_driver={min_driver!r}"
+    return None
+
+
+def compare_labels(labels: dict[str, str], image_json: dict | None,
+                   env: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    """The labels must say exactly what /opt/imagebuild/image.json inside the image says; with the
+    image's ``env``, a CUDA image's NVIDIA_REQUIRE_CUDA must state image.json's min_driver."""
     if image_json is None:
         return [(FAIL, f"labels: the image has no readable {IMAGE_JSON}")]
     want = expected_from_labels(labels)
@@ -74,6 +92,12 @@ def compare_labels(labels: dict[str, str], image_json: dict | None) -> list[tupl
     if "min_driver" in image_json and str(image_json["min_driver"]) != labels.get(LABEL_PREFIX + "min-driver"):
         diffs.append(f"{LABEL_PREFIX}min-driver={labels.get(LABEL_PREFIX + 'min-driver')!r} but "
                      f"image.json min_driver={image_json['min_driver']!r}")
+    min_driver = str(image_json.get("min_driver", "none"))
+    checks_require = env is not None and min_driver != "none"
+    if checks_require:
+        problem = _require_cuda_problem(env, min_driver)
+        if problem:
+            diffs.append(problem)
     stack = image_json.get("stack", {}) if isinstance(image_json.get("stack"), dict) else {}
     for comp in COMPONENTS:
         label = want["stack"].get(comp)
@@ -84,7 +108,8 @@ def compare_labels(labels: dict[str, str], image_json: dict | None) -> list[tupl
             diffs.append(f"{LABEL_PREFIX}stack.{comp}={label!r} but image.json says {inside!r}")
     if diffs:
         return [(FAIL, "labels differ from image.json: " + "; ".join(diffs))]
-    compared = "id, flavor" + (", min-driver" if "min_driver" in image_json else "")
+    compared = ("id, flavor" + (", min-driver" if "min_driver" in image_json else "")
+                + (", NVIDIA_REQUIRE_CUDA" if checks_require else ""))
     return [(PASS, f"labels equal {IMAGE_JSON} ({len(COMPONENTS)} components, {compared})")]
 
 
@@ -557,7 +582,7 @@ def test_image(engine, ref: str, opts: TestOptions, progress: Callable[[CheckRes
     checks: list[CheckResult] = []
     with Containers(engine) as cs:
         results, image_json = _suite_in_container(cs, image, opts, progress, log)
-        labels = compare_labels(info.labels, image_json)
+        labels = compare_labels(info.labels, image_json, dict(info.env))
         for r in results:
             if r.name == "versions":
                 status = FAIL if labels[0][0] == FAIL or r.status == FAIL else r.status
