@@ -388,3 +388,68 @@ def test_each_cuda_library_once_in_pytorch_runtime_recipes(k, specs):
     for s in comms:
         runtime = _stages(r.dockerfile(s, k))[-1]
         assert re.search(r"cuda-libraries-\d+-\d+[-=]", runtime), s.id
+
+
+# ---------------------------------------------------------------- building blocks (render/blocks.py)
+
+def test_search_paths_follow_the_blocks():
+    """Within the blocks built before NCCL and those built on it, the later-built first; NCCL's
+    libraries between the two groups, CUDA's last."""
+    from imagebuild.render.blocks import search_path
+
+    assert search_path("lib", "NCCL", "CUDA") == ["/opt/openmpi/lib", "/opt/ucx/lib", "/opt/gdrcopy/lib",
+                                                  "NCCL", "CUDA"]
+    assert search_path("bin", None, "CUDA") == ["/opt/openmpi/bin", "/opt/ucx/bin", "/opt/nccl-tests/bin",
+                                                "CUDA"]
+
+
+def test_every_block_is_laid_out_from_its_entry(k, specs):
+    """Each block of a CUDA image is one devel step under its title, in build order with NCCL
+    between the two groups, one COPY of its prefix into the run-time stage, and its folders on
+    PATH and LD_LIBRARY_PATH exactly as the block says."""
+    from imagebuild.render.blocks import BLOCKS
+
+    spec = next(s for s in specs if s.id == "pytorch-2.13.0-cu130-ubuntu24.04-runtime")  # NCCL: its own step
+    text = render.Renderer().dockerfile(spec, k)
+    devel, runtime = text.split("\nFROM ", 2)[1:]
+    titles = [ln[2:] for ln in devel.splitlines() if ln.startswith("# ")]
+    versions = {b.name: spec.stack.get(b.name) or k.raw["tools"][b.name]["version"] for b in BLOCKS}
+    placed = [titles.index(b.title.format(version=versions[b.name])) for b in BLOCKS]
+    nccl = titles.index(f"NCCL {spec.stack['nccl']}")
+    assert placed == sorted(placed)
+    assert all((p > nccl) == b.on_nccl for p, b in zip(placed, BLOCKS))
+    for b in BLOCKS:
+        assert runtime.count(f"COPY --from=devel {b.prefix} {b.prefix}\n") == 1
+        env = dict(render.Renderer().env_vars(spec, render._cuda_layout(spec)))
+        assert (f"{b.prefix}/bin" in env["PATH"].split(":")) == b.bin
+        assert (f"{b.prefix}/lib" in env["LD_LIBRARY_PATH"].split(":")) == b.lib
+
+
+def test_a_new_compiled_component_is_one_block_and_one_fragment(k, specs, tmp_path, monkeypatch):
+    """The renderer lays out a block it has never seen: a fragment in the recipes and an entry in
+    BLOCKS are all it takes (its tarball stands in for the matrix's here)."""
+    from imagebuild.render import blocks
+
+    recipes = tmp_path / "recipes"
+    shutil.copytree(ROOT / "recipes", recipes)
+    (recipes / "fragments" / "libfoo.sh.j2").write_text(
+        "#workdir /tmp/build/libfoo\n#source {{ file }}\n"
+        "tar -xf /tmp/sources/{{ file }} --strip-components=1\n"
+        "./configure --prefix=/opt/libfoo --with-cuda={{ cuda_home }} --with-nccl={{ nccl_home }}\n"
+        "make install\n")
+    foo = blocks.Block("libfoo", "libfoo {version}", "/opt/libfoo", bin=True, lib=True, on_nccl=True,
+                       values=lambda b: {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home})
+    spec = next(s for s in specs if s.id == "comms-cu130-nccl2.30.7-debian12-runtime")
+    tarballs = dict(render._tarballs(spec, k), libfoo={
+        "name": "libfoo", "version": "1.0", "form": "release", "file": "libfoo-1.0.tar.gz", "sha256": "f" * 64})
+    monkeypatch.setattr(blocks, "BLOCKS", (*blocks.BLOCKS, foo))
+    monkeypatch.setattr(render, "_tarballs", lambda spec, k: tarballs)
+    text = render.Renderer(recipes).dockerfile(spec, k)
+    devel, runtime = text.split("\nFROM ", 2)[1:]
+    assert devel.index("# nccl-tests 2.17.6") < devel.index("# libfoo 1.0")
+    assert "./configure --prefix=/opt/libfoo --with-cuda=" in devel
+    assert "COPY --from=devel /opt/libfoo /opt/libfoo\n" in runtime
+    assert '/opt/libfoo/bin:/opt/openmpi/bin' not in runtime     # built on NCCL: after the first group
+    assert re.search(r'PATH="[^"]*/opt/nccl-tests/bin:/opt/libfoo/bin:', runtime) is None
+    assert re.search(r'PATH="[^"]*/opt/libfoo/bin:/opt/nccl-tests/bin:', runtime)
+    assert re.search(r'LD_LIBRARY_PATH="[^"]*/nvidia/nccl/lib:/opt/libfoo/lib:', runtime)

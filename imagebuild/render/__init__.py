@@ -5,6 +5,9 @@
 - `imageneeds`: what an image's stack asks of its recipe (the CUDA layout, the compiled parts);
 - `wheellock`: the hash-pinned wheel locks an image installs (`locks/wheels/`);
 - `sources`: the source tarballs a recipe compiles and the checksummed cache they are read from;
+- `blocks`: the compiled building blocks (gdrcopy, UCX, Open MPI, nccl-tests), one entry each:
+  tarball, fragment values, install prefix, search paths, build order;
+- `checked`: the grammar of every value that reaches a shell line;
 - `renderer`: an `ImageSpec` as stages of steps, each step one Jinja fragment, laid out as a
   Dockerfile or a Singularity definition; build contexts.
 

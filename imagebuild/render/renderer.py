@@ -17,23 +17,20 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import json
-import re
 import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import sources as S
+from . import blocks, sources as S
+from .checked import format_url as _format_url, guard as _guard, safe as _safe, show as _show
+from ..knowledge.grammar import bad_char, char_name
 from ..atomic import deferred_signals, swap_dir, work_dir
 from ..errors import RenderError
-from ..knowledge.grammar import bad_char, char_name
-from ..knowledge.grammar import check as grammar_check
 from .imageneeds import image_needs
 from .images import ImageSpec
-from ..packagers import GIT_FORM_TOOLS, HWLOC, OPENMP_RUNTIME, PACKAGERS, RDMA_DEVEL
-from ..reference import is_reference
-from ..sourcedate import source_epoch
+from ..packagers import OPENMP_RUNTIME, PACKAGERS, RDMA_DEVEL
 from ..versions import NONE, major_minor, parse_version
 from .wheellock import LockError, read_lock, wheel_set
 
@@ -52,77 +49,6 @@ def package_files() -> Path:
 def packaged_recipes() -> Path:
     """The recipe templates shipped with imagebuild (package data imagebuild/recipes)."""
     return package_files() / "recipes"
-
-# Each pattern must match the whole value (fullmatch: a `$` anchor accepts a trailing newline).
-_PATTERNS = {
-    "version": re.compile(r"[0-9]+(\.[0-9]+){0,4}"),
-    "id": re.compile(r"[a-z0-9][a-z0-9._-]{0,127}"),
-    "url": re.compile(r"https://[A-Za-z0-9.-]+(/[A-Za-z0-9._~%+-]+)*/?"),
-    "sha256": re.compile(r"[0-9a-f]{64}"),
-    "path": re.compile(r"/[A-Za-z0-9._/-]*"),
-    "fingerprint": re.compile(r"[0-9A-F]{40}"),
-    "keyid": re.compile(r"[0-9A-F]{16}"),
-    "host": re.compile(r"[a-z0-9][a-z0-9.-]*[a-z0-9]"),
-    "word": re.compile(r"[A-Za-z0-9._-]+"),
-    "package": re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"),
-    "env": re.compile(r"[A-Za-z0-9 ,.:;/+_=<>^-]*"),
-}
-
-
-def _show(text: str) -> str:
-    return repr(text if len(text) <= 80 else text[:80] + "...")
-
-
-def _safe(kind: str, value, what: str) -> str:
-    """A value that may reach a shell line, or RenderError naming it. `text` is one line of
-    printable text without " \\ $ ` (comments and LABEL values: grammar.check)."""
-    text = str(value)
-    hit = bad_char(text)
-    if hit:
-        raise RenderError(f"unsafe {what} {_show(text)}: it holds {char_name(hit[1])}")
-    if kind == "text":
-        why = grammar_check("text", text)
-        if why:
-            raise RenderError(f"unsafe {what} {_show(text)}: {why}")
-        return text
-    if ".." in text and kind in ("path", "url", "ref", "id"):
-        raise RenderError(f"unsafe {what} {_show(text)}: '..' is not allowed")
-    if kind == "ref":     # the one grammar of image references
-        if not is_reference(text):
-            raise RenderError(f"unsafe {what} {_show(text)} (must be an image reference: "
-                              "[host[:port]/]name[:tag][@sha256:<hex>])")
-        return text
-    if not _PATTERNS[kind].fullmatch(text):
-        raise RenderError(f"unsafe {what} {_show(text)} (must match {_PATTERNS[kind].pattern})")
-    return text
-
-
-def _format_url(template, what: str, **fields) -> str:
-    """A URL template from the matrix with its {fields} filled in, checked as a URL. Only the
-    named fields may appear (str.format would otherwise raise, or read attributes: `{version.x}`)."""
-    text = str(template)
-    why = grammar_check("url", text, tuple(fields))
-    if why:
-        raise RenderError(f"unsafe {what} {_show(text)}: {why}")
-    return _safe("url", text.format(**fields), what)
-
-
-def _guard(value, what: str) -> None:
-    """Every string in `value` (recursively) is one line of printable text: a template never
-    receives a line break, a control character or a Unicode separator, so no value can start a
-    new instruction, command or section."""
-    if isinstance(value, str):
-        hit = bad_char(value)
-        if hit:
-            raise RenderError(f"unsafe {what} {_show(value)}: it holds {char_name(hit[1])}")
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _guard(k, what)
-            _guard(v, f"{what}.{k}")
-    elif isinstance(value, (list, tuple, set, frozenset)):
-        for v in value:
-            _guard(v, what)
-
 
 # A site's CA bundle (`imagebuild build --ca-bundle FILE`, a BuildKit secret) is used by the steps
 # that download, and never stored in a layer. Without one, the secret file is absent and the
@@ -260,8 +186,8 @@ def _cuda_layout(spec: ImageSpec) -> _CudaLayout:
 
 
 def _tarballs(spec: ImageSpec, k) -> dict[str, dict]:
-    """The four tarballs the devel stage compiles (sources.for_image, in the family's form), each
-    as the values its fragment reads: name, version, form, file, sha256, all checked."""
+    """The tarballs of the compiled blocks (sources.for_image, in the family's form), each as the
+    values its fragment reads: name, version, form, file, sha256, all checked."""
     try:
         tarballs = {t.name: t for t in S.for_image(k, spec, spec.sources)}
     except S.SourceError as exc:
@@ -273,61 +199,17 @@ def _tarballs(spec: ImageSpec, k) -> dict[str, dict]:
                 "form": t.form, "file": _safe("word", t.file, f"{name} tarball file"),
                 "sha256": _safe("sha256", t.sha256, f"{name} sha256")}
 
-    return {name: tarball(name) for name in ("ucx", "openmpi", "gdrcopy", "nccl-tests")}
-
-
-def _ucx_flags(build: dict, cuda_home: str) -> list[str]:
-    """UCX's configure flags: CUDA, gdrcopy, RDMA CM and verbs, and GDA only where chosen."""
-    flags = {"--disable-doxygen-doc", "--enable-mt", "--prefix=/opt/ucx",
-             f"--with-cuda={cuda_home}", "--with-gdrcopy=/opt/gdrcopy",
-             "--with-rdmacm", "--with-verbs"}
-    if not build["gda"]:
-        flags.add("--without-gda")
-    return sorted(flags)
-
-
-def _ompi_flags(spec: ImageSpec, build: dict, form: str, cuda_home: str) -> list[str]:
-    """Open MPI's configure flags: the 4.1 line's or 5's, the hwloc a git archive needs, and the
-    parts (Fortran, ROMIO, OpenSHMEM) the family's build: leaves out."""
-    flags = {"--prefix=/opt/openmpi", f"--with-cuda={cuda_home}", "--with-slurm",
-             "--with-ucx=/opt/ucx", "--with-pmix=internal",
-             "--with-hwloc=" + ("external" if form == "git" else "internal"),
-             "--with-libevent=internal", "--enable-mca-no-build=btl-uct"}
-    if spec.openmpi.get("line") == "4.1":
-        flags |= {"--without-verbs", "--enable-orterun-prefix-by-default"}
-    else:
-        flags |= {"--with-prrte=internal", f"--with-cuda-libdir={cuda_home}/lib64/stubs"}
-        if form == "git":
-            flags.add("--disable-sphinx")   # a git checkout has no prebuilt manual pages
-    flags |= {flag for key, flag in (("fortran", "--disable-mpi-fortran"),
-                                     ("romio", "--disable-io-romio"),
-                                     ("oshmem", "--disable-oshmem")) if not build[key]}
-    return sorted(flags)
-
-
-def _gencode(build: dict) -> str | None:
-    """nvcc's -gencode flags for the family's build.cuda_arch (None: nccl-tests' defaults)."""
-    archs = build.get("cuda_arch") or ()
-    if not archs:
-        return None
-    codes = [_safe("version", a, "build.cuda_arch").replace(".", "") for a in archs]
-    return " ".join([f"-gencode=arch=compute_{c},code=sm_{c}" for c in codes]
-                    + [f"-gencode=arch=compute_{codes[-1]},code=compute_{codes[-1]}"])
+    return {b.name: tarball(b.name) for b in blocks.BLOCKS}
 
 
 def _os_extras(c: _CudaLayout, tarballs: dict[str, dict],
                rdma_dev: list[str]) -> tuple[list[str], list[str]]:
-    """The OS packages each stage adds to its fragment's own: the tools a git archive needs and
-    the external hwloc (devel, run time), OpenMP's run time, and the RDMA headers when CUDA (whose
-    devel packages bring them otherwise) comes from the wheels."""
+    """The OS packages each stage adds to its fragment's own: what the blocks' tarball forms need
+    (blocks.os_extras), OpenMP's run time, and the RDMA headers when CUDA (whose devel packages
+    bring them otherwise) comes from the wheels."""
     name = c.pm["name"]
-    devel_extra = []
-    runtime_extra = [OPENMP_RUNTIME[name]]
-    if "git" in (tarballs["ucx"]["form"], tarballs["openmpi"]["form"]):
-        devel_extra += GIT_FORM_TOOLS[name]
-    if tarballs["openmpi"]["form"] == "git":
-        devel_extra.append(HWLOC[name][0])
-        runtime_extra.append(HWLOC[name][1])
+    devel_extra, runtime_extra = blocks.os_extras(name, {n: t["form"] for n, t in tarballs.items()})
+    runtime_extra.append(OPENMP_RUNTIME[name])
     if c.from_wheels:
         devel_extra += rdma_dev
     return sorted(set(devel_extra)), sorted(set(runtime_extra))
@@ -475,17 +357,13 @@ class Renderer:
         cuda-toolkit wheels in the devel stage, the run-time subset of the same lock in the
         run-time stage); everything else is the same fragments either way."""
         c = _cuda_layout(spec)
-        b = spec.build_choices
         tarballs = _tarballs(spec, k)
-        flags = {"ucx": _ucx_flags(b, c.home),
-                 "openmpi": _ompi_flags(spec, b, tarballs["openmpi"]["form"], c.home),
-                 "gencode": _gencode(b)}
         if spec.stack["nccl"] == NONE:
             raise RenderError(f"image {spec.id}: a CUDA image needs an NCCL version")
         doca_repo, doca_copies, rdma_pk, rdma_name = self._rdma(spec, c.pm)
         rdma_dev = rdma_pk.get("devel") or RDMA_DEVEL[c.pm["name"]]
         devel_extra, runtime_extra = _os_extras(c, tarballs, rdma_dev)
-        devel = self._devel_steps(spec, k, c, tarballs, flags, devel_extra, doca_repo, rdma_dev)
+        devel = self._devel_steps(spec, k, c, tarballs, devel_extra, doca_repo, rdma_dev)
         torch_steps = self._torch_steps(spec, k)
         tail = self._common_tail(spec, "/opt/venv/bin/python")
         final = [Step("env", items=sorted(self.env_vars(spec, c).items())),
@@ -533,25 +411,33 @@ class Renderer:
         return cuda_devel, nccl_devel
 
     def _devel_steps(self, spec: ImageSpec, k, c: _CudaLayout, tarballs: dict[str, dict],
-                     flags: dict, devel_extra: list[str], doca_repo: list[Step],
-                     rdma_dev: list[str]) -> list[Step]:
-        """The devel stage up to the compiled stack: build tools, CUDA, then gdrcopy, UCX, Open MPI
-        (with the matrix's source date), NCCL and nccl-tests, in that layer order."""
+                     devel_extra: list[str], doca_repo: list[Step], rdma_dev: list[str]) -> list[Step]:
+        """The devel stage up to the compiled stack: build tools, CUDA, the blocks built before
+        NCCL (gdrcopy, UCX, Open MPI with the matrix's source date), NCCL, then those that link it
+        (nccl-tests), in that layer order."""
         cuda_devel, nccl_devel = self._cuda_devel(spec, k, c, doca_repo, rdma_dev)
-        gdr, ucx, ompi, ntests = (tarballs[n] for n in ("gdrcopy", "ucx", "openmpi", "nccl-tests"))
         return [
             self.fragment("os-devel" + c.sfx, "OS build tools (devel stage only)", python=c.python,
                           extra=devel_extra),
             *cuda_devel,
-            self.fragment("gdrcopy", f"gdrcopy {gdr['version']} (user space)", cuda_home=c.home,
-                          **gdr),
-            self.fragment("ucx", f"UCX {ucx['version']}", flags=flags["ucx"], **ucx),
-            self.fragment("openmpi", f"Open MPI {ompi['version']}", flags=flags["openmpi"],
-                          source_epoch=_safe("version", source_epoch(spec.as_of), "source date"), **ompi),
+            *self._compiled(spec, c, tarballs, on_nccl=False),
             *nccl_devel,
-            self.fragment("nccl-tests", f"nccl-tests {ntests['version']}", cuda_home=c.home,
-                          nccl_home=c.nccl_home, gencode=flags["gencode"], **ntests),
+            *self._compiled(spec, c, tarballs, on_nccl=True),
         ]
+
+    def _compiled(self, spec: ImageSpec, c: _CudaLayout, tarballs: dict[str, dict],
+                  on_nccl: bool) -> list[Step]:
+        """One step per building block (blocks.BLOCKS) of the group built before NCCL, or on it."""
+        steps = []
+        for b in blocks.BLOCKS:
+            if b.on_nccl != on_nccl:
+                continue
+            tarball = tarballs[b.name]
+            built = blocks.Built(spec=spec, build=spec.build_choices, cuda_home=c.home,
+                                 nccl_home=c.nccl_home, form=tarball["form"])
+            steps.append(self.fragment(b.name, b.title.format(version=tarball["version"]),
+                                       **b.values(built), **tarball))
+        return steps
 
     def _devel_on_runtime(self, spec: ImageSpec, k) -> Stage:
         """A devel image: one stage FROM its runtime image (spec.from_image, the same stack), which
@@ -645,11 +531,8 @@ class Renderer:
             *doca_copies,
             self.fragment("rdma-runtime" + c.sfx, f"RDMA user space: {rdma_name}",
                           packages=rdma_pk.get("runtime"), rdma_name=rdma_name),
-            Step("copy", comment="install prefixes built in the devel stage", from_stage="devel",
-                 src="/opt/gdrcopy", dest="/opt/gdrcopy"),
-            Step("copy", from_stage="devel", src="/opt/ucx", dest="/opt/ucx"),
-            Step("copy", from_stage="devel", src="/opt/openmpi", dest="/opt/openmpi"),
-            Step("copy", from_stage="devel", src="/opt/nccl-tests", dest="/opt/nccl-tests"),
+            *[Step("copy", comment=None if i else "install prefixes built in the devel stage",
+                   from_stage="devel", src=b.prefix, dest=b.prefix) for i, b in enumerate(blocks.BLOCKS)],
             self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
             *cuda_libs,
         ]
@@ -716,9 +599,9 @@ class Renderer:
                 # minor-version compatibility: any driver of this CUDA major from the floor up
                 "NVIDIA_REQUIRE_CUDA": f"cuda>={major}.0 driver>={spec.min_driver}",
             })
-        if c is not None:   # CUDA, with UCX and Open MPI built against it
-            path += ["/opt/openmpi/bin", "/opt/ucx/bin", "/opt/nccl-tests/bin", f"{c.home}/bin"]
-            ld += ["/opt/openmpi/lib", "/opt/ucx/lib", "/opt/gdrcopy/lib", f"{c.nccl_home}/lib", c.lib]
+        if c is not None:   # CUDA, with the building blocks compiled against it
+            path += blocks.search_path("bin", None, f"{c.home}/bin")
+            ld += blocks.search_path("lib", f"{c.nccl_home}/lib", c.lib)
             env.update({"CUDA_HOME": c.home, "OMPI_MCA_osc": "ucx"})
         if spec.openmpi.get("line") == "4.1":
             # Open MPI 4.1's UCX PML only selects InfiniBand devices unless told otherwise, so a

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import urljoin, urlsplit
 
+from .blocks import BLOCKS
 from ..atomic import atomic_file
 from ..digests import sha256_file
 from ..errors import ImagebuildError, Unavailable, UsageError
@@ -80,18 +81,20 @@ def _git(name: str, entry: dict) -> Tarball | None:
 
 
 def for_image(k, spec, form: str = "release") -> list[Tarball]:
-    """The tarballs an image's recipe compiles: UCX and Open MPI when built from source, gdrcopy
-    and nccl-tests in CUDA images. `form` git takes the git archive where the matrix records one."""
+    """The tarballs an image's recipe compiles (blocks.BLOCKS): those the `tools:` section pins
+    (gdrcopy, nccl-tests) in CUDA images, then those the family pins (UCX, Open MPI) when built
+    from source. `form` git takes the git archive where the matrix records one."""
     if form not in FORMS:
         raise UsageError(f"unknown form {form!r} (one of {', '.join(FORMS)})", argument="--form")
     out: list[Tarball] = []
     wanted = []
     if spec.stack.get("cuda", NONE) != NONE:
         tools = k.raw.get("tools", {})
-        wanted += [("gdrcopy", tools.get("gdrcopy", {})), ("nccl-tests", tools.get("nccl-tests", {}))]
-    for name, entry in (("ucx", spec.ucx), ("openmpi", spec.openmpi)):
-        if entry.get("install", "source") == "source":
-            wanted.append((name, entry))
+        wanted += [(b.name, tools.get(b.name, {})) for b in BLOCKS if b.pinned_by == "tools"]
+    for b in BLOCKS:
+        entry = getattr(spec, b.name.replace("-", "_")) if b.pinned_by == "family" else None
+        if entry is not None and entry.get("install", "source") == "source":
+            wanted.append((b.name, entry))
     for name, entry in wanted:
         tb = (_git(name, entry) if form == "git" else None) or _release(name, entry)
         if tb is None:

@@ -1,0 +1,128 @@
+"""The compiled building blocks of a CUDA image, one entry per component, in the order the devel
+stage builds them (each may link what an earlier one installed): its tarball, its fragment and
+the values the fragment is written with, the prefix it installs into and the run-time stage
+copies whole, and what of that prefix goes on PATH and LD_LIBRARY_PATH.
+
+Adding a compiled component (a library built from a tarball, as HPC Container Maker's building
+blocks are) is one `Block` here, one `recipes/fragments/<name>.sh.j2` and its tarball in
+matrix.yaml; the renderer lays every block out the same way:
+
+- devel stage: the blocks that need no NCCL, NVIDIA's NCCL, then those that link it;
+- run-time stage: each block's prefix copied from the devel stage, in build order;
+- search paths: within each of those two groups the later-built first (a higher layer's tools and
+  libraries before those it is built on), NCCL's libraries between the groups, CUDA's last."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .checked import safe
+from .images import ImageSpec
+from ..packagers import GIT_FORM_TOOLS, HWLOC
+from ..sourcedate import source_epoch
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a block's fragment is written with besides its tarball: the image, the family's build
+    choices (`build:`), where CUDA and NCCL live, and the tarball's form (release or git)."""
+    spec: ImageSpec
+    build: dict
+    cuda_home: str
+    nccl_home: str
+    form: str
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str                           # its tarball in matrix.yaml and its fragment's name
+    title: str                          # the step's comment, with {version}
+    prefix: str                         # where it installs; the run-time stage copies it whole
+    values: Callable[[Built], dict]     # the fragment's values beside the tarball's
+    # where the matrix pins its tarball: "tools" (the `tools:` entry of its name; compiled in
+    # every CUDA image) or "family" (the image family's own pin, ImageSpec.<name>; compiled when
+    # its `install:` is source)
+    pinned_by: str = "tools"
+    bin: bool = False                   # prefix/bin goes on PATH
+    lib: bool = False                   # prefix/lib goes on LD_LIBRARY_PATH
+    on_nccl: bool = False               # links NCCL: built once NCCL is in the devel stage
+    autogen: bool = False               # its git archive runs autogen (GIT_FORM_TOOLS)
+    git_packages: dict | None = None    # packager -> (devel, runtime) OS packages its git form needs
+
+
+def ucx_flags(build: dict, cuda_home: str) -> list[str]:
+    """UCX's configure flags: CUDA, gdrcopy, RDMA CM and verbs, and GDA only where chosen."""
+    flags = {"--disable-doxygen-doc", "--enable-mt", "--prefix=/opt/ucx",
+             f"--with-cuda={cuda_home}", "--with-gdrcopy=/opt/gdrcopy",
+             "--with-rdmacm", "--with-verbs"}
+    if not build["gda"]:
+        flags.add("--without-gda")
+    return sorted(flags)
+
+
+def ompi_flags(spec: ImageSpec, build: dict, form: str, cuda_home: str) -> list[str]:
+    """Open MPI's configure flags: the 4.1 line's or 5's, the hwloc a git archive needs, and the
+    parts (Fortran, ROMIO, OpenSHMEM) the family's build: leaves out."""
+    flags = {"--prefix=/opt/openmpi", f"--with-cuda={cuda_home}", "--with-slurm",
+             "--with-ucx=/opt/ucx", "--with-pmix=internal",
+             "--with-hwloc=" + ("external" if form == "git" else "internal"),
+             "--with-libevent=internal", "--enable-mca-no-build=btl-uct"}
+    if spec.openmpi.get("line") == "4.1":
+        flags |= {"--without-verbs", "--enable-orterun-prefix-by-default"}
+    else:
+        flags |= {"--with-prrte=internal", f"--with-cuda-libdir={cuda_home}/lib64/stubs"}
+        if form == "git":
+            flags.add("--disable-sphinx")   # a git checkout has no prebuilt manual pages
+    flags |= {flag for key, flag in (("fortran", "--disable-mpi-fortran"),
+                                     ("romio", "--disable-io-romio"),
+                                     ("oshmem", "--disable-oshmem")) if not build[key]}
+    return sorted(flags)
+
+
+def gencode(build: dict) -> str | None:
+    """nvcc's -gencode flags for the family's build.cuda_arch (None: nccl-tests' defaults)."""
+    archs = build.get("cuda_arch") or ()
+    if not archs:
+        return None
+    codes = [safe("version", a, "build.cuda_arch").replace(".", "") for a in archs]
+    return " ".join([f"-gencode=arch=compute_{c},code=sm_{c}" for c in codes]
+                    + [f"-gencode=arch=compute_{codes[-1]},code=compute_{codes[-1]}"])
+
+
+BLOCKS: tuple[Block, ...] = (
+    Block("gdrcopy", "gdrcopy {version} (user space)", "/opt/gdrcopy", lib=True,
+          values=lambda b: {"cuda_home": b.cuda_home}),
+    Block("ucx", "UCX {version}", "/opt/ucx", bin=True, lib=True, autogen=True, pinned_by="family",
+          values=lambda b: {"flags": ucx_flags(b.build, b.cuda_home)}),
+    Block("openmpi", "Open MPI {version}", "/opt/openmpi", bin=True, lib=True, autogen=True,
+          pinned_by="family", git_packages=HWLOC,
+          values=lambda b: {"flags": ompi_flags(b.spec, b.build, b.form, b.cuda_home),
+                            "source_epoch": safe("version", source_epoch(b.spec.as_of), "source date")}),
+    Block("nccl-tests", "nccl-tests {version}", "/opt/nccl-tests", bin=True, on_nccl=True,
+          values=lambda b: {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home,
+                            "gencode": gencode(b.build)}),
+)
+
+def search_path(kind: str, nccl: str | None, cuda: str) -> list[str]:
+    """The blocks' folders of ``kind`` (bin or lib) in search order, with NCCL's (if any) between
+    the blocks built before it and those built on it, and CUDA's last."""
+    def group(on_nccl: bool) -> list[str]:
+        return [f"{b.prefix}/{kind}" for b in reversed(BLOCKS)
+                if b.on_nccl == on_nccl and getattr(b, kind)]
+    return [*group(False), *([nccl] if nccl else []), *group(True), cuda]
+
+
+def os_extras(packager: str, forms: dict[str, str]) -> tuple[list[str], list[str]]:
+    """The OS packages the blocks' tarball forms add to the devel and run-time stages: the
+    autogen tools of a git archive, and what a block's git form builds against (Open MPI's
+    external hwloc)."""
+    devel: list[str] = []
+    runtime: list[str] = []
+    if any(b.autogen and forms[b.name] == "git" for b in BLOCKS):
+        devel += GIT_FORM_TOOLS[packager]
+    for b in BLOCKS:
+        if b.git_packages and forms[b.name] == "git":
+            devel.append(b.git_packages[packager][0])
+            runtime.append(b.git_packages[packager][1])
+    return devel, runtime
