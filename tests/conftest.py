@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+#: the recipe templates, package data of imagebuild (read with importlib.resources)
+RECIPES = ROOT / "imagebuild" / "recipes"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import RECIPES, ROOT
 from imagebuild import atomic
 
 TOPS = ("Dockerfiles", "singularity")
@@ -50,8 +50,8 @@ def states(tmp_path_factory):
     snap = base / "snapshot"
     snap.mkdir()
     shutil.copy2(ROOT / "matrix.yaml", snap / "matrix.yaml")
-    for folder in ("locks", "recipes"):
-        shutil.copytree(ROOT / folder, snap / folder)
+    shutil.copytree(ROOT / "locks", snap / "locks")
+    shutil.copytree(RECIPES, snap / "recipes")
     SNAPSHOT["matrix"] = snap / "matrix.yaml"
     recipes_new = base / "recipes-new"
     shutil.copytree(snap / "recipes", recipes_new)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import RECIPES, ROOT
 from imagebuild.render import images, renderer as render
 from imagebuild import knowledge
 
@@ -40,7 +40,7 @@ CASES = _cases()
 
 
 def test_every_fragment_has_golden_files_in_both_formats():
-    fragments = {p.name[:-len(".sh.j2")] for p in (ROOT / "recipes" / "fragments").glob("*.sh.j2")}
+    fragments = {p.name[:-len(".sh.j2")] for p in (RECIPES / "fragments").glob("*.sh.j2")}
     covered = {name.rsplit(".", 1)[0] for name in CASES}
     # tarball.sh.j2 is included by gdrcopy, ucx, openmpi and nccl-tests, not used on its own
     assert fragments - covered == {"tarball"}

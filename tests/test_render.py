@@ -15,7 +15,7 @@ from imagebuild import cli, knowledge
 from imagebuild.render import images, renderer as render
 from imagebuild.errors import RenderError
 
-from conftest import ROOT, need
+from conftest import RECIPES, ROOT, need
 
 MATRIX = str(ROOT / "matrix.yaml")
 
@@ -112,7 +112,7 @@ def test_hostile_base_and_url_are_refused(k, specs):
 
 
 def test_missing_template_is_one_clear_error(tmp_path, capsys):
-    shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
+    shutil.copytree(RECIPES, tmp_path / "recipes")
     (tmp_path / "recipes" / "fragments" / "ucx.sh.j2").unlink()
     before = (ROOT / "Dockerfiles" / "smoke-cpu" / "Dockerfile").read_text()
     assert cli.main(["generate", "--matrix", MATRIX, "--recipes", str(tmp_path / "recipes"),
@@ -333,7 +333,7 @@ def test_the_rendered_structure_is_checked(k, specs):
 
 
 def test_an_undefined_template_variable_is_one_clear_error(tmp_path, capsys):
-    shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
+    shutil.copytree(RECIPES, tmp_path / "recipes")
     frag = tmp_path / "recipes" / "fragments" / "venv.sh.j2"
     frag.write_text(frag.read_text() + "{{ no_such_variable }}\n")
     assert cli.main(["generate", "--matrix", MATRIX, "--recipes", str(tmp_path / "recipes"),
@@ -431,7 +431,7 @@ def test_a_new_compiled_component_is_one_block_and_one_fragment(k, specs, tmp_pa
     from imagebuild.render import blocks
 
     recipes = tmp_path / "recipes"
-    shutil.copytree(ROOT / "recipes", recipes)
+    shutil.copytree(RECIPES, recipes)
     (recipes / "fragments" / "libfoo.sh.j2").write_text(
         "#workdir /tmp/build/libfoo\n#source {{ file }}\n"
         "tar -xf /tmp/sources/{{ file }} --strip-components=1\n"

@@ -63,7 +63,7 @@ def workdir(tmp_path):
     """A copy of the project (matrix, recipes, locks), a fake-uv folder and a private HOME/cache."""
     root = tmp_path / "project"
     root.mkdir()
-    for name in ("matrix.yaml", "recipes", "locks"):
+    for name in ("matrix.yaml", "locks"):      # the templates come with the package
         src = ROOT / name
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / name)
     real_uv = wheellock.uv_binary()

@@ -19,7 +19,7 @@ import pytest
 
 from imagebuild import cli
 
-from conftest import ROOT
+from conftest import RECIPES, ROOT
 
 IMAGES = ("smoke-cpu", "pytorch-2.13.0-cu130-ubuntu24.04-runtime")
 
@@ -47,8 +47,7 @@ def installed(tmp_path_factory):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    shutil.copytree(ROOT / "imagebuild", src / "imagebuild", symlinks=True, ignore=ignore)
-    shutil.copytree(ROOT / "recipes", src / "recipes", ignore=ignore)
+    shutil.copytree(ROOT / "imagebuild", src / "imagebuild", ignore=ignore)   # templates included
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
           "-w", base / "dist", src], cwd=base)
     wheels = list((base / "dist").glob("imagebuild-*.whl"))
@@ -71,8 +70,8 @@ def test_the_wheel_carries_its_package_data(installed):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "imagebuild/py.typed" in names
     assert "imagebuild/smoke/workers/probe.py" in names
-    templates = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "recipes").rglob("*.j2"))
-    assert templates and {f"imagebuild/{t}" for t in templates} <= names
+    templates = sorted(str(p.relative_to(ROOT)) for p in RECIPES.rglob("*.j2"))
+    assert templates and set(templates) <= names
 
 
 def test_the_package_comes_from_the_wheel(installed, tmp_path):

@@ -4,7 +4,7 @@ the values the fragment is written with, the prefix it installs into and the run
 copies whole, and what of that prefix goes on PATH and LD_LIBRARY_PATH.
 
 Adding a compiled component (a library built from a tarball, as HPC Container Maker's building
-blocks are) is one `Block` here, one `recipes/fragments/<name>.sh.j2` and its tarball in
+blocks are) is one `Block` here, one `imagebuild/recipes/fragments/<name>.sh.j2` and its tarball in
 matrix.yaml; the renderer lays every block out the same way:
 
 - devel stage: the blocks that need no NCCL, NVIDIA's NCCL, then those that link it;

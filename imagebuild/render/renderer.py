@@ -1,8 +1,9 @@
 """ImageSpec -> Dockerfile and Singularity/Apptainer definition text.
 
 A recipe is first built as data: stages of steps (run a fragment, copy, env, label). Each `run`
-step renders one component fragment from recipes/fragments/ (the same shell text serves both
-formats); the entry templates in recipes/docker and recipes/singularity only lay the steps out.
+step renders one component fragment from imagebuild/recipes/fragments/ (the same shell text
+serves both formats); the entry templates in recipes/docker and recipes/singularity only lay the
+steps out.
 Every value that reaches a shell line is checked against a strict pattern first (`_safe`); every
 string a template receives is checked to be one line of printable text (`_guard`); and the rendered
 text is checked to have exactly the instructions (Docker) or sections (Singularity) its steps make
@@ -36,8 +37,8 @@ from .wheellock import LockError, read_lock, wheel_set
 
 
 def package_files() -> Path:
-    """The installed imagebuild package as a folder: the templates (package data `recipes/`, in a
-    checkout a link to the repository's recipes/) and the smoke suite a build context copies are
+    """The installed imagebuild package as a folder: the templates (package data `recipes/`) and
+    the smoke suite a build context copies are
     read from here, never from the source tree or the folder of the matrix."""
     pkg = importlib.resources.files("imagebuild")
     if not isinstance(pkg, Path):
