@@ -59,18 +59,19 @@ def configure(parser) -> None:
     add_matrix_option(parser)
 
 
-def check_locked(image_ids: list[str], k, lock_path: Path) -> dict[str, dict[str, dict]]:
+def check_locked(image_ids: list[str], k, lock_path: Path, *, every: dict | None = None) -> dict[str, dict[str, dict]]:
     """Before building: every image is in the lock, and its build inputs are what the lock says.
     `k` is the run's loaded matrix; the generated recipes are read beside it. Returns the bases to
     build from (imagebuild.build.pinning): image ref -> {FROM ref -> the lock's {"id", "digest"}}, for
-    every external base (a matrix image another one starts from is built in this run instead)."""
+    every external base (a matrix image another one starts from is built in this run instead).
+    ``every``: the matrix's images by id, when the run has expanded them already."""
     from ...deliver import lockfile
     from ...engines import get_engine
     from ...errors import BuildError
     from ...render.images import expand, select, with_bases
 
     locked = lockfile.read_lock(lock_path)
-    every = {s.id: s for s in expand(k)[0]}
+    every = every if every is not None else {s.id: s for s in expand(k)[0]}
     specs = with_bases(select(every, image_ids), every)
     engine = get_engine()
     root = Path(k.path).resolve().parent
@@ -135,7 +136,7 @@ def build_labels(spec, root: Path) -> dict[str, str]:
 
 def jobs_for(image_ids: list[str], k, workdir: Path, *,
              secrets: dict[str, Path] | None = None, sources: str | None = None,
-             progress=None) -> list:
+             progress=None, every: dict | None = None) -> list:
     """BuildJobs for matrix images: each rendered into workdir/<id> by imagebuild.render.
 
     `k` is the run's one loaded matrix (imagebuild.knowledge.load): the images are expanded from
@@ -143,14 +144,15 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
     another matrix. Images a requested one depends on are added. Just before each build, the
     tarballs the image compiles are put in the source cache (.imagebuild/sources beside the
     matrix), from `sources` (a mirror folder or URL) or their upstream URLs, each checked against
-    the matrix's sha256, and from there into its context.
+    the matrix's sha256, and from there into its context. ``every``: the matrix's images by id,
+    when the run has expanded them already.
     """
     from ...render import sources as S
     from ...build.scheduler import BuildJob
     from ...render.images import expand, with_bases
     from ...render.renderer import write_context
 
-    specs = {s.id: s for s in expand(k)[0]}
+    specs = every if every is not None else {s.id: s for s in expand(k)[0]}
     unknown = [i for i in image_ids if i not in specs]
     if unknown:
         raise UsageError(f"unknown image {unknown[0]!r} (known: {', '.join(sorted(specs))})",
@@ -221,24 +223,26 @@ def run(args) -> int:
     log_dir = args.log_dir or ws.logs
     secrets = {CA_SECRET: check_ca_bundle(args.ca_bundle)} if args.ca_bundle else {}
     pins: dict[str, dict[str, dict]] = {}
+    every: dict = {}
     if args.context:
         jobs = jobs_for_contexts(args.context, secrets=secrets)
     else:
         from ...knowledge import load
+        from ...render.images import expand
         k = load(args.matrix)   # the run's one matrix: everything below is rendered from it
+        every = {s.id: s for s in expand(k)[0]}    # and its images, expanded once
         if args.locked:
-            pins = check_locked(list(dict.fromkeys(args.images)), k, args.lock or ws.lock)
+            pins = check_locked(list(dict.fromkeys(args.images)), k, args.lock or ws.lock, every=every)
         jobs = jobs_for(list(dict.fromkeys(args.images)), k, Path(output), secrets=secrets,
-                        sources=args.sources, progress=rep.progress)
+                        sources=args.sources, progress=rep.progress, every=every)
     if not jobs:
         raise UsageError("no images to build")
     engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
     from ...build.reproducible import BuildTimeEngine
     from ...sourcedate import source_epoch
     epochs = {}
-    if not args.context and not args.no_normalize:
-        from ...render.images import expand
-        epochs = {s.local_ref: source_epoch(s.as_of) for s in expand(k)[0]}   # the same one matrix
+    if not args.no_normalize:
+        epochs = {s.local_ref: source_epoch(s.as_of) for s in every.values()}   # empty for --context
     engine = BuildTimeEngine(engine, epochs, no_cache=args.no_cache, pins=pins,
                              workdir=Path(output))
     from ...atomic import terminate_as_interrupt
