@@ -238,6 +238,7 @@ def test_lock_records_every_base_and_names_the_one_that_moved(docker_client, tmp
 def _publish_slowly(lock_path: str, repository: str, go, guarded: bool) -> None:
     """A child process: record one publish, with the read widened to 0.3 s so that writers that
     do not wait for each other would overwrite each other's record."""
+    import contextlib
     import time
 
     real_read = lockfile.read_lock
@@ -249,7 +250,7 @@ def _publish_slowly(lock_path: str, repository: str, go, guarded: bool) -> None:
 
     lockfile.read_lock = slow_read
     if not guarded:   # the planted defect: the same update without the writers' lock
-        lockfile.one_writer = lambda path, wait=0: __import__("contextlib").nullcontext()
+        lockfile.one_writer = lambda path, wait=0: contextlib.nullcontext()
     go.wait(10)
     lockfile.record_published(lock_path, "img", engine_image_id="sha256:" + "2" * 64,
                               repository=repository, digest="sha256:" + "c" * 64, tags=["1"])

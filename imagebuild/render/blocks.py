@@ -25,13 +25,17 @@ from ..sourcedate import source_epoch
 
 @dataclass(frozen=True)
 class Built:
-    """What a block's fragment is written with besides its tarball: the image, the family's build
-    choices (`build:`), where CUDA and NCCL live, and the tarball's form (release or git)."""
+    """What a block's fragment is written with besides its tarball: the image, where CUDA and NCCL
+    live, and the tarball's form (release or git)."""
     spec: ImageSpec
-    build: dict
     cuda_home: str
     nccl_home: str
     form: str
+
+    @property
+    def build(self) -> dict:
+        """The family's build choices (`build:`)."""
+        return self.spec.build_choices
 
 
 @dataclass(frozen=True)

@@ -434,8 +434,7 @@ class Renderer:
             if b.on_nccl != on_nccl:
                 continue
             tarball = tarballs[b.name]
-            built = blocks.Built(spec=spec, build=spec.build_choices, cuda_home=c.home,
-                                 nccl_home=c.nccl_home, form=tarball["form"])
+            built = blocks.Built(spec=spec, cuda_home=c.home, nccl_home=c.nccl_home, form=tarball["form"])
             steps.append(self.fragment(b.name, b.title.format(version=tarball["version"]),
                                        **b.values(built), **tarball))
         return steps

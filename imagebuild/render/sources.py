@@ -92,9 +92,8 @@ def for_image(k, spec, form: str = "release") -> list[Tarball]:
         tools = k.raw.get("tools", {})
         wanted += [(b.name, tools.get(b.name, {})) for b in BLOCKS if b.pinned_by == "tools"]
     for b in BLOCKS:
-        entry = getattr(spec, b.name.replace("-", "_")) if b.pinned_by == "family" else None
-        if entry is not None and entry.get("install", "source") == "source":
-            wanted.append((b.name, entry))
+        if b.pinned_by == "family" and getattr(spec, b.name).get("install", "source") == "source":
+            wanted.append((b.name, getattr(spec, b.name)))
     for name, entry in wanted:
         tb = (_git(name, entry) if form == "git" else None) or _release(name, entry)
         if tb is None:
