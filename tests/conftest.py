@@ -16,6 +16,17 @@ RECIPES = ROOT / "imagebuild" / "recipes"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def default_signals() -> None:
+    """A child's SIGINT and SIGTERM at their defaults, as a shell in a terminal starts a command
+    (Popen's preexec_fn). A job that a non-interactive shell put in the background (some CI
+    runners start the suite so) inherits SIGINT ignored, and Python then installs no
+    KeyboardInterrupt handler: a test of what imagebuild does with Ctrl-C sets what it needs
+    instead of inheriting the runner's disposition."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def need(what: str, reason: str):
     """Skip locally, fail under CI=true: a check that did not run is never a pass in CI."""
     if IN_CI:
@@ -37,7 +48,30 @@ SERVICE_FIXTURES = {"docker_client": "engine", "smoke_cpu_image": "engine", "reg
 HEAVY_FIRST = ("test_cuda_wheels_image.py", "test_comms_wheels_image.py")
 
 
+def pytest_addoption(parser):
+    group = parser.getgroup("imagebuild tiers")
+    group.addoption("--heavy", action="store_true",
+                    help="run the heavy tier only: the tests marked `heavy`, which rebuild what the "
+                         "fast tier built already (second cold builds for identical image IDs)")
+    group.addoption("--all-tiers", action="store_true", help="run both tiers")
+
+
+def _select_tier(config, items) -> None:
+    """The fast tier (the default, and CI's) leaves the `heavy` tests out; `--heavy` runs only
+    them, `--all-tiers` both. Left out is deselected, never skipped: a deselected test is not
+    reported as a pass."""
+    if config.getoption("--all-tiers"):
+        return
+    want_heavy = config.getoption("--heavy")
+    keep = [i for i in items if (i.get_closest_marker("heavy") is not None) == want_heavy]
+    dropped = [i for i in items if i not in keep]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
+
+
 def pytest_collection_modifyitems(config, items):
+    _select_tier(config, items)
     heavy = [i for name in HEAVY_FIRST for i in items if i.path.name == name]
     if heavy:
         at = min(items.index(i) for i in heavy)
@@ -107,7 +141,10 @@ def drop_image(client, ref: str, since: datetime.datetime) -> None:
     prune_build_cache_since(client, since)
 
 
-SHARED_SOURCES = ROOT.parent / "shared" / "sources"
+# the source tarballs the images compile, as a site's mirror folder: ../shared/sources beside the
+# checkout (these machines reach no upstream), or the folder IMAGEBUILD_TEST_SOURCES names (the
+# heavy-tier workflow fills one with `imagebuild sources fetch` from the site's mirror)
+SHARED_SOURCES = Path(os.environ.get("IMAGEBUILD_TEST_SOURCES") or ROOT.parent / "shared" / "sources")
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")   # Debian's ca-certificates: the index over HTTPS
 
 
@@ -141,6 +178,42 @@ def build_debian_image(docker_client, image_id: str):
     return spec
 
 
+def build_cold_twice(docker_client, ctx: Path, refs: list[str], log_dir: Path, *, epoch: int | None,
+                     fresh_files: list[str] = ()) -> list[tuple[str, str, object, str]]:
+    """Build the context ``ctx`` twice without the build cache, one build per ref, one after the
+    other as two CI runs would, normalised with the source date ``epoch`` as `imagebuild build`
+    normalises a matrix image (no normalising when None). Before each build the ``fresh_files``
+    are written anew with another mtime, as a fresh checkout or rendering would. Returns, per
+    build, (ref, the image ID, the engine's image, the engine's own ID before normalising)."""
+    import time
+    from imagebuild.build import reproducible as rp
+    from imagebuild.build.scheduler import BuildJob, build_all
+    from imagebuild.engines import get_engine
+
+    inner = get_engine("docker", client=docker_client)
+    raw_build, raw_ids = inner.build, []
+
+    def build(*args, **kwargs):         # the engine's own image, before it is normalised
+        result = raw_build(*args, **kwargs)
+        raw_ids.append(result.image_id)
+        return result
+
+    inner.build = build
+    engine = rp.BuildTimeEngine(inner, {r: epoch for r in refs} if epoch is not None else {}, no_cache=True)
+    outcomes = []
+    for i, ref in enumerate(refs):
+        for name in fresh_files:
+            path = ctx / name
+            path.write_bytes(path.read_bytes())
+            stamp = time.time() + 100 * i
+            os.utime(path, (stamp, stamp))
+        (out,) = build_all([BuildJob(image_id=ref.split("/")[1].split(":")[0], context=ctx, ref=ref)],
+                           engine=engine, log_dir=log_dir)
+        assert out.ok, out.error
+        outcomes.append((ref, out.result.image_id, docker_client.images.get(ref), raw_ids[-1]))
+    return outcomes
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return ROOT
@@ -163,3 +236,28 @@ def smoke_cpu_image(docker_client) -> str:
     assert code == 0, "imagebuild build smoke-cpu failed (see .imagebuild/logs/smoke-cpu.log)"
     docker_client.images.get(spec.local_ref)
     return spec.local_ref
+
+
+# --- the clock: seconds per test module, printed at the end of every run ---------------------------
+# `--durations=30` names the slowest tests; this names the slowest modules (a module fixture's
+# build is charged to the module), so that CI's log shows where its time grows.
+_MODULE_SECONDS: dict[str, float] = {}
+_MODULE_TESTS: dict[str, int] = {}
+
+
+def pytest_runtest_logreport(report):
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+    if report.when == "call":
+        _MODULE_TESTS[module] = _MODULE_TESTS.get(module, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _MODULE_SECONDS:
+        return
+    total = sum(_MODULE_SECONDS.values())
+    tr = terminalreporter
+    tr.section("seconds per test module")
+    for module, seconds in sorted(_MODULE_SECONDS.items(), key=lambda kv: (-kv[1], kv[0])):
+        tr.write_line(f"{seconds:9.1f} s {100 * seconds / total:5.1f} %  {_MODULE_TESTS.get(module, 0):4d} tests  {module}")
+    tr.write_line(f"{total:9.1f} s in all (setup, call and teardown of every test)")

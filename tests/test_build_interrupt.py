@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from conftest import ROOT, need
+from conftest import ROOT, default_signals, need
 
 BASE = "imagebuild/base:debian-bookworm"
 
@@ -40,7 +40,8 @@ def _containers(client, token: str) -> list:
 def _build(context, tmp_path, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "imagebuild", "build", "--quiet", "--context", str(context),
                              "--output", str(tmp_path / "out"), "--log-dir", str(tmp_path / "logs")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals, **kw)
 
 
 @pytest.mark.engine

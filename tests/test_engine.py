@@ -149,11 +149,17 @@ def test_run_removes_the_container_on_keyboard_interrupt(engine, base_image, doc
                 return
             threading.Event().wait(0.1)
 
-    t = threading.Thread(target=interrupt_when_running, daemon=True)
-    t.start()
-    with pytest.raises(KeyboardInterrupt):
-        engine.run(base_image, ["sleep", "120"], name=name, timeout=60)
-    t.join()
+    # Ctrl-C's handler installed here, whatever the runner inherited: a suite started as a
+    # background job of a non-interactive shell has SIGINT ignored, and the signal would be lost
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        t = threading.Thread(target=interrupt_when_running, daemon=True)
+        t.start()
+        with pytest.raises(KeyboardInterrupt):
+            engine.run(base_image, ["sleep", "120"], name=name, timeout=60)
+        t.join()
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert seen.is_set()
     assert _leftovers(docker_client, name) == []
 

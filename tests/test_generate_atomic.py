@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RECIPES, ROOT
+from conftest import RECIPES, ROOT, default_signals
 from imagebuild import atomic
 
 TOPS = ("Dockerfiles", "singularity")
@@ -40,7 +40,8 @@ SNAPSHOT: dict[str, Path] = {}  # matrix.yaml and what it reads, copied once: a 
 def generate(output: Path, recipes: Path, **kw) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "imagebuild", "generate", "--matrix",
                              str(SNAPSHOT["matrix"]), "--recipes", str(recipes), "--output", str(output)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kw)
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_signals, **kw)
 
 
 @pytest.fixture(scope="module")

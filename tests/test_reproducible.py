@@ -5,19 +5,18 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import random
 import re
 import secrets
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
 
 from imagebuild.build import reproducible as rp
+from conftest import build_cold_twice
 from imagebuild import dockerfile, sourcedate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -272,37 +271,14 @@ def base_image(docker_client):
 
 
 def _build_twice(docker_client, tmp_path, *, normalize: bool) -> list:
-    from imagebuild.build.scheduler import BuildJob, build_all
-    from imagebuild.engines import get_engine
-
     token = secrets.token_hex(4)
     ctx = tmp_path / f"ctx-{token}"
     ctx.mkdir()
     (ctx / "Dockerfile").write_text(RECIPE)
     (ctx / "hello.txt").write_text("hello\n")
     refs = [f"imagebuild/test-repro-{token}-{i}:local" for i in (1, 2)]
-    inner = get_engine("docker", client=docker_client)
-    raw_build, raw_ids = inner.build, []
-
-    def build(*args, **kwargs):         # the engine's own image, before it is normalised
-        result = raw_build(*args, **kwargs)
-        raw_ids.append(result.image_id)
-        return result
-
-    inner.build = build
-    engine = rp.BuildTimeEngine(inner, {r: EPOCH for r in refs} if normalize else {}, no_cache=True)
-    outcomes = []
-    for i, ref in enumerate(refs):
-        # a fresh checkout or rendering writes the context's files anew: another mtime each time
-        (ctx / "hello.txt").write_text("hello\n")
-        stamp = time.time() + 100 * i
-        os.utime(ctx / "hello.txt", (stamp, stamp))
-        # one job per call: two cold builds one after the other, as two CI runs would do them
-        (out,) = build_all([BuildJob(image_id=ref.split("/")[1].split(":")[0], context=ctx, ref=ref)],
-                           engine=engine, log_dir=tmp_path / "logs")
-        assert out.ok, out.error
-        outcomes.append((ref, out.result.image_id, docker_client.images.get(ref), raw_ids[-1]))
-    return outcomes
+    return build_cold_twice(docker_client, ctx, refs, tmp_path / "logs", epoch=EPOCH if normalize else None,
+                            fresh_files=["hello.txt"])
 
 
 @pytest.fixture()
@@ -368,13 +344,14 @@ def _drop_build_chain(client, log: Path, keep: set[str]) -> None:
             pass
 
 
-def test_smoke_cpu_two_cold_builds_give_one_id_and_lock_check_sees_another(docker_client, base_image,
-                                                                           tmp_path):
-    """The issue's check on the real image: `build smoke-cpu --no-cache --json` twice gives one ID,
-    which `lock --check` accepts; another image under the same tag is drift (exit 1). The same for
-    the CUDA-built communication image is the last test of tests/test_comms_wheels_image.py, whose
-    module fixture is the first cold build (so that image is built cold twice, not three times)."""
-    def build() -> tuple[str, str]:
+@pytest.mark.heavy
+def test_smoke_cpu_two_cold_builds_give_one_id_that_lock_check_accepts(docker_client, base_image, tmp_path):
+    """Heavy tier: `build smoke-cpu --no-cache --json` twice gives one ID, which `lock --check`
+    accepts. The fast tier keeps the mechanism on the small recipe above
+    (test_two_cold_builds_give_one_image_id) and lock --check's drift on the smoke-cpu image the
+    session built (test_lock_check_sees_another_image_under_the_tag); the same for the CUDA-built
+    communication image is the heavy test of tests/test_comms_wheels_image.py."""
+    def build() -> str:
         logs = tmp_path / "logs"
         proc = _cli("build", "smoke-cpu", "--no-cache", "--json", "--quiet", "--output", str(tmp_path / "build"),
                     "--log-dir", str(logs))
@@ -382,16 +359,26 @@ def test_smoke_cpu_two_cold_builds_give_one_id_and_lock_check_sees_another(docke
         (row,) = [r for r in json.loads(proc.stdout) if r["image"] == "smoke-cpu"]
         assert row["image_id"] == docker_client.images.get(row["ref"]).id
         _drop_build_chain(docker_client, logs / "smoke-cpu.log", keep={base_image.id, row["image_id"]})
-        return row["image_id"], row["ref"]
+        return row["image_id"]
 
     lock = ["--lock", str(tmp_path / "images.lock"), "--reports-dir", str(tmp_path), "--sbom-dir", str(tmp_path)]
-    first, ref = build()
+    first = build()
     assert _cli("lock", "smoke-cpu", *lock).returncode == 0
-    second, _ = build()
+    second = build()
     assert second == first
     check = _cli("lock", "smoke-cpu", "--check", *lock)
     assert check.returncode == 0, check.stdout + check.stderr
-    repo, tag = ref.rsplit(":", 1)
+
+
+def test_lock_check_sees_another_image_under_the_tag(smoke_cpu_image, docker_client, base_image, tmp_path):
+    """A rebuild that gave another image ID is drift: `lock --check` exits 1 and names both IDs.
+    On the smoke-cpu image the session built once (no rebuild needed to see the check fail)."""
+    lock = ["--lock", str(tmp_path / "images.lock"), "--reports-dir", str(tmp_path), "--sbom-dir", str(tmp_path)]
+    first = docker_client.images.get(smoke_cpu_image).id
+    assert _cli("lock", "smoke-cpu", *lock).returncode == 0
+    check = _cli("lock", "smoke-cpu", "--check", *lock)
+    assert check.returncode == 0, check.stdout + check.stderr
+    repo, tag = smoke_cpu_image.rsplit(":", 1)
     try:
         base_image.tag(repo, tag)                  # another image under the tag: a rebuild that differs
         check = _cli("lock", "smoke-cpu", "--check", *lock)

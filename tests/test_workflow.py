@@ -114,3 +114,57 @@ def test_actions_are_pinned_by_full_commit(workflow):
     assert uses
     for ref in uses:
         assert re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+@[0-9a-f]{40}", ref), ref
+
+
+# --- the heavy tier's workflow (.github/workflows/heavy.yml) ---------------------------------------
+
+HEAVY = ROOT / ".github" / "workflows" / "heavy.yml"
+
+
+@pytest.fixture(scope="module")
+def heavy() -> dict:
+    return yaml.safe_load(HEAVY.read_text())
+
+
+def test_the_heavy_tier_runs_weekly_and_when_a_compiled_component_changes(heavy):
+    from imagebuild.render.blocks import BLOCKS
+    on = heavy[True] if True in heavy else heavy["on"]
+    (cron,) = [entry["cron"] for entry in on["schedule"]]
+    assert len(cron.split()) == 5 and cron.split()[2:4] == ["*", "*"] and cron.split()[4] != "*"  # weekly
+    assert "workflow_dispatch" in on
+    paths = set(on["push"]["paths"])
+    # every compiled block's fragment, the blocks themselves, and what makes an image reproducible
+    for block in BLOCKS:
+        assert f"imagebuild/recipes/fragments/{block.name}.sh.j2" in paths, block.name
+    assert {"imagebuild/render/blocks.py", "imagebuild/build/reproducible.py", "matrix.yaml"} <= paths
+    for path in paths:
+        assert (ROOT / path).is_file(), path
+
+
+def test_the_heavy_workflow_runs_the_heavy_tier_under_ci(heavy):
+    (job,) = heavy["jobs"].values()
+    lines = [step["run"] for step in job["steps"] if "run" in step]
+    assert any(re.search(r"\bbash scripts/test --heavy$", line.strip()) for line in lines)
+    (test_step,) = [step for step in job["steps"] if "scripts/test --heavy" in step.get("run", "")]
+    assert test_step["env"]["CI"] == "true"          # a test that needs a service fails, never skips
+    fetch = [line for line in lines if "imagebuild sources fetch" in line]
+    assert fetch and "IMAGEBUILD_TEST_SOURCES" in fetch[0]
+    uses = [step["uses"] for step in job["steps"] if "uses" in step]
+    assert uses and all(re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+@[0-9a-f]{40}", ref) for ref in uses)
+
+
+def test_the_heavy_marker_is_left_out_of_the_default_run_and_selected_by_heavy():
+    import subprocess
+    import sys
+    args = [sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider",
+            "tests/test_reproducible.py", "tests/test_comms_wheels_image.py"]
+    fast = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    heavy_run = subprocess.run([*args, "--heavy"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert fast.returncode == 0 and heavy_run.returncode == 0, fast.stdout[-2000:] + heavy_run.stdout[-2000:]
+    fast_ids = [ln for ln in fast.stdout.splitlines() if "::" in ln]
+    heavy_ids = [ln for ln in heavy_run.stdout.splitlines() if "::" in ln]
+    assert sorted(heavy_ids) == sorted([
+        "tests/test_comms_wheels_image.py::test_a_second_cold_build_gives_the_same_image_id",
+        "tests/test_reproducible.py::test_smoke_cpu_two_cold_builds_give_one_id_that_lock_check_accepts"])
+    assert not set(fast_ids) & set(heavy_ids) and len(fast_ids) > 20
+    assert " deselected" in fast.stdout and " deselected" in heavy_run.stdout
