@@ -15,6 +15,7 @@ CI=true they fail without an engine.
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 
@@ -250,3 +251,110 @@ def test_lock_and_build_locked_take_the_runtime_as_the_devels_base(built, engine
     assert cli.main([*build, DEVEL]) == 0
     assert engine.inspect(built[1]).layers[:len(engine.inspect(built[0]).layers)] == \
         engine.inspect(built[0]).layers
+
+
+# --- reproducibility of what nvcc links and Open MPI dates, in the fast tier (issue 22) ----------
+# The comms image's second cold build (the whole proof) is in the heavy tier. Here a small image
+# FROM the devel image compiles, twice and without the build cache, what the comms recipe's own
+# steps write: nccl-tests' all_reduce_perf through the recipe's nccl-tests command line (nvcc
+# with its intermediate files kept in a fixed folder, MPI=1 against the image's Open MPI), for one
+# architecture, and Open MPI's own configure date (config/getdate.sh of the archive) under the
+# SOURCE_DATE_EPOCH the recipe gives Open MPI's configure and make. Both builds must give one ID.
+
+ONE_ARCH = {"cuda_arch": ["9.0"]}
+
+
+def _recipe_step(k, specs, fragment: str):
+    (stage, *_) = render.Renderer().stages(specs[RUNTIME], k)
+    (step,) = [s for s in stage.steps if s.fragment == fragment]
+    return step
+
+
+def _repro_recipe(k, specs, devel_ref: str) -> str:
+    from imagebuild.render.blocks import gencode
+    nccl = _recipe_step(k, specs, "nccl-tests")
+    whole = gencode(specs[RUNTIME].build_choices)
+    (make,) = [c for c in nccl.commands if c.startswith("NVCC_APPEND_FLAGS=")]
+    assert '-keep -keep-dir /tmp/build/nccl-tests-nvcc"' in make and whole in make
+    # the recipe's command, for one architecture (its SASS and PTX) and one binary
+    one = make.replace(whole, gencode(ONE_ARCH)) + " BIN_FILES_LIST=all_reduce"
+    commands = [c for c in nccl.commands if not c.startswith(("NVCC_APPEND_FLAGS=", "cp -a build/."))]
+    ompi = _recipe_step(k, specs, "openmpi")
+    dated = [c for c in ompi.commands if c.startswith("SOURCE_DATE_EPOCH=")]
+    assert len(dated) == 2 and dated[0].split()[1] == "./configure" and dated[1].split()[1] == "make"
+    epoch = dated[0].split()[0]
+    assert dated[1].split()[0] == epoch
+    return "\n".join([
+        f"FROM {devel_ref}",
+        'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
+        f"WORKDIR {nccl.workdir}",
+        "COPY sources/ /tmp/sources/",
+        "RUN " + " \\\n && ".join([*commands, one, "cp -a build/. /opt/nccl-tests/bin/"]),
+        "WORKDIR /tmp/build/openmpi-date",
+        # Open MPI's configure writes getdate.sh's output into ompi_info (PMIx's and PRRTE's into
+        # theirs); a library linked with the image's mpicc carries it here
+        "RUN tar -xzf /tmp/sources/openmpi.tar.gz --strip-components=1 --wildcards '*/config/getdate.sh' \\\n"
+        f" && {epoch} sh config/getdate.sh > configure-date \\\n"
+        " && printf 'const char *ompi_configure_date = \"%s\";\\n' \"$(cat configure-date)\" > date.c \\\n"
+        " && mpicc -shared -fPIC -o /opt/nccl-tests/libdated.so date.c \\\n"
+        " && rm -rf /tmp/sources /tmp/build",
+        "WORKDIR /",
+        ""])
+
+
+def test_what_nvcc_links_and_open_mpi_dates_builds_to_one_image_id(built, k, specs, docker_client, tmp_path):
+    import shutil
+    import secrets as _secrets
+    from imagebuild.sourcedate import source_epoch
+    from conftest import build_cold_twice
+
+    if not SHARED.is_dir():
+        pytest.fail(f"{SHARED} is missing: the source tarballs")
+    ctx = tmp_path / "ctx"
+    (ctx / "sources").mkdir(parents=True)
+    shutil.copy(SHARED / "nccl-tests-2.17.6.tar.gz", ctx / "sources")
+    shutil.copy(SHARED / "openmpi-5.0.10-git.tar.gz", ctx / "sources" / "openmpi.tar.gz")
+    (ctx / "Dockerfile").write_text(_repro_recipe(k, specs, built[1]))
+    token = _secrets.token_hex(4)
+    refs = [f"imagebuild/test-repro-nvcc-{token}-{i}:local" for i in (1, 2)]
+    try:
+        (one, id1, img1, _), (two, id2, img2, _) = build_cold_twice(
+            docker_client, ctx, refs, tmp_path / "logs", epoch=source_epoch(specs[RUNTIME].as_of),
+            fresh_files=["Dockerfile"])
+        day = datetime.datetime.fromtimestamp(source_epoch(specs[RUNTIME].as_of), datetime.timezone.utc)
+        date = day.strftime("%a %b %e %H:%M:%S UTC %Y")      # as date(1) writes it
+        out = docker_client.containers.run(
+            id1, ["-c", f"ls /opt/nccl-tests/bin; grep -ao '{date}' /opt/nccl-tests/libdated.so;"
+                        " ldd /opt/nccl-tests/bin/all_reduce_perf | grep -o 'libmpi.so.[0-9]* => /opt/openmpi/lib'"],
+            entrypoint="bash", remove=True).decode().split("\n")
+        # what was built is what the recipe builds: the binary, on the image's Open MPI, and the
+        # configure date of the matrix's as_of, not of the build's day
+        assert "all_reduce_perf" in out and "libmpi.so.40 => /opt/openmpi/lib" in out, out
+        assert date in out, out
+        assert id1 == id2, f"two cold builds gave {id1[:19]} and {id2[:19]}"
+    finally:
+        for ref in refs:
+            try:
+                docker_client.images.remove(ref, force=True)
+            except Exception:  # noqa: BLE001 - not built
+                pass
+
+
+_NVCC_TWICE = r"""
+set -e
+mkdir -p /tmp/t /tmp/t/keep && cd /tmp/t
+printf '__global__ void k(int *x) { x[0] = 1; }\nint main() { return 0; }\n' > k.cu
+nvcc -arch=sm_90 -o a k.cu && nvcc -arch=sm_90 -o b k.cu
+NVCC_APPEND_FLAGS="-keep -keep-dir /tmp/t/keep" nvcc -arch=sm_90 -o c k.cu
+NVCC_APPEND_FLAGS="-keep -keep-dir /tmp/t/keep" nvcc -arch=sm_90 -o d k.cu
+sha256sum a b c d | awk '{print $1}'
+"""
+
+
+def test_without_a_fixed_keep_dir_nvcc_links_different_bytes(built, docker_client):
+    """The check above can fail: the same program linked twice by nvcc differs without a fixed
+    -keep-dir (its temporary files are named after the process id) and not with one."""
+    a, b, c, d = docker_client.containers.run(built[1], ["-c", _NVCC_TWICE], entrypoint="bash",
+                                              remove=True).decode().split()
+    assert a != b
+    assert c == d
