@@ -32,6 +32,9 @@ PACKAGERS["debian"] = dict(PACKAGERS["ubuntu"])
 GIT_FORM_TOOLS = {"apt": ["flex", "git", "m4"], "dnf": ["flex", "git", "m4"]}
 HWLOC = {"apt": ("libhwloc-dev", "libhwloc15"), "dnf": ("hwloc-devel", "hwloc-libs")}
 RDMA_DEVEL = {"apt": ["libibverbs-dev", "librdmacm-dev"], "dnf": ["rdma-core-devel"]}
+# Open MPI's Fortran bindings (build.fortran: true): the compiler for the devel stage, its run time
+# for the run-time stage (libmpi_mpifh and libmpi_usempif08 link it).
+FORTRAN = {"apt": ("gfortran", "libgfortran5"), "dnf": ("gcc-gfortran", "libgfortran")}
 # GCC's OpenMP run time: UCX's ucx_perftest and its CUDA plugin link it (the devel stage has it with
 # the compiler; the run-time stage must install it, or they do not load).
 OPENMP_RUNTIME = {"apt": "libgomp1", "dnf": "libgomp"}

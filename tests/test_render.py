@@ -453,3 +453,41 @@ def test_a_new_compiled_component_is_one_block_and_one_fragment(k, specs, tmp_pa
     assert re.search(r'PATH="[^"]*/opt/nccl-tests/bin:/opt/libfoo/bin:', runtime) is None
     assert re.search(r'PATH="[^"]*/opt/libfoo/bin:/opt/nccl-tests/bin:', runtime)
     assert re.search(r'LD_LIBRARY_PATH="[^"]*/nvidia/nccl/lib:/opt/libfoo/lib:', runtime)
+
+
+# --- build choices (issue 22): defaults for PyTorch clusters, and each switch turned back on ------
+
+def test_build_choices_default_to_what_pytorch_clusters_use(k, specs):
+    """A family that says nothing of `build:` gets no Fortran bindings and no OpenSHMEM, and says
+    so in its label and configure line; GDA-KI and ROMIO stay as upstream builds them."""
+    from imagebuild.knowledge.grammar import BUILD_SWITCHES
+    spec = next(s for s in specs if s.family == "comms" and s.os["id"] == "ubuntu24.04")
+    assert spec.build == BUILD_SWITCHES               # its family says nothing of build:
+    assert spec.labels["io.imagebuild.build"] == "fortran=off,gda=on,oshmem=off,romio=on,cuda_arch=default"
+    text = render.Renderer().dockerfile(spec, k)
+    assert "--disable-mpi-fortran" in text and "--disable-oshmem" in text
+    assert "--disable-io-romio" not in text and "--without-gda" not in text
+    assert "gfortran" not in text and "--with-nvcc-gencode" not in text   # UCX's own list
+
+
+@pytest.mark.parametrize("os_id,compiler,runtime", [("debian12", "gfortran", "libgfortran5"),
+                                                     ("rockylinux9", "gcc-gfortran", "libgfortran")])
+def test_fortran_turned_back_on_brings_its_compiler_and_run_time(k, specs, os_id, compiler, runtime):
+    spec = next(s for s in specs if s.family == "comms" and s.os["id"] == os_id
+                and s.flavor == "runtime" and "doca" not in s.id)
+    on = replace(spec, build={**spec.build, "fortran": True})
+    assert "fortran=on" in on.build_label
+    devel, final = render.Renderer().stages(on, k)
+    devel_text = "\n".join(c for st in devel.steps for c in st.commands)
+    final_text = "\n".join(c for st in final.steps for c in st.commands)
+    assert "--enable-mpi-fortran" in devel_text and "--disable-mpi-fortran" not in devel_text
+    assert re.search(rf"install -y[^\n]* {re.escape(compiler)}\b", devel_text), devel_text[:2000]
+    assert re.search(rf"install -y[^\n]* {re.escape(runtime)}\b", final_text)
+    def word(name: str) -> str:
+        return rf"(?<![\w-]){re.escape(name)}(?![\w-])"
+
+    assert not re.search(word(compiler), final_text)      # no compiler in the run-time stage
+    # and off again: none of it
+    off_devel, off_final = render.Renderer().stages(spec, k)
+    assert not re.search(word(compiler), "\n".join(c for st in off_devel.steps for c in st.commands))
+    assert not re.search(word(runtime), "\n".join(c for st in off_final.steps for c in st.commands))

@@ -488,8 +488,11 @@ SOURCE_FORMS = ("release", "git")
 # Build choices a family makes for what it compiles (recorded in the image's labels), with their
 # defaults: UCX's GDA-KI module (GPU-initiated networking, needs the gpunetio submodule), Open MPI's
 # Fortran bindings, ROMIO (MPI-IO) and OpenSHMEM; `cuda_arch` the GPU architectures nvcc compiles
-# nccl-tests for (default: nccl-tests' own list for the CUDA release).
-BUILD_SWITCHES = {"gda": True, "fortran": True, "romio": True, "oshmem": True}
+# UCX's device code and nccl-tests for (default: each project's own list for the CUDA release).
+# The defaults are chosen for PyTorch clusters: no Fortran bindings and no OpenSHMEM, which no
+# PyTorch job calls (a family that needs them says `fortran: true`, `oshmem: true`); GDA-KI and
+# ROMIO as upstream builds them.
+BUILD_SWITCHES = {"gda": True, "fortran": False, "romio": True, "oshmem": False}
 BUILD_KEYS = tuple(BUILD_SWITCHES) + ("cuda_arch",)
 # Where a family's CUDA comes from: NVIDIA's package repository for the OS (the default: the
 # recipes install pinned CUDA packages), or the wheels torch's closure brings (nvidia-cuda-runtime,

@@ -19,7 +19,7 @@ from typing import Callable
 
 from .checked import safe
 from .images import ImageSpec
-from ..packagers import GIT_FORM_TOOLS, HWLOC
+from ..packagers import FORTRAN, GIT_FORM_TOOLS, HWLOC
 from ..sourcedate import source_epoch
 
 
@@ -56,10 +56,12 @@ class Block:
 
 
 def ucx_flags(build: dict, cuda_home: str) -> list[str]:
-    """UCX's configure flags: CUDA, gdrcopy, RDMA CM and verbs, and GDA only where chosen."""
-    flags = {"--disable-doxygen-doc", "--enable-mt", "--prefix=/opt/ucx",
+    """UCX's configure flags: CUDA, gdrcopy, RDMA CM and verbs, and GDA only where chosen; never
+    its Java or Go bindings (configure builds them when it finds a JDK or Go), its examples or
+    its documentation."""
+    flags = {"--disable-doxygen-doc", "--disable-examples", "--enable-mt", "--prefix=/opt/ucx",
              f"--with-cuda={cuda_home}", "--with-gdrcopy=/opt/gdrcopy",
-             "--with-rdmacm", "--with-verbs"}
+             "--with-rdmacm", "--with-verbs", "--without-go", "--without-java"}
     if not build["gda"]:
         flags.add("--without-gda")
     return sorted(flags)
@@ -81,11 +83,16 @@ def ompi_flags(spec: ImageSpec, build: dict, form: str, cuda_home: str) -> list[
     flags |= {flag for key, flag in (("fortran", "--disable-mpi-fortran"),
                                      ("romio", "--disable-io-romio"),
                                      ("oshmem", "--disable-oshmem")) if not build[key]}
+    if build["fortran"]:
+        # asked for: configure fails without a Fortran compiler instead of leaving the bindings out
+        flags.add("--enable-mpi-fortran")
     return sorted(flags)
 
 
 def gencode(build: dict) -> str | None:
-    """nvcc's -gencode flags for the family's build.cuda_arch (None: nccl-tests' defaults)."""
+    """nvcc's -gencode flags for the family's build.cuda_arch: SASS for each architecture and PTX
+    for the newest, which the driver compiles for a later GPU (None: each project's own list;
+    for CUDA 13, UCX's device code is 8 targets and nccl-tests' 7)."""
     archs = build.get("cuda_arch") or ()
     if not archs:
         return None
@@ -98,7 +105,7 @@ BLOCKS: tuple[Block, ...] = (
     Block("gdrcopy", "gdrcopy {version} (user space)", "/opt/gdrcopy", lib=True,
           values=lambda b: {"cuda_home": b.cuda_home}),
     Block("ucx", "UCX {version}", "/opt/ucx", bin=True, lib=True, autogen=True, pinned_by="family",
-          values=lambda b: {"flags": ucx_flags(b.build, b.cuda_home)}),
+          values=lambda b: {"flags": ucx_flags(b.build, b.cuda_home), "gencode": gencode(b.build)}),
     Block("openmpi", "Open MPI {version}", "/opt/openmpi", bin=True, lib=True, autogen=True,
           pinned_by="family", git_packages=HWLOC,
           values=lambda b: {"flags": ompi_flags(b.spec, b.build, b.form, b.cuda_home),
@@ -117,12 +124,16 @@ def search_path(kind: str, nccl: str | None, cuda: str) -> list[str]:
     return [*group(False), *([nccl] if nccl else []), *group(True), cuda]
 
 
-def os_extras(packager: str, forms: dict[str, str]) -> tuple[list[str], list[str]]:
-    """The OS packages the blocks' tarball forms add to the devel and run-time stages: the
-    autogen tools of a git archive, and what a block's git form builds against (Open MPI's
-    external hwloc)."""
+def os_extras(packager: str, forms: dict[str, str], build: dict) -> tuple[list[str], list[str]]:
+    """The OS packages the blocks' tarball forms and the family's build choices add to the devel
+    and run-time stages: the autogen tools of a git archive, what a block's git form builds
+    against (Open MPI's external hwloc), and the Fortran compiler and run time of Open MPI's
+    Fortran bindings."""
     devel: list[str] = []
     runtime: list[str] = []
+    if build["fortran"]:
+        devel.append(FORTRAN[packager][0])
+        runtime.append(FORTRAN[packager][1])
     if any(b.autogen and forms[b.name] == "git" for b in BLOCKS):
         devel += GIT_FORM_TOOLS[packager]
     for b in BLOCKS:

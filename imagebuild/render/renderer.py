@@ -203,13 +203,13 @@ def _tarballs(spec: ImageSpec, k) -> dict[str, dict]:
     return {b.name: tarball(b.name) for b in blocks.BLOCKS}
 
 
-def _os_extras(c: _CudaLayout, tarballs: dict[str, dict],
-               rdma_dev: list[str]) -> tuple[list[str], list[str]]:
+def _os_extras(c: _CudaLayout, tarballs: dict[str, dict], rdma_dev: list[str],
+               build: dict) -> tuple[list[str], list[str]]:
     """The OS packages each stage adds to its fragment's own: what the blocks' tarball forms need
     (blocks.os_extras), OpenMP's run time, and the RDMA headers when CUDA (whose devel packages
     bring them otherwise) comes from the wheels."""
     name = c.pm["name"]
-    devel_extra, runtime_extra = blocks.os_extras(name, {n: t["form"] for n, t in tarballs.items()})
+    devel_extra, runtime_extra = blocks.os_extras(name, {n: t["form"] for n, t in tarballs.items()}, build)
     runtime_extra.append(OPENMP_RUNTIME[name])
     if c.from_wheels:
         devel_extra += rdma_dev
@@ -363,7 +363,7 @@ class Renderer:
             raise RenderError(f"image {spec.id}: a CUDA image needs an NCCL version")
         doca_repo, doca_copies, rdma_pk, rdma_name = self._rdma(spec, c.pm)
         rdma_dev = rdma_pk.get("devel") or RDMA_DEVEL[c.pm["name"]]
-        devel_extra, runtime_extra = _os_extras(c, tarballs, rdma_dev)
+        devel_extra, runtime_extra = _os_extras(c, tarballs, rdma_dev, spec.build_choices)
         devel = self._devel_steps(spec, k, c, tarballs, devel_extra, doca_repo, rdma_dev)
         torch_steps = self._torch_steps(spec, k)
         tail = self._common_tail(spec, "/opt/venv/bin/python")
@@ -457,7 +457,7 @@ class Renderer:
         tarballs = _tarballs(spec, k)
         _, _, rdma_pk, _ = self._rdma(spec, c.pm)
         rdma_dev = rdma_pk.get("devel") or RDMA_DEVEL[c.pm["name"]]
-        devel_extra, _ = _os_extras(c, tarballs, rdma_dev)
+        devel_extra, _ = _os_extras(c, tarballs, rdma_dev, spec.build_choices)
         steps = [self.fragment("os-devel" + c.sfx, "OS build tools and headers", python=c.python,
                                extra=devel_extra)]
         if c.from_wheels:
