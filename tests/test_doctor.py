@@ -431,3 +431,59 @@ def test_find_bad_doctor_file_and_missing_lock(capsys, tmp_path):
     code, _, err = run_cli(capsys, "find", "--matrix", MATRIX, "--gpu", "none",
                            "--lock", str(tmp_path / "images.lock"))
     assert code == 2 and len(err.splitlines()) == 1 and "images.lock: no lock file" in err
+
+
+# ------------------------------------------------------------------------- a hostile captured tree (issue 23)
+
+def _hostile_tree(tmp_path):
+    """dgx-h100-ib with links out of the tree to a host file, /dev/zero and a FIFO in it."""
+    root = tmp_path / "tree"
+    shutil.copytree(TREES / "dgx-h100-ib", root, symlinks=True)
+    secret = tmp_path / "host-secret"
+    secret.write_text("HOST-SECRET-not-in-the-tree\n")
+    version = root / "proc/driver/nvidia/version"
+    version.unlink()
+    version.symlink_to(secret)                                   # absolute, out of the tree
+    arch = root / "proc/sys/kernel/arch"
+    arch.parent.mkdir(parents=True, exist_ok=True)
+    arch.unlink(missing_ok=True)
+    arch.symlink_to("../../../" * 6 + str(secret).lstrip("/"))    # climbing out with ..
+    modules = root / "proc/modules"
+    modules.unlink(missing_ok=True)
+    modules.symlink_to("/dev/zero")
+    route = root / "proc/net/route"
+    route.parent.mkdir(parents=True, exist_ok=True)
+    route.unlink(missing_ok=True)
+    os.mkfifo(route)                                            # a reader that opens it blocks
+    return root, secret
+
+
+def test_doctor_reads_only_regular_files_inside_the_root(tmp_path):
+    import subprocess
+    root, _secret = _hostile_tree(tmp_path)
+    dest = tmp_path / "captured"
+    for extra in ([], ["--capture", str(dest)]):
+        proc = subprocess.run([sys.executable, "-m", "imagebuild", "doctor", "--root", str(root), "--json",
+                               "--matrix", str(ROOT / "matrix.yaml"), *extra],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert "Traceback" not in proc.stderr and "MemoryError" not in proc.stderr, proc.stderr[-2000:]
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "HOST-SECRET" not in proc.stdout + proc.stderr
+    copied = [p for p in dest.rglob("*") if p.is_file()]
+    assert copied and not any("HOST-SECRET" in p.read_text(errors="replace") for p in copied)
+    assert not (dest / "proc/modules").exists() and not (dest / "proc/driver/nvidia/version").exists()
+
+
+def test_links_inside_the_root_resolve_as_a_chroot_would(tmp_path):
+    from imagebuild.smoke import rootfs
+    root = tmp_path / "tree"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc/real").write_text("inside\n")
+    (root / "a").symlink_to("/etc/real")                # absolute: starts again at the root
+    (root / "b").symlink_to("../../../../etc/real")     # .. stops at the root
+    (root / "c").symlink_to("c")                        # a loop
+    assert rootfs.read_text(str(root), "a") == rootfs.read_text(str(root), "b") == "inside\n"
+    assert rootfs.read_text(str(root), "c") is None
+    (root / "big").write_bytes(b"x" * (rootfs.MAX_BYTES + 1))
+    assert rootfs.read_text(str(root), "big") is None
+    assert rootfs.listdir(str(root), "../../..") == ["a", "b", "big", "c", "etc"]

@@ -29,7 +29,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from ..errors import ImagebuildError, UsageError
-from ..smoke import gdr
+from ..smoke import gdr, rootfs
 
 SMI_CAPTURE = "nvidia-smi.csv"
 SMI_QUERY = ("nvidia-smi", "--query-gpu=name,compute_cap,driver_version", "--format=csv,noheader")
@@ -90,12 +90,9 @@ class Node:
 # ------------------------------------------------------------------------------------ reading
 
 
-def _read(root: str, rel: str = "") -> str | None:
-    try:
-        with open(os.path.join(root, rel) if rel else root, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
+def _read(root: str, rel: str) -> str | None:
+    """A regular file of the node below ``root``, resolved inside it and bounded (smoke/rootfs)."""
+    return rootfs.read_text(root, rel)
 
 
 def parse_smi_csv(text: str, origin: str) -> list[GpuInfo]:
@@ -168,21 +165,23 @@ def _command(root: str, live: bool, name: str) -> str | None:
     if live:
         return shutil.which(name)
     for d in COMMAND_DIRS:
-        path = os.path.join(root, d, name)
-        if os.path.isfile(path):
+        if rootfs.is_file(root, f"{d}/{name}"):
             return "/" + d + "/" + name
     return None
 
 
+def _plugstack_files(root: str) -> list[str]:
+    """plugstack.conf and the files of plugstack.conf.d, relative to ``root``, in name order."""
+    conf, folder = PLUGSTACK
+    return [conf] + [f"{folder}/{name}" for name in rootfs.listdir(root, folder)]
+
+
 def _pyxis(root: str) -> str | None:
     """The first plugstack file (in name order) with an uncommented line naming pyxis."""
-    conf, folder = (os.path.join(root, p) for p in PLUGSTACK)
-    files = [conf] + ([os.path.join(folder, f) for f in sorted(os.listdir(folder))]
-                      if os.path.isdir(folder) else [])
-    for path in files:
-        text = _read(path) if os.path.isfile(path) else None
+    for rel in _plugstack_files(root):
+        text = _read(root, rel)
         if text and any("pyxis" in line.split("#", 1)[0] for line in text.splitlines()):
-            return "/" + os.path.relpath(path, root)
+            return "/" + rel
     return None
 
 
@@ -202,7 +201,7 @@ def read_node(root: str = "/", *, nvml: bool = True) -> Node:
         raise UsageError(f"{root!r} is not a folder (a captured /proc and /sys tree)",
                          argument="--root")
     live = os.path.realpath(root) == "/"
-    if not live and not os.path.isfile(os.path.join(root, "proc/sys/kernel/osrelease")):
+    if not live and not rootfs.is_file(root, "proc/sys/kernel/osrelease"):
         raise ImagebuildError("a captured tree needs proc/sys/kernel/osrelease (the kernel "
                               "release; without it this machine's would be reported)",
                               file=os.path.join(root, "proc/sys/kernel/osrelease"))
@@ -225,10 +224,9 @@ def read_node(root: str = "/", *, nvml: bool = True) -> Node:
             elif why:
                 notes.append(why)
     else:
-        capture = os.path.join(root, SMI_CAPTURE)
-        if os.path.isfile(capture):
-            text = _read(capture)
-            gpus, source = parse_smi_csv(text or "", capture), "/" + SMI_CAPTURE
+        if rootfs.is_file(root, SMI_CAPTURE):
+            text = _read(root, SMI_CAPTURE)
+            gpus, source = parse_smi_csv(text or "", os.path.join(root, SMI_CAPTURE)), "/" + SMI_CAPTURE
     if driver is None and gpus:
         driver = gpus[0].driver
         notes.append("no /proc/driver/nvidia/version: the driver version is the one "
@@ -467,11 +465,10 @@ def capture(dest: str, root: str = "/", *, nvml: bool = True) -> list[str]:
             files[rel] = _read(root, rel) or "unknown\n"
     if node.gpus:
         files[SMI_CAPTURE] = "".join(f"{g.name}, {g.compute_cap}, {g.driver}\n" for g in node.gpus)
-    conf, folder = (os.path.join(root, p) for p in PLUGSTACK)
-    for path in [conf] + ([os.path.join(folder, f) for f in sorted(os.listdir(folder))]
-                          if os.path.isdir(folder) else []):
-        if os.path.isfile(path):
-            files[os.path.relpath(path, root)] = _read(path) or ""
+    for rel in _plugstack_files(root):
+        text = _read(root, rel)
+        if text is not None:
+            files[rel] = text
     for name, path in sorted(node.commands.items()):
         if path:
             folder = os.path.dirname(path).strip("/")

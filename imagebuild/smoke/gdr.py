@@ -31,6 +31,8 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field
 
+from . import rootfs
+
 DMABUF_MIN_KERNEL = (5, 12)
 DMABUF_MIN_DRIVER = 515        # the first branch with open kernel modules (and DMA-BUF export)
 
@@ -94,18 +96,11 @@ def kernel_version(release: str) -> tuple[int, int]:
 
 
 def _read(root: str, rel: str) -> str | None:
-    try:
-        with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except OSError:
-        return None
+    return rootfs.read_text(root, rel)
 
 
 def _listdir(root: str, rel: str) -> list[str]:
-    try:
-        return sorted(os.listdir(os.path.join(root, rel)))
-    except OSError:
-        return []
+    return rootfs.listdir(root, rel)
 
 
 def loaded_modules(root: str = "/") -> set[str]:
@@ -116,7 +111,7 @@ def loaded_modules(root: str = "/") -> set[str]:
 
 def module_loaded(root: str, name: str, modules: set[str] | None = None) -> bool:
     mods = loaded_modules(root) if modules is None else modules
-    return name in mods or os.path.isdir(os.path.join(root, "sys/module", name))
+    return name in mods or rootfs.is_dir(root, f"sys/module/{name}")
 
 
 def read_kernel_release(root: str = "/") -> str:
