@@ -286,6 +286,39 @@ def _retrying(call: Callable[[], Any], *, what: str, host: str, tries: int, back
     raise RegistryUnavailable(f"registry {host} is unreachable: {what} failed {tries} times ({last})")
 
 
+# The most imagebuild reads of any one registry answer (a manifest, an index, a token, an error
+# document, a signature or SBOM blob has its own, smaller cap): a hostile or broken server's body
+# is refused once it passes the bound, before it is in memory, and never fetched again.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+MAX_TOKEN_BYTES = 1024 * 1024
+
+
+def read_bounded(response, cap: int, what: str) -> None:
+    """Read a streamed requests.Response's body into it (``.content`` then works as usual) without
+    ever holding more than ``cap`` bytes: a declared Content-Length above it is refused before
+    reading, a body that runs past it is refused at that point. The refusal is a RegistryError,
+    which the retry loop does not retry (the same server would send the same body again)."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > cap:
+        response.close()
+        raise RegistryError(f"{what}: the answer declares {int(declared)} bytes, more than the "
+                            f"{cap} imagebuild reads")
+    body = bytearray()
+    try:
+        for chunk in response.iter_content(64 * 1024):
+            if len(body) + len(chunk) > cap:
+                raise RegistryError(f"{what}: the answer is larger than the {cap} bytes imagebuild reads")
+            body += chunk
+    finally:
+        response.close()
+    response._content = bytes(body)
+
+
+def checked_digest_text(text: str) -> str:
+    """A digest a server named, shown only when it looks like one (never a server's free text)."""
+    return text if DIGEST_RE.match(text) else "something that is not a digest"
+
+
 def _describe_exception(exc: Exception) -> str:
     text = str(exc)
     for marker in ("Connection refused", "Connection reset", "timed out", "Name or service not known",
@@ -333,11 +366,15 @@ class RegistryAPI:
         return [self.credentials.password] if self.credentials else []
 
     def _get(self, url: str, headers: dict[str, str], what: str, method: str = "GET",
-             data: bytes | None = None):
-        return _retrying(
-            lambda: self.session.request(method, url, headers={**headers, **self._auth_header},
-                                         data=data, timeout=self.timeout, allow_redirects=True),
-            what=what, host=self.host, tries=self.tries, backoff=self.backoff, sleep=self._sleep)
+             data: bytes | None = None, cap: int = MAX_ANSWER_BYTES):
+        def call():
+            response = self.session.request(method, url, headers={**headers, **self._auth_header},
+                                            data=data, timeout=self.timeout, allow_redirects=True,
+                                            stream=True)
+            read_bounded(response, cap, f"registry {self.host}: {what}")
+            return response
+        return _retrying(call, what=what, host=self.host, tries=self.tries, backoff=self.backoff,
+                         sleep=self._sleep)
 
     def _refused(self) -> RegistryError:
         return RegistryError(f"registry {self.host} refused the credentials for {self._user}")
@@ -357,18 +394,20 @@ class RegistryAPI:
                                 allowed_hosts=self.auth_hosts)
             query = {k: v for k, v in (("service", params.get("service")),
                                        ("scope", scope or params.get("scope"))) if v}
-            response = _retrying(
-                lambda: self.session.get(realm, params=query, timeout=self.timeout,
-                                         auth=(self.credentials.user, self.credentials.password)),
-                what="token request", host=self.host, tries=self.tries, backoff=self.backoff,
-                sleep=self._sleep)
+            def token_request():
+                answer = self.session.get(realm, params=query, timeout=self.timeout, stream=True,
+                                          auth=(self.credentials.user, self.credentials.password))
+                read_bounded(answer, MAX_TOKEN_BYTES, f"registry {self.host}: token service")
+                return answer
+            response = _retrying(token_request, what="token request", host=self.host, tries=self.tries,
+                                 backoff=self.backoff, sleep=self._sleep)
             if response.status_code in (401, 403):
                 raise self._refused()
             if response.status_code != 200:
                 raise RegistryError(f"registry {self.host}: token service answered HTTP {response.status_code}")
             try:
                 body = response.json()
-                token = body.get("token") or body.get("access_token")
+                token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
             except ValueError:
                 token = None
             if not isinstance(token, str) or not token:
@@ -379,14 +418,14 @@ class RegistryAPI:
                             f"does not speak ({scheme or 'none'})")
 
     def _request(self, path: str, *, headers: dict[str, str] | None = None, scope: str | None = None,
-                 what: str, method: str = "GET", data: bytes | None = None):
+                 what: str, method: str = "GET", data: bytes | None = None, cap: int = MAX_ANSWER_BYTES):
         url = f"{self.scheme}://{self.host}{path}"
         headers = headers or {}
         try:
-            response = self._get(url, headers, what, method, data)
+            response = self._get(url, headers, what, method, data, cap)
             if response.status_code == 401 and "WWW-Authenticate" in response.headers:
                 self._authenticate(response.headers["WWW-Authenticate"], scope)
-                response = self._get(url, headers, what, method, data)
+                response = self._get(url, headers, what, method, data, cap)
             if response.status_code in (401, 403):
                 raise self._refused()
             return response
@@ -408,15 +447,19 @@ class RegistryAPI:
         response = self._request(f"/v2/{repository}/manifests/{tag}",
                                  headers={"Accept": MANIFEST_ACCEPT},
                                  scope=f"repository:{repository}:pull",
-                                 what=f"GET manifest {repository}:{tag}")
+                                 what=f"GET manifest {repository}:{tag}", cap=MAX_MANIFEST_BYTES)
         if response.status_code == 404:
             return None
         if response.status_code != 200:
             raise RegistryError(f"registry {self.host} answered HTTP {response.status_code} for "
                                 f"{repository}:{tag}")
-        digest = response.headers.get("Docker-Content-Digest", "")
-        if not DIGEST_RE.match(digest):
-            digest = sha256_digest(response.content)
+        # the bytes received decide: a Docker-Content-Digest that names other bytes is a lie, and
+        # believing it would print pull lines for an image the tag does not serve
+        digest = sha256_digest(response.content)
+        said = response.headers.get("Docker-Content-Digest", "")
+        if said and said != digest:
+            raise RegistryError(f"registry {self.host} says {repository}:{tag} is {checked_digest_text(said)} "
+                                f"but served the bytes of {digest}")
         return digest
 
     # ---- reading and writing manifests and blobs (SBOM referrers, signatures: referrers.py, signing.py)
@@ -446,7 +489,7 @@ class RegistryAPI:
         self._check_name(repository, reference)
         response = self._request(f"/v2/{repository}/manifests/{reference}", headers={"Accept": accept},
                                  scope=f"repository:{repository}:pull",
-                                 what=f"GET manifest {repository}:{reference}")
+                                 what=f"GET manifest {repository}:{reference}", cap=MAX_MANIFEST_BYTES)
         if response.status_code == 404:
             return None
         if response.status_code != 200:
@@ -527,7 +570,7 @@ class RegistryAPI:
         """The blob's bytes, checked against its digest (RegistryError when missing or different)."""
         self._check_name(repository, digest)
         response = self._request(f"/v2/{repository}/blobs/{digest}", scope=f"repository:{repository}:pull",
-                                 what=f"GET blob {repository}@{digest}")
+                                 what=f"GET blob {repository}@{digest}", cap=max_bytes)
         if response.status_code == 404:
             raise RegistryError(f"registry {self.host} has no blob {digest} in {repository}")
         if response.status_code != 200:
@@ -546,7 +589,7 @@ class RegistryAPI:
         response = self._request(f"/v2/{repository}/referrers/{digest}",
                                  headers={"Accept": "application/vnd.oci.image.index.v1+json"},
                                  scope=f"repository:{repository}:pull",
-                                 what=f"GET referrers {repository}@{digest}")
+                                 what=f"GET referrers {repository}@{digest}", cap=MAX_MANIFEST_BYTES)
         if response.status_code == 404:
             return None
         if response.status_code != 200:

@@ -37,7 +37,10 @@ CYCLONEDX_JSON = "application/vnd.cyclonedx+json"
 IMAGE_ID_ANNOTATION = "io.imagebuild.image-id"
 TITLE_ANNOTATION = "org.opencontainers.image.title"
 #: the largest SBOM read back from a registry (smoke-cpu's is about 0.3 MB)
-MAX_SBOM_BYTES = 64 * 1024 * 1024
+MAX_SBOM_BYTES = 16 * 1024 * 1024
+#: the most SBOM referrers `verify` fetches and checks for one manifest (a hostile index may list
+#: thousands; imagebuild attaches one per image)
+MAX_SBOM_REFERRERS = 16
 
 
 class NoReferrer(ImagebuildError):

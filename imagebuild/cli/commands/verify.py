@@ -38,20 +38,29 @@ def run(args) -> int:
     verified = signing.verify_signature(api, ref.repository, manifest.digest, public_key)
     sboms, _where = referrers.sbom_referrers(api, ref.repository, manifest.digest)
     signed = []
-    for entry in sboms:
+    refused = 0
+    for entry in sboms[:referrers.MAX_SBOM_REFERRERS]:
+        # a referrer counts once its bytes are fetched and hashed, its subject is the manifest
+        # verified here (not another image's), its SBOM blob matches its digest, and the
+        # signature over that digest verifies: a listing or a signature tag alone vouches for nothing
         try:
+            referrers.fetch_sbom(api, ref.repository, manifest.digest, referrer=entry["digest"])
             signing.verify_signature(api, ref.repository, entry["digest"], public_key)
             signed.append(entry["digest"])
-        except signing.VerificationFailed:
-            pass
+        except publish.RegistryUnavailable:
+            raise
+        except (signing.VerificationFailed, referrers.NoReferrer, publish.RegistryError):
+            refused += 1
     if args.require_sbom and not signed:
         raise signing.VerificationFailed(
             f"{ref.name}@{manifest.digest}: signature verified, but no SBOM referrer signed with key "
-            f"{verified.key_id} ({len(sboms)} SBOM referrer(s) found)")
+            f"{verified.key_id} for this manifest ({len(sboms)} SBOM referrer(s) listed, {refused} refused: not "
+            "served intact, made for another subject, or not signed with this key)")
     if signed:
         sbom_text = f"SBOM {signed[0]} signed" + (f" (+{len(signed) - 1} more)" if len(signed) > 1 else "")
     elif sboms:
-        sbom_text = f"{len(sboms)} SBOM referrer(s), none signed with this key"
+        sbom_text = (f"{len(sboms)} SBOM referrer(s), none signed with this key for this image"
+                     + (f" ({refused} not served intact, for another subject, or unsigned)" if refused else ""))
     else:
         sbom_text = "no SBOM referrer"
     shown = str(ref) if ref.digest else f"{ref} ({manifest.digest})"
