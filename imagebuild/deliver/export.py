@@ -67,6 +67,7 @@ from typing import Callable
 
 from .. import reference
 from ..errors import ExportError, ImagebuildError
+from ..smoke import rootfs
 
 FORMATS = ("sqsh", "oci-bundle", "sif")
 
@@ -85,7 +86,7 @@ Progress = Callable[[str], None]
 #: many local accounts stays far below it)
 ACCOUNT_FILE_MAX = 4 << 20
 #: symbolic links followed while resolving one path inside an image (Linux's own limit)
-MAX_LINKS = 40
+MAX_LINKS = rootfs.MAX_LINKS
 _ID_RE = re.compile(r"[0-9]{1,10}")
 
 
@@ -248,34 +249,11 @@ def resolve_in_root(root: Path, path: str) -> Path:
     every symbolic link on the way is followed with ``root`` as "/" (an absolute target starts
     again at ``root``; ``..`` stops at it), so the result is always ``root`` or below it. Components
     that do not exist are kept as they are (nothing beyond them can be a link)."""
-    root_s = os.path.realpath(root)
-    parts = [p for p in str(path).split("/") if p not in ("", ".")]
-    done: list[str] = []
-    links = 0
-    while parts:
-        part = parts.pop(0)
-        if part == "..":
-            if done:
-                done.pop()
-            continue
-        candidate = os.path.join(root_s, *done, part)
-        try:
-            mode = os.lstat(candidate).st_mode
-        except OSError:  # missing, or a component is not a folder: nothing more to follow
-            done.append(part)
-            continue
-        if stat.S_ISLNK(mode):
-            links += 1
-            if links > MAX_LINKS:
-                raise ExportError(f"/{str(path).lstrip('/')} of the image has more than {MAX_LINKS} "
-                                  "symbolic links on its way")
-            target = os.readlink(candidate)
-            if target.startswith("/"):
-                done = []
-            parts = [p for p in target.split("/") if p not in ("", ".")] + parts
-            continue
-        done.append(part)
-    return Path(root_s, *done)
+    try:
+        return Path(rootfs.chroot_path(os.path.realpath(root), str(path), keep_missing=True))
+    except rootfs.TooManyLinks:
+        raise ExportError(f"/{str(path).lstrip('/')} of the image has more than {MAX_LINKS} "
+                          "symbolic links on its way") from None
 
 
 def _inside(rootfs: Path, rel: str) -> Path:

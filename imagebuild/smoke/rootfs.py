@@ -17,12 +17,16 @@ MAX_BYTES = 1024 * 1024
 MAX_LINKS = 40
 
 
-def resolve(root: str, rel: str) -> str | None:
-    """The host path of ``rel`` inside ``root`` with each link resolved inside the root, or None
-    when a component is missing or the links go round more than MAX_LINKS times."""
-    if os.path.realpath(root) == "/":
-        return os.path.join("/", rel)
-    top = os.path.realpath(root)
+class TooManyLinks(OSError):
+    """More than MAX_LINKS symbolic links on one path."""
+
+
+def chroot_path(top: str, rel: str, *, keep_missing: bool) -> str | None:
+    """``rel`` inside the real folder ``top`` as a process chrooted there would see it: every link
+    on the way followed with ``top`` as "/" (an absolute target starts again at ``top``, ``..``
+    stops at it), so the result is always ``top`` or below it. A missing component is kept as it
+    is with ``keep_missing`` (nothing beyond it can be a link), else the answer is None. Raises
+    TooManyLinks past MAX_LINKS links."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     inside: list[str] = []          # the components resolved so far, below top
     hops = 0
@@ -35,22 +39,33 @@ def resolve(root: str, rel: str) -> str | None:
         path = os.path.join(top, *inside, part)
         try:
             st = os.lstat(path)
-        except OSError:
-            return None
+        except OSError:             # missing, or a component is not a folder
+            if not keep_missing:
+                return None
+            inside.append(part)
+            continue
         if stat.S_ISLNK(st.st_mode):
             hops += 1
             if hops > MAX_LINKS:
-                return None
-            try:
-                target = os.readlink(path)
-            except OSError:
-                return None
+                raise TooManyLinks(f"more than {MAX_LINKS} symbolic links on the way to /{rel.lstrip('/')}")
+            target = os.readlink(path)
             if target.startswith("/"):
                 inside = []
             parts = [p for p in target.split("/") if p not in ("", ".")] + parts
             continue
         inside.append(part)
     return os.path.join(top, *inside)
+
+
+def resolve(root: str, rel: str) -> str | None:
+    """The host path of ``rel`` inside ``root`` (the running node, root "/", as it is), or None
+    when a component is missing or the links go round more than MAX_LINKS times."""
+    if os.path.realpath(root) == "/":
+        return os.path.join("/", rel)
+    try:
+        return chroot_path(os.path.realpath(root), rel, keep_missing=False)
+    except OSError:
+        return None
 
 
 def read_text(root: str, rel: str = "", *, limit: int = MAX_BYTES) -> str | None:
