@@ -790,7 +790,13 @@ def publish_image(engine, *, image_id: str, local_ref: str, tags: list[str], tar
         engine_digest = engine_digest or _engine_repo_digest(engine, repository, local_ref)
         if engine_digest is None:
             raise RegistryError(f"the engine reported no digest for {repository}:{tag}")
-        registry_digest = api.manifest_digest(repository_path, tag)
+        try:
+            registry_digest = api.manifest_digest(repository_path, tag)
+        except RegistryUnavailable:
+            raise
+        except RegistryError as exc:     # it answered, and the answer does not hold up
+            raise RegistryError(f"{exc.message}; the engine pushed {engine_digest}; floating tags "
+                                "were not moved") from None
         if registry_digest != engine_digest:
             raise RegistryError(
                 f"registry {target.host} holds {registry_digest or 'nothing'} for {repository_path}:{tag}, "
