@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -40,12 +41,17 @@ SERVICE_FIXTURES = {"docker_client": "engine", "smoke_cpu_image": "engine", "reg
                     "slurm_cluster": "slurm"}
 
 
-# The modules that build the biggest images, in the order they run: the PyTorch CUDA-wheels image
-# (5.5 GB, and as much again in build cache, about three times that while it is normalised) runs
-# first among them, while the engine holds least, and frees all it made when its module ends;
-# the communication image (and its second cold build) comes after. CI's disk is what they meet
-# first: in the other order the run peaked at 34 GB on the disk.
-HEAVY_FIRST = ("test_cuda_wheels_image.py", "test_comms_wheels_image.py")
+# The modules that build the biggest images run last, in this order. The communication image
+# compiles for a quarter of an hour on two cores, so it is built in the background from the start
+# of the session (PREBUILD: `imagebuild build` in a process of its own, warming the engine's build
+# cache) while every other module runs; its module then builds it through the real path again,
+# from that cache, and the devel image after it. The PyTorch CUDA-wheels image (5.5 GB, and as
+# much again in build cache, about three times that while it is normalised) comes last and frees
+# all it made when its module ends; its pruning names only the records made since that module
+# began, so the communication image's cache is never among them.
+LATE = ("test_comms_wheels_image.py", "test_devel_image.py", "test_cuda_wheels_image.py")
+PREBUILD = {"comms-cu130-nccl2.30.7-debian12-runtime": ("test_comms_wheels_image.py", "test_devel_image.py")}
+_PREBUILDS: dict[str, "subprocess.Popen"] = {}
 
 
 def pytest_addoption(parser):
@@ -72,11 +78,13 @@ def _select_tier(config, items) -> None:
 
 def pytest_collection_modifyitems(config, items):
     _select_tier(config, items)
-    heavy = [i for name in HEAVY_FIRST for i in items if i.path.name == name]
-    if heavy:
-        at = min(items.index(i) for i in heavy)
-        rest = [i for i in items if i not in heavy]
-        items[:] = rest[:at] + heavy + rest[at:]
+    late = [i for name in LATE for i in items if i.path.name == name]
+    if late:
+        items[:] = [i for i in items if i.path.name not in LATE] + late
+    modules = {i.path.name for i in items}
+    for image_id, users in PREBUILD.items():
+        if modules & set(users) and not config.getoption("collectonly"):
+            _start_prebuild(image_id)
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for fixture, marker in SERVICE_FIXTURES.items():
@@ -145,6 +153,45 @@ def drop_image(client, ref: str, since: datetime.datetime) -> None:
 # checkout (these machines reach no upstream), or the folder IMAGEBUILD_TEST_SOURCES names (the
 # heavy-tier workflow fills one with `imagebuild sources fetch` from the site's mirror)
 SHARED_SOURCES = Path(os.environ.get("IMAGEBUILD_TEST_SOURCES") or ROOT.parent / "shared" / "sources")
+
+
+def _start_prebuild(image_id: str) -> None:
+    """`imagebuild build IMAGE` in the background, as build_debian_image would run it, its output
+    in a log file. It only warms the engine's build cache: the test that needs the image waits for
+    it and then builds through the real path in its own process, which fails there with the real
+    error if the prebuild did. Nothing is started without an engine, the sources or the CA bundle
+    (the test then says what is missing), or with IMAGEBUILD_TEST_PREBUILD=0."""
+    import subprocess
+    import sys
+    import tempfile
+    if image_id in _PREBUILDS or os.environ.get("IMAGEBUILD_TEST_PREBUILD", "1") == "0":
+        return
+    if not (os.environ.get("DOCKER_HOST") and SHARED_SOURCES.is_dir() and CA_BUNDLE.is_file()):
+        return
+    work = Path(tempfile.mkdtemp(prefix=f"imagebuild-prebuild-{image_id}-"))
+    log = open(work / "prebuild.log", "wb")  # noqa: SIM115 - the child writes it until it ends
+    _PREBUILDS[image_id] = subprocess.Popen(
+        [sys.executable, "-m", "imagebuild", "build", "--matrix", str(ROOT / "matrix.yaml"),
+         "--ca-bundle", str(CA_BUNDLE), "--sources", str(SHARED_SOURCES), "--quiet",
+         "--output", str(work / "build"), "--log-dir", str(work / "logs"), image_id],
+        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _await_prebuild(image_id: str) -> None:
+    proc = _PREBUILDS.get(image_id)
+    if proc is not None:
+        proc.wait()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import signal
+    for proc in _PREBUILDS.values():
+        if proc.poll() is None:          # the session ended first (-x, Ctrl-C): stop the build
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=60)
+            except (OSError, Exception):  # noqa: BLE001 - gone already, or will not stop
+                proc.kill()
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")   # Debian's ca-certificates: the index over HTTPS
 
 
@@ -156,12 +203,14 @@ def build_debian_image(docker_client, image_id: str):
 
     Every image that compiles anything (gdrcopy in the PyTorch image too) reads ../shared/sources:
     these machines reach no upstream release URL, and a test must not lean on another module having
-    filled the source cache before it (the order of the modules is HEAVY_FIRST's, not theirs)."""
+    filled the source cache before it (the order of the modules is LATE's, not theirs)."""
     from imagebuild import cli
     from imagebuild.render.images import load_images
 
     matrix = ROOT / "matrix.yaml"
     spec = load_images(matrix)[image_id]
+    for needed in (image_id, *spec.depends_on):   # a devel image's build builds its runtime first
+        _await_prebuild(needed)
     if not SHARED_SOURCES.is_dir():
         need("../shared/sources", "the source tarballs (gdrcopy, UCX, Open MPI, nccl-tests) are not beside this checkout")
     if not CA_BUNDLE.is_file():

@@ -181,7 +181,7 @@ def wheels_image(docker_client) -> str:
     """The image built once per module through the real path: matrix.yaml -> resolver -> renderer
     -> `imagebuild build` on the engine, the torch closure downloaded from the package index with
     the host's CA bundle as the build's secret (never a layer). Nothing after this module uses
-    it: it is removed, with the build cache it made, when the module ends (conftest.HEAVY_FIRST)."""
+    it: it is removed, with the build cache it made, when the module ends (conftest.LATE)."""
     since = engine_time(docker_client)
     ref = build_debian_image(docker_client, IMAGE).local_ref
     yield ref
