@@ -79,8 +79,11 @@ def _select_tier(config, items) -> None:
 def pytest_collection_modifyitems(config, items):
     _select_tier(config, items)
     late = [i for name in LATE for i in items if i.path.name == name]
-    if late:
-        items[:] = [i for i in items if i.path.name not in LATE] + late
+    # tests that count the engine's own cache hits run when no background build shares the
+    # engine: just before the late modules, after the prebuild (quiet_engine waits for it)
+    quiet = [i for i in items if i.get_closest_marker("quiet_engine") is not None and i not in late]
+    if late or quiet:
+        items[:] = [i for i in items if i.path.name not in LATE and i not in quiet] + quiet + late
     modules = {i.path.name for i in items}
     for image_id, users in PREBUILD.items():
         if modules & set(users) and not config.getoption("collectonly"):
@@ -90,6 +93,16 @@ def pytest_collection_modifyitems(config, items):
         for fixture, marker in SERVICE_FIXTURES.items():
             if fixture in used and item.get_closest_marker(marker) is None:
                 item.add_marker(getattr(pytest.mark, marker))
+
+
+@pytest.fixture(autouse=True)
+def _quiet_engine(request):
+    """A test marked quiet_engine starts once every background build has ended (BuildKit shares
+    and evicts cache records between concurrent builds, so a count of cached steps is only
+    meaningful on an engine with nothing else building)."""
+    if request.node.get_closest_marker("quiet_engine") is not None:
+        for image_id in list(_PREBUILDS):
+            _await_prebuild(image_id)
 
 
 @pytest.fixture(scope="session")

@@ -356,6 +356,7 @@ def test_cli_unknown_or_hostile_image_name_is_one_line(name, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.quiet_engine
 def test_buildkit_engine_counts_cache_and_names_the_failing_step(docker_client, engine, refs, token, tmp_path):
     bk = get_engine("buildkit", client=docker_client)
     ref = refs("bk-ok")
