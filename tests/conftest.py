@@ -203,7 +203,7 @@ def pytest_sessionfinish(session, exitstatus):
             try:
                 os.killpg(proc.pid, signal.SIGTERM)
                 proc.wait(timeout=60)
-            except (OSError, Exception):  # noqa: BLE001 - gone already, or will not stop
+            except Exception:  # noqa: BLE001 - gone already, or will not stop
                 proc.kill()
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")   # Debian's ca-certificates: the index over HTTPS
 

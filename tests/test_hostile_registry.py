@@ -135,7 +135,6 @@ import resource, sys
 from imagebuild.deliver import publish
 from imagebuild.errors import RegistryError
 api = publish.RegistryAPI(sys.argv[1], backoff=0.01, timeout=10)
-api.manifest_digest("ci/x", "warm") if False else None
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 for call in (lambda: api.manifest_digest("ci/x", "1"), lambda: api.get_blob("ci/x", "sha256:" + "a" * 64,
              max_bytes=publish.MAX_ANSWER_BYTES), lambda: api.referrers("ci/x", "sha256:" + "b" * 64)):

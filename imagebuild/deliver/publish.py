@@ -314,11 +314,6 @@ def read_bounded(response, cap: int, what: str) -> None:
     response._content = bytes(body)
 
 
-def checked_digest_text(text: str) -> str:
-    """A digest a server named, shown only when it looks like one (never a server's free text)."""
-    return text if DIGEST_RE.match(text) else "something that is not a digest"
-
-
 def _describe_exception(exc: Exception) -> str:
     text = str(exc)
     for marker in ("Connection refused", "Connection reset", "timed out", "Name or service not known",
@@ -455,11 +450,17 @@ class RegistryAPI:
                                 f"{repository}:{tag}")
         # the bytes received decide: a Docker-Content-Digest that names other bytes is a lie, and
         # believing it would print pull lines for an image the tag does not serve
+        return self._served_digest(response, repository, tag)
+
+    def _served_digest(self, response, repository: str, reference: str) -> str:
+        """The digest of the manifest bytes received for ``repository:reference``; a registry that
+        served other bytes for a digest, or names another digest in ``Docker-Content-Digest``, is
+        a RegistryError naming both."""
         digest = sha256_digest(response.content)
         said = response.headers.get("Docker-Content-Digest", "")
-        if said and said != digest:
-            raise RegistryError(f"registry {self.host} says {repository}:{tag} is {checked_digest_text(said)} "
-                                f"but served the bytes of {digest}")
+        if (DIGEST_RE.match(reference) and digest != reference) or (DIGEST_RE.match(said) and said != digest):
+            raise RegistryError(f"registry {self.host} served manifest bytes for {repository}:{reference} "
+                                f"whose digest is {digest}, not {said if said != digest else reference}")
         return digest
 
     # ---- reading and writing manifests and blobs (SBOM referrers, signatures: referrers.py, signing.py)
@@ -494,15 +495,8 @@ class RegistryAPI:
             return None
         if response.status_code != 200:
             raise self._refusal(response, f"GET manifest {repository}:{reference}")
-        body = response.content
-        if len(body) > MAX_MANIFEST_BYTES:
-            raise RegistryError(f"registry {self.host}: manifest {repository}:{reference} is larger "
-                                f"than {MAX_MANIFEST_BYTES} bytes")
-        digest = sha256_digest(body)
-        said = response.headers.get("Docker-Content-Digest", "")
-        if (DIGEST_RE.match(reference) and digest != reference) or (DIGEST_RE.match(said) and said != digest):
-            raise RegistryError(f"registry {self.host} served manifest bytes for {repository}:{reference} "
-                                f"whose digest is {digest}, not {said if said != digest else reference}")
+        body = response.content            # at most MAX_MANIFEST_BYTES: read under that cap
+        digest = self._served_digest(response, repository, reference)
         media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
         if not media_type or media_type in ("application/json", "application/octet-stream"):
             try:
@@ -575,9 +569,7 @@ class RegistryAPI:
             raise RegistryError(f"registry {self.host} has no blob {digest} in {repository}")
         if response.status_code != 200:
             raise self._refusal(response, f"GET blob {repository}@{digest}")
-        data = response.content
-        if len(data) > max_bytes:
-            raise RegistryError(f"registry {self.host}: blob {digest} is larger than {max_bytes} bytes")
+        data = response.content            # at most max_bytes: read under that cap
         if sha256_digest(data) != digest:
             raise RegistryError(f"registry {self.host} served bytes for blob {digest} that do not match it")
         return data
@@ -594,10 +586,7 @@ class RegistryAPI:
             return None
         if response.status_code != 200:
             raise self._refusal(response, f"GET referrers {repository}@{digest}")
-        if len(response.content) > MAX_MANIFEST_BYTES:
-            raise RegistryError(f"registry {self.host}: the referrers of {digest} exceed "
-                                f"{MAX_MANIFEST_BYTES} bytes")
-        return response.content
+        return response.content            # at most MAX_MANIFEST_BYTES: read under that cap
 
 
 #: the largest manifest or index read (the distribution spec's suggested limit for manifests)

@@ -91,8 +91,8 @@ def ompi_flags(spec: ImageSpec, build: dict, form: str, cuda_home: str) -> list[
 
 def gencode(build: dict) -> str | None:
     """nvcc's -gencode flags for the family's build.cuda_arch: SASS for each architecture and PTX
-    for the newest, which the driver compiles for a later GPU (None: each project's own list;
-    for CUDA 13, UCX's device code is 8 targets and nccl-tests' 7)."""
+    for the newest, which the driver compiles for a later GPU (None: each project's own list; for
+    CUDA 13, UCX's device code is eight SASS targets and one PTX, nccl-tests' five and one)."""
     archs = build.get("cuda_arch") or ()
     if not archs:
         return None

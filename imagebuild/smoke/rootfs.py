@@ -68,16 +68,16 @@ def resolve(root: str, rel: str) -> str | None:
         return None
 
 
-def read_text(root: str, rel: str = "", *, limit: int = MAX_BYTES) -> str | None:
-    """The text of the regular file ``rel`` below ``root`` (``root`` alone when ``rel`` is empty:
-    then a path read as it is), or None when it is missing, not a regular file, larger than
-    ``limit`` bytes, or cannot be read."""
-    path = resolve(root, rel) if rel else root
+def read_text(root: str, rel: str, *, limit: int = MAX_BYTES) -> str | None:
+    """The text of the regular file ``rel`` below ``root``, or None when it is missing, not a
+    regular file, larger than ``limit`` bytes, or cannot be read."""
+    path = resolve(root, rel)
     if path is None:
         return None
+    # below a captured root every link is resolved already: one left at the name is a race
+    nofollow = os.O_NOFOLLOW if os.path.realpath(root) != "/" else 0
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if rel and
-                                                                          os.path.realpath(root) != "/" else 0))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | nofollow)
     except OSError:
         return None
     try:
