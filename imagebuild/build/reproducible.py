@@ -292,10 +292,12 @@ def normalize_image(engine, ref: str, epoch: int, *, base: str | None = None,
             f"some space, or give `imagebuild build --output` a folder on a larger disk") from None
     old = engine.lookup(built.id) if built.id != new_id else None
     if old is not None and not old.tags:
-        # the unnormalised image is left with no name; its layers stay in the build cache, which
-        # is what a rebuild reuses, so the dangling record would only clutter `docker images`
+        # the unnormalised image is left with no name: its record goes, but not its parents. The
+        # classic builder's cache is that chain of step images (each the parent of the next);
+        # pruning it with the record made every later build of the image redo every step after
+        # the last one another image shares (smoke-cpu: 13 of 20 steps, 51 s instead of 6 s)
         with contextlib.suppress(ImagebuildError):
-            engine.remove(built.id)
+            engine.remove(built.id, prune=False)
     return new_id
 
 

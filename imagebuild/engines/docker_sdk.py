@@ -375,12 +375,14 @@ class DockerEngine:
             with engine_errors(f"looking up {ref}"):
                 raise
 
-    def remove(self, ref: str, *, force: bool = False) -> None:
+    def remove(self, ref: str, *, force: bool = False, prune: bool = True) -> None:
+        """Remove an image; ``prune=False`` keeps its untagged parents (the classic builder's
+        cache: each step's image is the parent of the next)."""
         check_ref(ref)
         if not self.exists(ref):
             raise EngineError(f"no image {ref} in the engine at DOCKER_HOST={docker_host()}")
         with engine_errors(f"removing {ref}"):
-            self._client.api.remove_image(ref, force=force)
+            self._client.api.remove_image(ref, force=force, noprune=not prune)
 
     def save(self, ref: str, path: Path) -> Path:
         """`docker save` of one image into a tar at `path` (a temp file renamed into place)."""
