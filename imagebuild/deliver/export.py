@@ -14,9 +14,9 @@
     - ``/etc/fstab``: one rootfs bind entry per declared ``VOLUME``; empty when the image declares
       none (our images declare none: Slurm and enroot read ENV, not volumes).
 
-    Written with ``mksquashfs -noappend -all-root -mkfs-time 0 -all-time 0`` (squashfs-tools
-    4.5 is reproducible by default and sorts directory entries), so the same image gives the same
-    bytes.
+    Written with ``mksquashfs -noappend -all-root -mkfs-time 0 -all-time 0``, gzip at level 1
+    unless asked otherwise (squashfs-tools 4.5 is reproducible by default and sorts directory
+    entries), so the same image at the same level gives the same bytes.
 
 ``oci-bundle``
     A ``config.json`` and a ``rootfs/`` that runc runs and that Slurm's ``srun --container=BUNDLE``
@@ -76,6 +76,17 @@ _TAG = "imagebuild"
 
 MKSQUASHFS_FLAGS = ("-noappend", "-all-root", "-mkfs-time", "0", "-all-time", "0", "-no-progress",
                     "-quiet")
+#: gzip, which every squashfs reader (kernels, squashfuse, enroot) takes, at level 1 by default:
+#: on smoke-cpu's 1.5 GB root, 11.6 s against 91.4 s for mksquashfs's default level 9, for a file
+#: 12 % larger (docs/benchmarks.md, "Exporting for Slurm"); `export --squash-level 9` for the
+#: smallest file
+SQUASH_LEVEL = 1
+
+
+def squash_flags(level: int = SQUASH_LEVEL) -> tuple[str, ...]:
+    if not 1 <= int(level) <= 9:
+        raise ImagebuildError(f"the gzip level must be 1 to 9, not {level}", argument="--squash-level")
+    return (*MKSQUASHFS_FLAGS, "-comp", "gzip", "-Xcompression-level", str(int(level)))
 
 DEBIAN_PACKAGE = {"mksquashfs": "squashfs-tools", "skopeo": "skopeo", "umoci": "umoci", "runc": "runc"}
 
@@ -357,8 +368,9 @@ def _flatten(engine, image, ref: str, rootfs: Path, say: Progress) -> None:
 
 def export_sqsh(engine, ref: str, output: str | os.PathLike, *, force: bool = False,
                 processors: int | None = None, keep_setuid: bool = False,
-                progress: Progress | None = None) -> ExportResult:
-    """An enroot-compatible squashfs of ``ref`` at ``output`` (same image, same bytes)."""
+                progress: Progress | None = None, level: int = SQUASH_LEVEL) -> ExportResult:
+    """An enroot-compatible squashfs of ``ref`` at ``output`` (same image and level, same bytes)."""
+    flags = squash_flags(level)
     say = progress or (lambda _m: None)
     output = Path(output)
     mksquashfs = require_tool("mksquashfs")
@@ -376,7 +388,7 @@ def export_sqsh(engine, ref: str, output: str | os.PathLike, *, force: bool = Fa
             _write_inside(rootfs, rel, text)
         say(f"writing squashfs {output}")
         staged_file = stage / "image.sqsh"
-        argv = [mksquashfs, str(rootfs), str(staged_file), *MKSQUASHFS_FLAGS]
+        argv = [mksquashfs, str(rootfs), str(staged_file), *flags]
         if processors:
             argv += ["-processors", str(int(processors))]
         _run(argv, "mksquashfs")
@@ -608,10 +620,12 @@ def export_sif(engine, ref: str, output: str | os.PathLike, *, force: bool = Fal
 
 
 def export_image(engine, ref: str, fmt: str, output: str | os.PathLike, *, force: bool = False,
-                 keep_setuid: bool = False, progress: Progress | None = None) -> ExportResult:
-    """Dispatch on ``fmt`` (one of FORMATS)."""
+                 keep_setuid: bool = False, progress: Progress | None = None,
+                 level: int = SQUASH_LEVEL) -> ExportResult:
+    """Dispatch on ``fmt`` (one of FORMATS); ``level``: sqsh's gzip level."""
     if fmt == "sqsh":
-        return export_sqsh(engine, ref, output, force=force, keep_setuid=keep_setuid, progress=progress)
+        return export_sqsh(engine, ref, output, force=force, keep_setuid=keep_setuid, progress=progress,
+                           level=level)
     if fmt == "oci-bundle":
         return export_oci_bundle(engine, ref, output, force=force, keep_setuid=keep_setuid,
                                  progress=progress)

@@ -23,6 +23,8 @@ def configure(parser) -> None:
     parser.add_argument("--output", required=True, metavar="PATH",
                         help="the file (sqsh, sif) or folder (oci-bundle) to write")
     parser.add_argument("--force", action="store_true", help="replace PATH when it exists")
+    parser.add_argument("--squash-level", type=int, default=1, metavar="N",
+                        help="sqsh: gzip level 1 (fastest, the default) to 9 (smallest)")
     parser.add_argument("--keep-setuid", action="store_true",
                         help="keep the setuid/setgid bits of the image's files (default: removed; "
                              "either way they are listed in a warning line)")
@@ -50,6 +52,7 @@ def run(args) -> int:
     from ...deliver import export
     from ...engines import get_engine
 
+    export.squash_flags(args.squash_level)      # a bad level is one line before anything runs
     ref = resolve_ref(args.image, args.matrix)
     if args.format == "sif" and export.find_apptainer() is None:
         export.export_sif(None, ref, args.output)  # raises the one line naming what is missing
@@ -61,7 +64,8 @@ def run(args) -> int:
                                           progress=rep.progress)
     else:
         result = export.export_image(get_engine(), ref, args.format, args.output, force=args.force,
-                                     keep_setuid=args.keep_setuid, progress=rep.progress)
+                                     keep_setuid=args.keep_setuid, progress=rep.progress,
+                                     level=args.squash_level)
     # a file's size (sqsh, sif; an oci-bundle is a folder); no digest: hashing gigabytes is not
     # what export does. Apptainer builds a SIF itself: its files are not examined here (null).
     size = os.path.getsize(result.path) if os.path.isfile(result.path) else None
