@@ -64,10 +64,24 @@ def parse_driver(text: str) -> DriverVersion:
     text = str(text).strip()
     if not _DRIVER_RE.match(text):
         raise VersionSyntaxError(
-            f"malformed driver version {text!r} (expected e.g. 535.104.05 or 580)")
+            f"malformed driver version {text!r} (expected e.g. 535.104.05)")
     fields = tuple(int(p) for p in text.split("."))
     # pad so that 570.26 < 570.26.1 and 580 compares as 580.0.0
     return DriverVersion(fields + (0,) * (3 - len(fields)), text)
+
+
+def parse_host_driver(text: str) -> DriverVersion:
+    """A host's driver as a user gives it: a release (535.104.05), never a bare branch. A branch
+    stands for every release on it, and the answers differ across them (a CUDA release needs the
+    driver it shipped with, which is a release inside a branch), so `580` is refused rather than
+    read as 580.0.0, which no driver is."""
+    drv = parse_driver(text)
+    if "." not in drv.text:
+        raise VersionSyntaxError(
+            f"{drv.text!r} is a driver branch, not a driver release: give the whole version the "
+            f"node reports (nvidia-smi --query-gpu=driver_version --format=csv,noheader, or "
+            f"`imagebuild doctor`), such as {drv.text}.NN.NN")
+    return drv
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ def test_every_command_takes_json():
     assert _parser("knowledge").parse_args(["show", "gpus", "--json"]).json is True
     assert _parser("sources").parse_args(["list", "--json"]).json is True
     # plan's --json is its --format json
-    assert _parser("plan").parse_args(["--driver-from", "1", "--driver-to", "2", "--json"]).format == "json"
+    assert _parser("plan").parse_args(["--driver-from", "1", "--driver-to", "2", "--gpu", "any", "--json"]).format == "json"
 
 
 def test_the_check_sees_a_parser_without_json():
@@ -200,7 +200,7 @@ def test_generate_writes_and_says_what_changed(capsys, tmp_path):
 
 
 def test_plan_json_is_format_json(capsys):
-    argv = ["plan", "--matrix", MATRIX, "--driver-from", "550.54.15", "--driver-to", "580.95.05"]
+    argv = ["plan", "--matrix", MATRIX, "--driver-from", "550.54.15", "--driver-to", "580.95.05", "--gpu", "H100"]
     doc, _ = _json_run(capsys, *argv)
     assert _text_run(capsys, *argv, "--format", "json") == dumps(doc) + "\n"
     assert doc["driver_to"] == "580.95.05" and doc["images"]

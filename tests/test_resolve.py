@@ -104,9 +104,12 @@ def test_gpudirect_paths(k):
 @pytest.mark.parametrize("args,where", [
     (["--driver", "5x5"], "--driver"),
     (["--gpu", "Z100"], "--gpu"),
-    (["--torch", ">=2.x"], "--pytorch"),
+    (["--torch", ">=2.x"], "--torch"),
+    (["--pytorch", ">=2.x"], "--pytorch"),
     (["--os", "windows11"], "--os"),
     (["--cuda", "12.4; rm -rf /"], "--cuda"),
+    (["--driver", "535"], "a driver branch, not a driver release"),
+    (["--drvier", "535.104.05"], "did you mean --driver?"),
 ])
 def test_bad_arguments_are_one_line_exit_2(capsys, args, where):
     assert cli.main(["resolve", "--matrix", MATRIX] + args) == 2

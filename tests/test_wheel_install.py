@@ -8,6 +8,7 @@ with --no-index, its dependencies come from the system site-packages the venv se
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -128,3 +129,22 @@ def test_bad_input_from_the_wheel_is_one_line(installed, tmp_path):
                           env=_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert "missing.yaml" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_wheel_answers_with_its_own_knowledge(installed, tmp_path):
+    """A cluster node has no checkout: from an empty folder, with no --matrix and no
+    $IMAGEBUILD_MATRIX, the installed package answers from the matrix it was built with, and says so."""
+    _, exe, site, _, wheel = installed
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "imagebuild/data/matrix.yaml" in names
+    assert {f"imagebuild/data/locks/wheels/{p.name}" for p in (ROOT / "locks" / "wheels").iterdir()} <= names
+    packaged = site / "imagebuild" / "data" / "matrix.yaml"
+    assert not packaged.is_symlink() and packaged.read_bytes() == (ROOT / "matrix.yaml").read_bytes()
+    which = json.loads(_run([exe, "knowledge", "which", "--json"], cwd=tmp_path).stdout)
+    assert which["origin"] == "packaged" and Path(which["path"]) == packaged
+    out = _run([exe, "resolve", "--driver", "580.95.05", "--gpu", "H100", "--json"], cwd=tmp_path).stdout
+    doc = json.loads(out)
+    assert doc["ok"] and doc["knowledge"]["origin"] == "packaged" and doc["image"]["id"]
+    _run([exe, "generate", "smoke-cpu"], cwd=tmp_path)      # the state goes here, not to site
+    assert (tmp_path / "Dockerfiles" / "smoke-cpu" / "Dockerfile").is_file()
+    assert not (site / "imagebuild" / "data" / "Dockerfiles").exists()

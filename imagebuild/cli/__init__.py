@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 
 from ..errors import ImagebuildError
@@ -65,15 +64,44 @@ def _top_parser() -> argparse.ArgumentParser:
 
 def add_matrix_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--matrix", default=os.environ.get("IMAGEBUILD_MATRIX", "matrix.yaml"),
-        help="the knowledge base (default: $IMAGEBUILD_MATRIX or ./matrix.yaml)")
+        "--matrix", default=None, metavar="FILE",
+        help="the knowledge base (default: $IMAGEBUILD_MATRIX, else ./matrix.yaml where there is "
+             "one, else the matrix packaged with imagebuild; `imagebuild knowledge which` says which)")
+
+
+def parser_error(parser: argparse.ArgumentParser, message: str):
+    """argparse's complaint as one line (cli.main prefixes the command), with the nearest option
+    for a misspelt one: `unrecognized arguments: --drvier 535.104.05 (did you mean --driver?)`."""
+    import difflib
+
+    import re
+
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)\Z", message)
+    if choice:
+        names = [c.strip().strip("'") for c in choice.group(2).split(",")]
+        near = difflib.get_close_matches(choice.group(1), names, n=1, cutoff=0.6)
+        if near:
+            message += f" (did you mean {near[0]!r}?)"
+    if message.startswith("unrecognized arguments:"):
+        parsers = [parser] + [sp for a in parser._actions  # noqa: SLF001 - argparse has no public API
+                              if isinstance(a, argparse._SubParsersAction) for sp in a.choices.values()]
+        options = sorted({o for p in parsers for o in p._option_string_actions if o.startswith("--")})
+        hints = []
+        for word in message.split(":", 1)[1].split():
+            if word.startswith("-"):
+                near = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.6)
+                if near:
+                    hints.append(f"{word.split('=', 1)[0]}: did you mean {near[0]}?")
+        if hints:
+            message += " (" + "; ".join(hints) + ")"
+    raise ImagebuildError(message)
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is one line and exit code 2 (argparse prints usage too)."""
 
     def error(self, message: str):  # noqa: D401 - argparse API
-        raise ImagebuildError(message, argument=self.prog)
+        parser_error(self, message)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -95,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         parser = _Parser(prog=f"imagebuild {name}", description=helptext)
         module.configure(parser)
         args = parser.parse_args(rest)
+        if hasattr(args, "matrix"):
+            from ..workspace import locate_matrix
+            args.matrix, args.matrix_origin = locate_matrix(args.matrix)
         return int(module.run(args) or 0)
     except ImagebuildError as exc:
         print(f"imagebuild {name}: {exc}", file=sys.stderr)

@@ -98,6 +98,13 @@ def _parse_time(text: str | None) -> float | None:
     return datetime.fromisoformat(f"{m.group(1)}.{frac}{tz}").timestamp()
 
 
+#: the fix for a missing engine, as it applies on a user's machine (not this project's CI script)
+START_ENGINE = ("start Docker (`sudo systemctl start docker`; without root, join the docker group), "
+                "or podman's API service (`systemctl --user start podman.socket`, then "
+                "DOCKER_HOST=unix://$XDG_RUNTIME_DIR/podman/podman.sock), or set DOCKER_HOST to "
+                "the engine you use")
+
+
 def connect(timeout: int = 900):
     """A pinged docker SDK client, or EngineError naming DOCKER_HOST."""
     try:
@@ -118,11 +125,10 @@ def connect(timeout: int = 900):
         client.ping()
     except DockerException as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise EngineUnavailable(f"no container engine answers at {host} ({first}); "
-                          "start dockerd (see .ci/start-docker.sh) or podman's API service") from None
+        raise EngineUnavailable(f"no container engine answers at {host} ({first}); {START_ENGINE}") from None
     except Exception as exc:  # noqa: BLE001 - requests/urllib3 errors from a dead socket
         raise EngineUnavailable(f"no container engine answers at {host} "
-                                f"({type(exc).__name__})") from None
+                                f"({type(exc).__name__}); {START_ENGINE}") from None
     return client
 
 

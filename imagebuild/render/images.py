@@ -355,7 +355,14 @@ class _Expansion:
         self.seen: dict[str, int] = {}
 
     def family(self, f: _Family) -> None:
-        for combo, wishes, vtag in _combinations(self.k, f.raw):
+        combos = list(_combinations(self.k, f.raw))
+        if not combos:
+            # a family whose ranges match no release of the matrix declares nothing: said, not
+            # dropped without a word
+            self.skipped.append(Skipped(f.name, "every combination", (), why=(
+                "its versions match no release the matrix knows (check its pytorch/cuda ranges "
+                "against `imagebuild knowledge show pytorch`)")))
+        for combo, wishes, vtag in combos:
             for os_id in f.oses:
                 self.combination(f, combo, wishes, vtag, os_id)
 
@@ -428,6 +435,31 @@ class _Expansion:
                 as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=f.rdma,
                 source=project_source(k), cuda_from=f.cuda_from, licenses=project_licenses(k),
                 sources=f.form, build=f.build, **base))
+
+
+def skipped_summary(k: Knowledge, skipped: list[Skipped]) -> list[str]:
+    """The declared combinations that gave no image, told in a few lines: how many, grouped by
+    the reasons known without the resolver's costly chain (a missing wheel lock, a family that
+    matches nothing), and where the whole list is (`imagebuild images --all`)."""
+    if not skipped:
+        return []
+    no_lock = [x for x in skipped if x.why and x.why.startswith("no wheel lock ")]
+    empty = sorted({x.family for x in skipped if x.combination == "every combination"})
+    out = [f"{len(skipped)} declared combination(s) give no image (`imagebuild images --all` "
+           "says why for each)"]
+    if no_lock:
+        lock_dir = Path(k.path).resolve().parent / "locks" / "wheels"
+        if lock_dir.is_dir() and any(lock_dir.iterdir()):
+            out.append(f"{len(no_lock)} of them lack their wheel lock under {lock_dir} "
+                       "(`imagebuild wheels lock` writes them)")
+        else:
+            out.append(f"{len(no_lock)} of them lack their wheel lock: there is no {lock_dir}; a "
+                       "matrix copied without its locks/ folder? (`imagebuild knowledge copy DIR` "
+                       "copies both)")
+    if empty:
+        out.append("famil" + ("ies" if len(empty) > 1 else "y") + f" {', '.join(empty)} match no "
+                   "release the matrix knows")
+    return out
 
 
 def expand(k: Knowledge, *, require_locks: bool = True,

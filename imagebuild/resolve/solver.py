@@ -15,12 +15,13 @@ the explanations are built from what it saw:
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterator
 
 from ..errors import UsageError
 from ..knowledge import STACK, Knowledge, Matcher, Rule, version_matcher
-from ..versions import NONE, VersionSyntaxError, major_minor, parse_driver, parse_version
+from ..versions import (NONE, VersionSyntaxError, major_minor, parse_driver, parse_host_driver,
+                        parse_version)
 
 # A CPU build ("n/a": no CUDA) ranks last: on a GPU host any CUDA build that runs beats it.
 MODE_RANK = {"native": 0, "minor-version": 1, "forward-compat": 2, "unknown": 3, "n/a": 4}
@@ -125,7 +126,7 @@ class Problem:
         facts: dict[str, str] = {}
         if host.driver is not None:
             try:
-                parse_driver(host.driver)
+                parse_host_driver(host.driver)
             except VersionSyntaxError as exc:
                 raise UsageError(str(exc), argument="--driver") from None
             facts["driver"] = host.driver
@@ -520,8 +521,88 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
     if sol is None:
         why = explain_failure(p, trace) if explain else ["no consistent stack (not explained)"]
         return Resolution(ok=False, explanation=why,
-                          warnings=_unverified_warning(p))
-    return _describe(p, sol, passed[0] if passed else None)
+                          warnings=_unverified_warning(p) + _end_of_life(p))
+    res = _describe(p, sol, passed[0] if passed else None, brief=not explain)
+    if explain:
+        res.warnings += _end_of_life(p, res.mode) + _unverified_against(p, sol)
+        if sol["pytorch"] == NONE and p.gpu_host() and "pytorch" not in (wishes or {}):
+            res.warnings.append(_no_pytorch(k, host, wishes or {}, allow_unverified, repo_cuda,
+                                            skip_tags, compat_package))
+    return res
+
+
+def _end_of_life(p: Problem, mode: CudaMode | None = None) -> list[str]:
+    """The host's driver branch past its end of life on the day judged (--date, else the matrix's
+    as_of), with the source; nothing when it is supported or its end is not known. A stack that
+    reaches its CUDA through cuda-compat on that branch (forward compatibility onto an
+    end-of-life branch) is flagged too."""
+    drv = p.facts_host.get("driver")
+    if drv is None:
+        return []
+    supported, why = p.k.branch_supported(parse_driver(drv).branch, p.date)
+    if supported is not False:
+        return []
+    day = f"on {p.date}" + (" (--date)" if p.host.date else " (the matrix's as_of)")
+    text = f"driver {drv}: {why}, judged {day}: NVIDIA no longer fixes it; plan an upgrade"
+    if mode is not None and mode.package:
+        text += (f". This stack's CUDA runs on it only through {mode.package}: forward "
+                 "compatibility onto an end-of-life branch")
+    return [text]
+
+
+def _unverified_against(p: Problem, sol: dict[str, str]) -> list[str]:
+    """Facts marked unverified that this stack breaks: the default answer ignores them, so it says
+    which would rule it out (--allow-unverified applies them, and may answer an older stack)."""
+    if p.allow_unverified:
+        return []
+    facts = {**p.facts_host, **sol}
+
+    def holds(pairs) -> bool | None:
+        for comp, m in pairs:
+            if comp not in facts:
+                return None        # not known: not judged
+            if not m(facts[comp]):
+                return False
+        return True
+
+    out = []
+    for rule in p.k.rules:
+        if rule.verified or not _tag_applies(rule.tag, p.repo_cuda):
+            continue
+        if holds(rule.when) is not True:
+            continue
+        req = holds(rule.require)
+        alts = [holds(alt) for alt in rule.any_of]
+        if req is False or (rule.any_of and alts and all(a is False for a in alts)):
+            out.append(f"an unverified fact rules this stack out: {rule.text}{_src(rule.source)} "
+                       "(matrix.yaml line " + str(rule.line) + "); confirm it: "
+                       "--allow-unverified applies it and may answer another stack")
+    return out
+
+
+def _no_pytorch(k: Knowledge, host: Host, wishes: dict, allow_unverified: bool, repo_cuda: bool,
+                skip_tags, compat_package: bool) -> str:
+    """Why a GPU host got no PyTorch, and the nearest driver that gives one (the drivers CUDA
+    releases shipped with, above the host's, lowest first), or that none in the knowledge does."""
+    opts = dict(allow_unverified=allow_unverified, repo_cuda=repo_cuda, skip_tags=skip_tags,
+                compat_package=compat_package)
+    newest = max(k.pytorch, key=parse_version)
+    why = resolve(k, host, {**wishes, "pytorch": newest}, explain=True, **opts)
+    chain = "; ".join([e for e in why.explanation if "your wish" not in e][:2]) if not why.ok else ""
+    text = f"no PyTorch fits this GPU host, so the stack has none (torch {newest}: {chain})" \
+        if chain else "no PyTorch fits this GPU host, so the stack has none"
+    if host.driver is not None:
+        have = parse_driver(host.driver)
+        drivers = sorted({r.driver for r in k.releases.values() if r.driver and r.verified
+                          and parse_driver(r.driver) > have}, key=parse_driver)
+        for drv in drivers:
+            got = resolve(k, replace(host, driver=drv), wishes, explain=False, **opts)
+            if got.ok and got.stack.get("pytorch", NONE) != NONE:
+                return (f"{text}. Nearest change: a driver >= {drv} (R{parse_driver(drv).branch}) "
+                        f"gives torch {got.stack['pytorch']} with CUDA {got.stack['cuda']}")
+        return f"{text}. No newer driver in the knowledge gives one (the GPU's platform or " \
+            "architecture rules it out)"
+    return text
 
 
 TAIL = ("openmpi", "ucx")
@@ -696,6 +777,9 @@ def _describe(p: Problem, sol: dict[str, str], passed, brief: bool = False) -> R
     stack = {"driver": p.facts_host.get("driver", "unknown"), "gpu": p.facts_host.get("gpu", "unknown")}
     stack.update({c: sol[c] for c in ("os", "platform", "python", "cuda", "cudnn", "nccl", "ucx",
                                       "openmpi", "pytorch")})
+    if brief:
+        return Resolution(ok=True, stack=stack, mode=p.modes.get(sol["cuda"]),
+                          min_driver=min_driver(p, sol))
     mode = p.modes.get(sol["cuda"])
     res = Resolution(ok=True, stack=stack, mode=mode, min_driver=min_driver(p, sol))
     if brief:
@@ -708,7 +792,10 @@ def _describe(p: Problem, sol: dict[str, str], passed, brief: bool = False) -> R
         if passed is not None:
             for cand, rid in passed[d][:3]:
                 if rid is None:
-                    skipped.append(f"{cand} (no consistent stack with it)")
+                    # true only given what was chosen before it: say so (python 3.14 rules out
+                    # an OS without it, not the OS on its own)
+                    skipped.append(f"{cand} (no consistent stack with it" + (
+                        f" and the {', '.join(p.order[:d])} chosen above)" if d else ")"))
                 else:
                     rule = next(r for r in p.rules if r.id == rid)
                     skipped.append(f"{cand} ({rule.text}{_src(rule.source)})")
@@ -861,7 +948,8 @@ def explain_failure(p: Problem, trace: Trace) -> list[str]:
     if empty:
         comp = empty[0]
         reasons = _group_pruned(p, comp)
-        return [f"no {comp} candidate is left: " + "; ".join(reasons)]
+        # one entry per group of candidates with the same reasons: read as a list, not one line
+        return [f"no {comp} candidate is left; each one is ruled out:"] + reasons
 
     # Deletion-based minimal core over every active rule and the CUDA-mode verdicts. Rules are tried
     # for deletion first, so that a chain keeps the CUDA-mode facts a reader expects to see.

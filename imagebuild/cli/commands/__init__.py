@@ -1,2 +1,26 @@
 """One module per command: `configure(parser)` adds its arguments, `run(args)` does the work
 through the core modules and prints. Core modules never print."""
+
+
+def knowledge_used(args, k) -> dict:
+    """Which knowledge an answer came from: the matrix's path, where that choice came from
+    (workspace.ORIGINS), its `as_of` date and the sha256 of its bytes, so that two answers can be
+    told apart when they came from different matrices."""
+    import hashlib
+    from pathlib import Path
+
+    from ... import __version__
+
+    path = Path(k.path)
+    origin = getattr(args, "matrix_origin", "--matrix")
+    return {"path": str(path.resolve()), "origin": origin, "as_of": k.as_of,
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            **({"imagebuild": __version__} if origin == "packaged" else {})}
+
+
+def knowledge_line(info: dict) -> str:
+    """One line of text for `knowledge_used`'s answer."""
+    where = {"--matrix": "given by --matrix", "$IMAGEBUILD_MATRIX": "from $IMAGEBUILD_MATRIX",
+             "./matrix.yaml": "from the current folder",
+             "packaged": f"packaged with imagebuild {info.get('imagebuild', '')}".rstrip()}[info["origin"]]
+    return f"knowledge: {info['path']} ({where}), as of {info['as_of']}"

@@ -226,18 +226,21 @@ def run(args) -> int:
     every: dict = {}
     if args.context:
         jobs = jobs_for_contexts(args.context, secrets=secrets)
+        engine = get_engine("docker")
     else:
         from ...knowledge import load
-        from ...render.images import expand
+        from ...render.images import expand, select
         k = load(args.matrix)   # the run's one matrix: everything below is rendered from it
         every = {s.id: s for s in expand(k)[0]}    # and its images, expanded once
+        select(every, list(dict.fromkeys(args.images)))     # an unknown name: one line, first
         if args.locked:
             pins = check_locked(list(dict.fromkeys(args.images)), k, args.lock or ws.lock, every=every)
+        # the engine before anything is downloaded or rendered for an engine that is not there
+        engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
         jobs = jobs_for(list(dict.fromkeys(args.images)), k, Path(output), secrets=secrets,
                         sources=args.sources, progress=rep.progress, every=every)
     if not jobs:
         raise UsageError("no images to build")
-    engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
     from ...build.reproducible import BuildTimeEngine
     from ...sourcedate import source_epoch
     epochs = {}

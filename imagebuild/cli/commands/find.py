@@ -25,7 +25,6 @@ credentials, 3 when the registry cannot be reached.
 from __future__ import annotations
 
 import json
-import os
 
 from .. import add_matrix_option
 from ...errors import UsageError
@@ -131,11 +130,9 @@ def registry_status(api, target, spec, entry: dict, lock_path: str) -> dict:
     return out
 
 
-def run(args) -> int:
-    from ...deliver import hostfit, lockfile
-    from ...render import images
-    from ... import knowledge
-    from ...resolve.solver import Host
+def host_facts(args) -> dict:
+    """The host's facts: --from-doctor's file, then the flags over it; a driver must be a release."""
+    from ...versions import VersionSyntaxError, parse_host_driver
 
     facts = {key: None for key in _FACTS}
     if args.from_doctor:
@@ -147,6 +144,22 @@ def run(args) -> int:
     if facts["driver"] is None and facts["gpu"] is None:
         raise UsageError("give the host: --driver and --gpu (or --gpu none), or --from-doctor FILE",
                          argument="--driver")
+    if facts["driver"] is not None:
+        try:
+            parse_host_driver(facts["driver"])
+        except VersionSyntaxError as exc:
+            raise UsageError(str(exc), argument="--driver") from None
+    return facts
+
+
+def run(args) -> int:
+    from ...deliver import hostfit, lockfile
+    from ...render import images
+    from ... import knowledge
+    from ...resolve.solver import Host
+    from ...workspace import Workspace
+
+    facts = host_facts(args)
     target = None
     if args.registry:
         from ...deliver.publish import parse_target
@@ -162,8 +175,7 @@ def run(args) -> int:
                              f"{', '.join(k.platforms)})", argument="--platform")
     host = Host(driver=facts["driver"], gpu=facts["gpu"], kernel=facts["kernel"], ofed=facts["ofed"],
                 open_kernel_modules=facts["open_kernel_modules"], date=args.date)
-    lock_path = args.lock or os.path.join(os.path.dirname(os.path.abspath(args.matrix)),
-                                          lockfile.DEFAULT_LOCK)
+    lock_path = args.lock or str(Workspace.of(args.matrix).lock)
     locked = lockfile.read_lock(lock_path)
     specs = {s.id: s for s in images.expand(k, allow_unverified=args.allow_unverified)[0]}
     candidates, left_out = [], []

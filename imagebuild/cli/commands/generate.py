@@ -13,7 +13,7 @@ def configure(parser) -> None:
     parser.add_argument("images", nargs="*", metavar="IMAGE",
                         help="only these images (ids or family names); default: all")
     parser.add_argument("--output", metavar="DIR",
-                        help="write under DIR instead of beside matrix.yaml")
+                        help="write under DIR instead of beside matrix.yaml (the current folder for the packaged matrix)")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 when the committed files are stale")
     parser.add_argument("--recipes", metavar="DIR",
@@ -29,6 +29,7 @@ def run(args) -> int:
     from ...render import images as I
     from ... import knowledge
     from ...render import renderer as render
+    from ...workspace import Workspace
 
     from ...errors import UsageError
 
@@ -36,11 +37,19 @@ def run(args) -> int:
         raise UsageError("--allow-unverified needs --output DIR: the committed recipes hold images "
                          "built on verified facts only", argument="--allow-unverified")
     k = knowledge.load(args.matrix)
-    specs, _ = I.expand(k, allow_unverified=args.allow_unverified)
+    specs, skipped = I.expand(k, allow_unverified=args.allow_unverified)
+    summary = I.skipped_summary(k, skipped)
+    if not specs:
+        # a check (or a generation) over no image at all proves nothing: a mistake, said as one
+        raise UsageError("declares no image that resolves" + (": " + "; ".join(summary)
+                                                               if summary else ""), file=args.matrix)
+    for line in summary:
+        if "match no release" in line:      # a family that gives nothing is a mistake to see;
+            Reporter.for_args("generate", args).warn(line)   # a missing lock is `images`'s to say
     chosen = I.select({s.id: s for s in specs}, args.images)
     renderer = render.Renderer(Path(args.recipes)) if args.recipes else render.Renderer()
     files = render.generate_all(k, chosen, renderer)
-    out = Path(args.output) if args.output else Path(args.matrix).resolve().parent
+    out = Path(args.output) if args.output else Workspace.of(args.matrix).root
     if args.check:
         if args.images:
             bad = [p for p in render.stale(files, out) if not p.endswith(")")]

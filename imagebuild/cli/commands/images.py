@@ -37,4 +37,7 @@ def run(args) -> int:
     if args.all:
         for x in skipped:
             print(f"not built: {x.family}: {x.combination}: {x.reason(k)}")
+    else:
+        for line in I.skipped_summary(k, skipped):
+            Reporter.for_args("images", args).warn(line)
     return 0

@@ -1,4 +1,8 @@
-"""`imagebuild knowledge validate | show SECTION | sync pytorch`
+"""`imagebuild knowledge which | validate | show SECTION | sync pytorch | copy DIR`
+
+- which: the matrix the commands use here, where that choice came from (--matrix,
+  $IMAGEBUILD_MATRIX, ./matrix.yaml, or the one packaged with imagebuild), its as_of and sha256.
+- copy DIR: a copy of that matrix and its wheel locks to edit (the packaged one is read-only).
 
 - validate: load matrix.yaml strictly and print what it holds (sources, facts, rules, unverified).
 - show SECTION: a readable table of one section (gpus, cuda, drivers, architectures, pytorch,
@@ -21,6 +25,11 @@ def configure(parser) -> None:
 
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
+    p = sub.add_parser("which", help="which matrix the commands use here, and its as_of")
+    add_matrix_option(p)
+    p = sub.add_parser("copy", help="copy the matrix and its wheel locks into DIR, to edit")
+    p.add_argument("dir", metavar="DIR", help="the folder to write matrix.yaml and locks/ into")
+    add_matrix_option(p)
     p = sub.add_parser("validate", help="load matrix.yaml strictly and print counts")
     add_matrix_option(p)
     p = sub.add_parser("show", help="print one section as a table with sources")
@@ -41,21 +50,65 @@ def configure(parser) -> None:
     # subparsers inherit argparse's own error(); route theirs through the one-line error too
     for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse has no public API
         for name, subparser in action.choices.items():
-            subparser.error = _one_line_error(f"{parser.prog} {name}")
+            subparser.error = _one_line_error(subparser, name)
 
 
-def _one_line_error(prog: str):
+def _one_line_error(subparser, name: str):
+    from .. import parser_error
+
     def error(message: str):
-        raise UsageError(message, argument=prog)
+        parser_error(subparser, f"{name}: {message}")
     return error
 
 
 def run(args) -> int:
+    if args.action == "which":
+        return _which(args)
+    if args.action == "copy":
+        return _copy(args)
     if args.action == "validate":
         return _validate(args)
     if args.action == "show":
         return _show(args)
     return _sync(args)
+
+
+def _which(args) -> int:
+    from ... import knowledge
+    from . import knowledge_line, knowledge_used
+
+    info = knowledge_used(args, knowledge.load(args.matrix))
+    Reporter.for_args("knowledge", args).result(info, knowledge_line(info) + f"\n  sha256 {info['sha256']}")
+    return 0
+
+
+def _copy(args) -> int:
+    """The matrix (checked first: a broken one is not copied) and every wheel lock beside it, to
+    DIR/matrix.yaml and DIR/locks/wheels/; an existing DIR/matrix.yaml is never overwritten."""
+    import shutil
+    from pathlib import Path
+
+    from ... import knowledge
+    from ...atomic import write_atomic
+    from ...render.wheellock import lock_root
+
+    k = knowledge.load(args.matrix)
+    dest = Path(args.dir)
+    if dest.exists() and not dest.is_dir():
+        raise UsageError(f"{dest} is not a folder", argument="DIR")
+    if (dest / "matrix.yaml").exists():
+        raise UsageError(f"{dest / 'matrix.yaml'} exists: nothing was copied", argument="DIR")
+    src_locks = lock_root(k) / "locks" / "wheels"
+    locks = sorted(src_locks.glob("*.txt")) if src_locks.is_dir() else []
+    (dest / "locks" / "wheels").mkdir(parents=True, exist_ok=True)
+    for lock in locks:
+        shutil.copyfile(lock, dest / "locks" / "wheels" / lock.name)
+    write_atomic(dest / "matrix.yaml", Path(k.path).read_bytes())   # last: a copy is whole or absent
+    Reporter.for_args("knowledge", args).result(
+        {"matrix": str(dest / "matrix.yaml"), "as_of": k.as_of, "locks": len(locks)},
+        f"{dest / 'matrix.yaml'}: copied (as of {k.as_of}) with {len(locks)} wheel lock(s); "
+        f"use it with --matrix {dest / 'matrix.yaml'} or from {dest}")
+    return 0
 
 
 def _validate(args) -> int:
@@ -206,6 +259,11 @@ def _section_tables(k, section: str) -> list[tuple[str | None, list[str], list[l
 
 def _sync(args) -> int:
     from ...knowledge import sync
+    from ...workspace import is_packaged
+
+    if args.write and is_packaged(args.matrix):
+        raise UsageError("the packaged matrix is read-only: copy it with `imagebuild knowledge "
+                         "copy DIR` and sync that copy", argument="--write")
 
     versions = None
     if args.versions is not None:

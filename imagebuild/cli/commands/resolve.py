@@ -5,6 +5,7 @@ from __future__ import annotations
 from .. import add_matrix_option
 from ...errors import UsageError
 from ..reporter import Reporter
+from . import knowledge_line, knowledge_used
 
 # command-line flag -> stack component
 WISH_FLAGS = {"torch": "pytorch", "pytorch": "pytorch", "cuda": "cuda", "cudnn": "cudnn",
@@ -72,6 +73,13 @@ def wishes_from(args) -> dict[str, str]:
         if value is not None:
             if comp in wishes:
                 raise UsageError("--torch and --pytorch name the same component", argument=f"--{flag}")
+            if comp not in ("os", "platform"):      # those two are names, checked against the matrix
+                from ...knowledge.matchers import version_matcher
+                from ...versions import VersionSyntaxError
+                try:
+                    version_matcher(value)
+                except VersionSyntaxError as exc:   # named by the flag as typed (--torch, not --pytorch)
+                    raise UsageError(str(exc), argument=f"--{flag}") from None
             wishes[comp] = value
     return wishes
 
@@ -101,13 +109,16 @@ def run(args) -> int:
         groups = R.enumerate_stacks(k, host, wishes, args.allow_unverified)
         if args.json:
             rep.result({"ok": bool(groups), "count": sum(len(g.tails) for g in groups),
-                        "stacks": [g.to_json() for g in groups]})
+                        "stacks": [g.to_json() for g in groups], "knowledge": knowledge_used(args, k)})
         else:
             _print_table(groups)
         return 0 if groups else 1
     res = R.resolve(k, host, wishes, args.allow_unverified)
+    used = knowledge_used(args, k)
+    declared = None if args.why_not else declared_image(k, host, wishes, res, args.allow_unverified)
     if args.json:
-        rep.result(res.to_json())
+        rep.result({**res.to_json(), "knowledge": used,
+                    **({"image": declared} if declared is not None else {})})
     elif args.why_not:
         if res.ok:
             print(f"{args.why_not} fits: " + ", ".join(f"{c} {v}" for c, v in res.stack.items()))
@@ -117,7 +128,65 @@ def run(args) -> int:
                 print(f"  - {line}")
     else:
         print_resolution(res)
+        print_declared(declared)
+    if not args.json:
+        print(knowledge_line(used))
     return 0 if res.ok else 1
+
+
+def declared_image(k, host, wishes: dict, res, allow_unverified: bool) -> dict:
+    """The best image the matrix declares for this host and these wishes (what `doctor` and
+    `find` would name), and whether it is the stack resolved above: the resolver answers from
+    every fact, the matrix builds only the images its `images:` section declares."""
+    from ...deliver import hostfit
+    from ...knowledge.matchers import version_matcher
+    from ...render import images as I
+
+    specs, _ = I.expand(k, allow_unverified=allow_unverified)
+    wanted = []
+    for spec in specs:
+        ok = True
+        for comp, text in wishes.items():
+            have = spec.stack.get(comp)
+            if have is None:
+                continue
+            if comp in ("os", "platform"):
+                ok = have in [n.strip() for n in text.split(",")]
+            else:
+                ok = version_matcher(text)(have)
+            if not ok:
+                break
+        if ok:
+            wanted.append(spec)
+    good, _ = hostfit.fits(k, wanted, host, allow_unverified=allow_unverified)
+    if not good:
+        return {"id": None, "matches_stack": False,
+                "note": f"none of the {len(specs)} declared images runs on this host"
+                        + (" with these wishes" if wishes else "")
+                        + "; declare one under `images:` in matrix.yaml to build it"}
+    best = good[0]
+    same = res.ok and all(res.stack.get(c) == v for c, v in best.spec.stack.items()
+                          if c in res.stack and c not in ("driver", "gpu"))
+    doc = {"id": best.spec.id, "mode": best.mode, "matches_stack": same,
+           "stack": dict(sorted(best.spec.stack.items()))}
+    if not same:
+        differ = [f"{c} {best.spec.stack[c]}" for c in ("os", "python", "cuda", "cudnn", "nccl",
+                                                         "pytorch", "ucx", "openmpi")
+                  if c in best.spec.stack and res.ok and res.stack.get(c) != best.spec.stack[c]]
+        doc["note"] = ("the stack above is not declared as an image; the best declared one differs "
+                       "in " + ", ".join(differ) + " (declare the stack under `images:` in "
+                       "matrix.yaml to build it)") if res.ok else "the best declared image here"
+    return doc
+
+
+def print_declared(declared: dict | None) -> None:
+    if declared is None:
+        return
+    if declared["id"] is None:
+        print(f"Declared image: none: {declared['note']}")
+        return
+    print(f"Declared image: {declared['id']} ({declared['mode']})"
+          + ("" if declared["matches_stack"] else f": {declared['note']}"))
 
 
 def print_resolution(res) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ...errors import UsageError
 from ..reporter import Reporter
 
 
@@ -47,6 +48,11 @@ def _wheel_sets(args):
 
 def run(args) -> int:
     from ...render.wheellock import lock_root
+    from ...workspace import is_packaged
+
+    if args.action != "check" and is_packaged(args.matrix):
+        raise UsageError("the packaged matrix and its wheel locks are read-only: copy them with "
+                         "`imagebuild knowledge copy DIR` and lock there", argument="--matrix")
 
     k, sets = _wheel_sets(args)
     rep = Reporter.for_args("wheels", args)

@@ -1,0 +1,283 @@
+"""The answers people type (issue 24, section 3), through the commands as a user runs them: a driver
+branch, a plan for CI, a GPU host without PyTorch, an end-of-life driver, what the matrix builds,
+facts marked unverified, matrix mistakes that used to pass silently, and argument errors. Plus
+where the knowledge comes from when no --matrix is given (section 1). Pure logic on the real
+matrix: no engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from imagebuild import cli, knowledge
+from imagebuild.deliver import hostfit
+from imagebuild.render import images as I
+from imagebuild.resolve import solver as R
+from imagebuild.workspace import PACKAGED_MATRIX, locate_matrix
+
+from conftest import ROOT
+
+MATRIX = str(ROOT / "matrix.yaml")
+
+
+@pytest.fixture(scope="module")
+def k():
+    return knowledge.load(MATRIX)
+
+
+def _cli(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# -- a driver branch ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv,flag", [
+    (["resolve", "--driver", "580", "--gpu", "H100"], "--driver"),
+    (["find", "--driver", "535", "--gpu", "H100"], "--driver"),
+    (["check", "--driver", "550", "--gpu", "H100", "--cuda", "12.4.1"], "--driver"),
+    (["plan", "--driver-from", "535", "--driver-to", "580.95.05", "--gpu", "H100"], "--driver-from"),
+    (["plan", "--driver-from", "535.104.05", "--driver-to", "580", "--gpu", "H100"], "--driver-to"),
+])
+def test_a_driver_branch_is_refused_in_every_command(capsys, argv, flag):
+    """One meaning everywhere: a branch is not a release (580 read as 580.0.0 gave 26 broken images
+    where 580.95.05 gives none). The refusal names the flag and asks for the whole version."""
+    code, _, err = _cli(capsys, *argv, "--matrix", MATRIX)
+    line = _one_line(err)
+    assert code == 2 and f"argument {flag}:" in line and "driver branch, not a driver release" in line
+
+
+# -- plan for CI -------------------------------------------------------------------------------
+
+def test_plan_needs_the_gpu_or_says_it_checked_none(capsys):
+    code, _, err = _cli(capsys, "plan", "--matrix", MATRIX, "--driver-from", "535.104.05",
+                        "--driver-to", "580.95.05")
+    assert code == 2 and "--gpu" in _one_line(err)
+    code, out, _ = _cli(capsys, "plan", "--matrix", MATRIX, "--driver-from", "535.104.05",
+                        "--driver-to", "580.95.05", "--gpu", "any")
+    assert code == 0 and "GPU: any (not checked)" in out
+    code, out, _ = _cli(capsys, "plan", "--matrix", MATRIX, "--driver-from", "535.104.05",
+                        "--driver-to", "580.95.05", "--gpu", "any", "--json")
+    assert json.loads(out)["gpu"] == "any"
+
+
+def test_plan_fails_on_broken_images_when_asked(capsys):
+    down = ["plan", "--matrix", MATRIX, "--driver-from", "580.95.05", "--driver-to", "535.104.05",
+            "--gpu", "H100"]
+    code, out, _ = _cli(capsys, *down)
+    assert code == 0 and " broken" in out            # reported, exit 0 without --fail-on
+    code, out, err = _cli(capsys, *down, "--fail-on", "broken", "--json")
+    doc = json.loads(out)
+    broken = [v["image"] for v in doc["images"] if v["status"] == "broken"]
+    assert code == 1 and broken and doc["failed"] == broken
+    assert json.loads(err.strip().splitlines()[-1])["event"] == "error"
+    code, _, _ = _cli(capsys, "plan", "--matrix", MATRIX, "--driver-from", "535.104.05",
+                      "--driver-to", "580.95.05", "--gpu", "H100", "--fail-on", "broken")
+    assert code == 0                                  # an upgrade that breaks nothing passes
+    code, _, err = _cli(capsys, *down, "--fail-on", "borken")
+    assert code == 2 and "--fail-on" in _one_line(err)
+
+
+# -- a GPU host with no PyTorch ----------------------------------------------------------------
+
+def test_a_gpu_host_without_pytorch_is_told_why_and_the_nearest_driver(k, capsys):
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "550.127.05",
+                        "--gpu", "GH200", "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["stack"]["pytorch"] == "none"
+    warning = next(w for w in doc["warnings"] if w.startswith("no PyTorch fits this GPU host"))
+    m = re.search(r"a driver >= ([0-9.]+) \(R[0-9]+\) gives torch ([0-9.]+)", warning)
+    assert m, warning
+    # the named change is true: that driver gives that torch, and no lower driver it tried does
+    res = R.resolve(k, R.Host(driver=m.group(1), gpu="GH200"))
+    assert res.ok and res.stack["pytorch"] == m.group(2)
+    # asked for no PyTorch, nothing is said
+    res = R.resolve(k, R.Host(driver="550.127.05", gpu="GH200"), {"pytorch": "none"})
+    assert not any(w.startswith("no PyTorch") for w in res.warnings)
+
+
+# -- end of life ---------------------------------------------------------------------------------
+
+def test_end_of_life_is_judged_on_the_day_given(k):
+    eol = k.branches[535].eol                           # "YYYY-MM": supported through that month
+    assert isinstance(eol, str) and len(eol) == 7
+    year, month = int(eol[:4]), int(eol[5:])
+    before = f"{eol}-01"
+    after = f"{year + (month == 12)}-{month % 12 + 1:02d}-01"
+    host = dict(driver="535.104.05", gpu="H100")
+    warned = [w for w in R.resolve(k, R.Host(**host, date=after)).warnings if "end of life" in w]
+    assert len(warned) == 1 and f"[{k.branches[535].source}]" in warned[0] and after in warned[0]
+    assert not [w for w in R.resolve(k, R.Host(**host, date=before)).warnings if "end of life" in w]
+
+
+def test_an_end_of_life_driver_is_flagged_without_a_date(k, capsys):
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "470.256.02", "--gpu", "V100")
+    assert code == 0 and "warning: driver 470.256.02: R470 reached end of life" in out
+    assert "the matrix's as_of" in out
+
+
+def test_forward_compatibility_onto_an_end_of_life_branch_is_flagged(k):
+    res = R.resolve(k, R.Host(driver="570.26", gpu="H100"), {"cuda": "13.2"})
+    assert res.ok and res.mode.mode == "forward-compat"
+    assert any("forward compatibility onto an end-of-life branch" in w for w in res.warnings)
+
+
+# -- what the answer says about its own choices -------------------------------------------------
+
+def test_every_passed_over_reason_is_true(k):
+    """"passed over: X (no consistent stack with it and the A, B chosen above)": with A and B as
+    chosen, X really gives no stack."""
+    host = R.Host(driver="580.95.05", gpu="H100")
+    res = R.resolve(k, host)
+    checked = 0
+    for line in res.explanation:
+        comp = line.split(" ", 1)[0]
+        for cand, above in re.findall(r"(\S+) \(no consistent stack with it and the ([a-z_, ]+) "
+                                      r"chosen above\)", line):
+            wishes = {c: res.stack[c] if c not in ("os", "platform") else res.stack[c]
+                      for c in above.split(", ")}
+            wishes = {c: (v if c in ("os", "platform") else f"=={v}") for c, v in wishes.items()}
+            wishes[comp] = cand if comp in ("os", "platform") else f"=={cand}"
+            assert not R.resolve(k, host, wishes, explain=False).ok, (comp, cand, above)
+            checked += 1
+    assert checked >= 3
+
+
+def test_the_answer_names_the_best_declared_image(k, capsys):
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05",
+                        "--gpu", "H100", "--json")
+    doc = json.loads(out)
+    specs, _ = I.expand(k)
+    good, _ = hostfit.fits(k, specs, R.Host(driver="580.95.05", gpu="H100"))
+    assert code == 0 and doc["image"]["id"] == good[0].spec.id      # what doctor and find name
+    stack_matches = all(doc["stack"][c] == good[0].spec.stack[c] for c in ("os", "python", "cuda"))
+    assert doc["image"]["matches_stack"] == stack_matches
+    if not stack_matches:
+        assert "not declared as an image" in doc["image"]["note"]
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu", "H100")
+    assert f"Declared image: {good[0].spec.id}" in out
+
+
+def test_the_default_answer_names_the_unverified_facts_that_rule_it_out(k):
+    host = R.Host(driver="535.104.05", gpu="H100")
+    res = R.resolve(k, host)
+    flagged = [w for w in res.warnings if w.startswith("an unverified fact rules this stack out")]
+    assert flagged, res.warnings
+    line = int(re.search(r"matrix.yaml line (\d+)", flagged[0]).group(1))
+    assert any(r.line == line and not r.verified for r in k.rules)
+    # and it is so: with unverified facts applied, this very stack is refused
+    stack = {c: res.stack[c] for c in R.STACK}
+    assert R.check(k, host, stack).ok and not R.check(k, host, stack, allow_unverified=True).ok
+
+
+def test_why_not_is_a_list_not_one_long_line(capsys):
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "470.256.02",
+                        "--gpu", "V100", "--why-not", "cuda>=13")
+    assert code == 1 and out.count("\n  - ") > 5
+    assert max(len(line) for line in out.splitlines()) < 400
+
+
+# -- matrix mistakes ---------------------------------------------------------------------------
+
+def test_a_matrix_copied_without_its_locks_is_an_error_not_zero_images(tmp_path, capsys):
+    shutil.copy(MATRIX, tmp_path / "matrix.yaml")
+    code, _, err = _cli(capsys, "generate", "--check", "--matrix", tmp_path / "matrix.yaml")
+    line = _one_line(err)
+    assert code == 2 and "matrix.yaml: declares no image that resolves" in line
+    assert "locks/ folder" in line
+    code, out, err = _cli(capsys, "images", "--matrix", tmp_path / "matrix.yaml")
+    assert code == 0 and out.strip().endswith("0 images") and "give no image" in err
+
+
+def test_a_family_that_matches_nothing_is_named(tmp_path, capsys):
+    doc = yaml.safe_load(Path(MATRIX).read_text())
+    fam = next(f for f in doc["images"] if "pytorch" in f)
+    fam["pytorch"] = ">=99"
+    (tmp_path / "matrix.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    shutil.copytree(ROOT / "locks", tmp_path / "locks")
+    code, _, err = _cli(capsys, "images", "--matrix", tmp_path / "matrix.yaml")
+    assert code == 0 and f"family {fam['family']} match no release" in err
+    code, _, err = _cli(capsys, "generate", "--check", "--matrix", tmp_path / "matrix.yaml")
+    assert f"family {fam['family']} match no release" in err
+
+
+# -- argument errors ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv,want", [
+    (["resolve", "--drvier", "535.104.05"], "unrecognized arguments: --drvier 535.104.05 "
+                                            "(--drvier: did you mean --driver?)"),
+    (["knowledge", "show", "gpus", "--jsn"], "did you mean --json?"),
+    (["knowledge", "shw"], "did you mean 'show'?"),
+    (["resolve", "--torch", "=2.8"], "argument --torch: malformed specifier"),
+])
+def test_argument_errors_name_what_was_typed(capsys, argv, want):
+    code, _, err = _cli(capsys, *argv)
+    line = _one_line(err)
+    assert code == 2 and want in line and line.count("imagebuild ") == 1, line
+
+
+# -- which knowledge -----------------------------------------------------------------------------
+
+def test_the_knowledge_is_found_in_order(tmp_path):
+    assert locate_matrix("m.yaml", {"IMAGEBUILD_MATRIX": "e.yaml"}, tmp_path) == ("m.yaml", "--matrix")
+    assert locate_matrix(None, {"IMAGEBUILD_MATRIX": "e.yaml"}, tmp_path) == ("e.yaml", "$IMAGEBUILD_MATRIX")
+    assert locate_matrix(None, {}, tmp_path) == (str(PACKAGED_MATRIX), "packaged")
+    (tmp_path / "matrix.yaml").write_text("broken: [")
+    assert locate_matrix(None, {}, tmp_path) == (str(tmp_path / "matrix.yaml"), "./matrix.yaml")
+
+
+def _imagebuild(cwd: Path, *argv, env=None) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "IMAGEBUILD_MATRIX"}
+    environ.update(env or {})
+    return subprocess.run([sys.executable, "-m", "imagebuild", *map(str, argv)], cwd=cwd, env=environ,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_with_no_matrix_here_the_packaged_one_answers(tmp_path):
+    which = _imagebuild(tmp_path, "knowledge", "which", "--json")
+    doc = json.loads(which.stdout)
+    assert which.returncode == 0 and doc["origin"] == "packaged"
+    assert doc["sha256"] == json.loads(_imagebuild(ROOT, "knowledge", "which", "--json").stdout)["sha256"]
+    res = _imagebuild(tmp_path, "resolve", "--driver", "580.95.05", "--gpu", "H100")
+    assert res.returncode == 0 and "(packaged with imagebuild" in res.stdout.splitlines()[-1]
+    # writing the packaged knowledge is refused; a copy is the way to edit it
+    sync = _imagebuild(tmp_path, "wheels", "lock")
+    assert sync.returncode == 2 and "read-only" in sync.stderr
+    copy = _imagebuild(tmp_path, "knowledge", "copy", "site")
+    assert copy.returncode == 0
+    assert (tmp_path / "site" / "matrix.yaml").read_bytes() == Path(MATRIX).read_bytes()
+    assert sorted(p.name for p in (tmp_path / "site" / "locks" / "wheels").iterdir()) == \
+        sorted(p.name for p in (ROOT / "locks" / "wheels").iterdir())
+    again = _imagebuild(tmp_path, "knowledge", "copy", "site")
+    assert again.returncode == 2 and "exists" in again.stderr
+    # and generate, with the packaged knowledge, writes into the current folder
+    gen = _imagebuild(tmp_path, "generate", "smoke-cpu")
+    assert gen.returncode == 0, gen.stderr
+    assert (tmp_path / "Dockerfiles" / "smoke-cpu" / "Dockerfile").read_bytes() == \
+        (ROOT / "Dockerfiles" / "smoke-cpu" / "Dockerfile").read_bytes()
+
+
+def test_build_asks_for_the_engine_before_anything_else(tmp_path):
+    shutil.copy(MATRIX, tmp_path / "matrix.yaml")
+    shutil.copytree(ROOT / "locks", tmp_path / "locks")
+    res = _imagebuild(tmp_path, "build", "pytorch-2.13.0-cu130-debian12-runtime",
+                      env={"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"})
+    line = _one_line(res.stderr)
+    assert res.returncode == 3 and "no container engine answers" in line
+    assert "systemctl" in line and ".ci/" not in line
+    assert not (tmp_path / ".imagebuild").exists()      # nothing downloaded, nothing rendered
