@@ -172,7 +172,7 @@ def test_the_plan_and_broken_jobs_on_a_driver_change(workspace, workflow):
 
 
 def test_the_images_job_publishes_and_keeps_its_artifacts(workspace, workflow, registry, engine,  # noqa: F811
-                                                          smoke_cpu_image, docker_client):
+                                                          smoke_cpu_image, docker_client, tmp_path):
     ws = workspace[0]
     runner = _runner(workspace, matrix={"image": "smoke-cpu"},
                      vars={"IMAGEBUILD_REGISTRY": f"{registry}/ci", "IMAGEBUILD_SOURCES": "",
@@ -187,13 +187,22 @@ def test_the_images_job_publishes_and_keeps_its_artifacts(workspace, workflow, r
     published = lock["smoke-cpu"]["published"]
     assert lock["smoke-cpu"]["smoke"]["passed"] and list(published) == [f"{registry}/ci/smoke-cpu"]
 
-    # the researcher's journey: find names the digest the registry holds; pull by it; check inside
+    # a node's journey: an empty folder (no checkout, no images.lock), the packaged knowledge;
+    # doctor reads the node, find reads what was published from the registry's index
+    node = tmp_path / "node"
+    node.mkdir()
     env = {**runner.base_env("workflow_dispatch"), "IMAGEBUILD_REGISTRY_USER": USER,
            "IMAGEBUILD_REGISTRY_PASSWORD": PASSWORD}
-    found = subprocess.run(["imagebuild", "find", "--registry", f"{registry}/ci", "--gpu", "none", "--json"],
-                           cwd=ws, env=env, capture_output=True, text=True, timeout=300)
+    doctor = subprocess.run(["imagebuild", "doctor", "--json"], cwd=node, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert doctor.returncode == 0, doctor.stderr
+    (node / "node.json").write_text(doctor.stdout)
+    found = subprocess.run(["imagebuild", "find", "--registry", f"{registry}/ci", "--from-doctor", "node.json",
+                            "--json"], cwd=node, env=env, capture_output=True, text=True, timeout=300)
     assert found.returncode == 0, found.stderr
+    assert sorted(p.name for p in node.iterdir()) == ["node.json"]       # nothing written there
     doc = json.loads(found.stdout)
+    assert doc["lock"] == f"{registry}/ci/imagebuild-index"
     best = doc["images"][0]
     assert best["image"] == "smoke-cpu" and best["registry"]["status"] == "ok"
     digest = best["registry"]["serves"]
@@ -201,6 +210,7 @@ def test_the_images_job_publishes_and_keeps_its_artifacts(workspace, workflow, r
     by_digest = f"{registry}/ci/smoke-cpu@{digest}"
     docker_client.login(username=USER, password=PASSWORD, registry=registry)
     docker_client.images.pull(by_digest)
+    # the researcher's journey: pull by the digest find printed, then check inside.
     # exit 0 (a non-zero exit raises): the CPU image runs on this GPU-less node, and says so
     out = docker_client.containers.run(by_digest, ["imagebuild-check"], remove=True, stderr=True)
     assert b"smoke-cpu" in out or b"CPU" in out, out

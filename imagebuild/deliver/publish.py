@@ -574,6 +574,46 @@ class RegistryAPI:
             raise RegistryError(f"registry {self.host} served bytes for blob {digest} that do not match it")
         return data
 
+    def tags(self, repository: str, *, limit: int) -> list[str]:
+        """The repository's tags (``GET /v2/<name>/tags/list``, following its ``Link`` pages on the
+        registry's own host), at most ``limit``; [] when the repository does not exist. A
+        malformed answer is a RegistryError; more than ``limit`` tags is one too (never a silent
+        cut: a caller would believe it saw them all)."""
+        self._check_name(repository)
+        path: str | None = f"/v2/{repository}/tags/list?n={limit + 1}"
+        found: list[str] = []
+        for _page in range(64):
+            if path is None:
+                break
+            response = self._request(path, scope=f"repository:{repository}:pull",
+                                     what=f"GET tags {repository}", cap=MAX_MANIFEST_BYTES)
+            if response.status_code == 404:
+                return []
+            if response.status_code != 200:
+                raise self._refusal(response, f"GET tags {repository}")
+            try:
+                page = json.loads(response.content).get("tags") or []
+                if not isinstance(page, list) or not all(isinstance(t, str) for t in page):
+                    raise TypeError
+            except (ValueError, TypeError, AttributeError):
+                raise RegistryError(f"registry {self.host} answered a malformed tag list for {repository}") from None
+            found += page
+            if len(found) > limit:
+                raise RegistryError(f"{self.host}/{repository} has more than {limit} tags; imagebuild "
+                                    "reads at most that many")
+            path = self._next_page(response.headers.get("Link", ""))
+        return found
+
+    def _next_page(self, link: str) -> str | None:
+        """The path of a ``Link: <...>; rel="next"`` on this registry, or None."""
+        m = re.match(r'\s*<([^>]+)>\s*;\s*rel="?next"?', link or "")
+        if not m:
+            return None
+        parts = urllib.parse.urlsplit(urllib.parse.urljoin(f"{self.scheme}://{self.host}/", m.group(1)))
+        if parts.scheme != self.scheme or parts.netloc.lower() != self.host.lower():
+            raise RegistryError(f"registry {self.host} sent the next page of a tag list elsewhere; not followed")
+        return parts.path + ("?" + parts.query if parts.query else "")
+
     def referrers(self, repository: str, digest: str) -> bytes | None:
         """The referrers API's image index for ``digest`` (``GET /v2/<name>/referrers/<digest>``), or
         None when the registry has no referrers API (404: the client falls back to the tag schema)."""

@@ -41,10 +41,15 @@ def configure(parser) -> None:
     parser.add_argument("--from-doctor", metavar="FILE",
                         help="host facts from `imagebuild doctor --json` output; flags override it")
     parser.add_argument("--lock", metavar="FILE",
-                        help="images.lock (default: images.lock beside the matrix)")
+                        help="images.lock (default: with --registry, the index `publish` wrote in "
+                             "the registry; without, images.lock beside the matrix)")
     parser.add_argument("--registry", metavar="HOST[:PORT]/NAMESPACE",
-                        help="where the images were published: check that the registry serves what "
-                             "images.lock records, print pull and run commands")
+                        help="where the images were published: read what was published from the "
+                             "registry's index (or --lock), check that the registry serves it, print "
+                             "pull and run commands")
+    parser.add_argument("--key", metavar="PUB",
+                        help="with --registry and no --lock: the public key (PEM) the index entries "
+                             "must be signed with (`publish --sign-key`); unsigned entries are left out")
     parser.add_argument("--no-check", action="store_true",
                         help="with --registry: do not ask the registry (print the commands unchecked)")
     parser.add_argument("--auth-host", action="append", default=[], metavar="HOST",
@@ -130,6 +135,35 @@ def registry_status(api, target, spec, entry: dict, lock_path: str) -> dict:
     return out
 
 
+def published(args, target, default_lock) -> tuple[dict, str, list]:
+    """What was published: images.lock (--lock, or the workspace's without --registry), or the
+    index `publish` wrote in the registry (--registry without --lock: all a node needs). Returns
+    (entries, where they came from, index entries left out with why)."""
+    from ...deliver import lockfile
+
+    if args.key and (target is None or args.lock):
+        raise UsageError("--key checks the registry's index: give --registry and no --lock", argument="--key")
+    if args.lock or target is None:
+        path = args.lock or str(default_lock)
+        return lockfile.read_lock(path), path, []
+    from ...deliver import catalog
+    from ...deliver.publish import RegistryAPI, find_credentials
+    public_key = None
+    if args.key:
+        from ...deliver.signing import load_public_key
+        public_key = load_public_key(args.key)
+    if args.no_check:
+        raise UsageError("--no-check needs --lock: without it the registry's index is read",
+                         argument="--no-check")
+    api = RegistryAPI(target.host, find_credentials(target.host), auth_hosts=args.auth_host)
+    api.ping()
+    found = catalog.read(api, target, public_key=public_key)
+    if not found.entries and not found.refused:
+        raise UsageError(f"{found.where} holds no index of published images (`imagebuild publish` "
+                         "writes it), and no --lock was given", argument="--registry")
+    return found.entries, found.where, found.refused
+
+
 def host_facts(args) -> dict:
     """The host's facts: --from-doctor's file, then the flags over it; a driver must be a release."""
     from ...versions import VersionSyntaxError, parse_host_driver
@@ -175,10 +209,9 @@ def run(args) -> int:
                              f"{', '.join(k.platforms)})", argument="--platform")
     host = Host(driver=facts["driver"], gpu=facts["gpu"], kernel=facts["kernel"], ofed=facts["ofed"],
                 open_kernel_modules=facts["open_kernel_modules"], date=args.date)
-    lock_path = args.lock or str(Workspace.of(args.matrix).lock)
-    locked = lockfile.read_lock(lock_path)
+    locked, lock_path, refused_entries = published(args, target, Workspace.of(args.matrix).lock)
     specs = {s.id: s for s in images.expand(k, allow_unverified=args.allow_unverified)[0]}
-    candidates, left_out = [], []
+    candidates, left_out = [], [(i, f"the registry's index entry is refused: {why}") for i, why in refused_entries]
     for image_id, entry in sorted(locked.items()):
         spec = specs.get(image_id)
         if spec is None:

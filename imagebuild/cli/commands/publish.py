@@ -146,6 +146,11 @@ def attachment_lines(result, done: dict) -> list[str]:
         if what in done:
             s = done[what]
             lines.append(f"{repo}:{s.tag}@{s.digest} {what.replace('_', ' ')} of {s.subject} (key {s.key_id})")
+    if "index" in done:
+        w = done["index"]
+        host = repo.split("/", 1)[0]
+        lines.append(f"{host}/{w.repository}:{w.tag}@{w.digest} index entry"
+                     + (f" (signed, key {w.signature.key_id})" if w.signature is not None else ""))
     return lines
 
 
@@ -169,6 +174,16 @@ def record_published(result, args) -> None:
     lockfile.record_published(lock_path, result.image_id, engine_image_id=result.engine_image_id,
                               repository=result.repository, digest=result.digest,
                               tags=[t.reference.rsplit(":", 1)[1] for t in result.tags])
+
+
+def write_index(api, target, image_id: str, key, args, say):
+    """The registry's index entry of what was just published and recorded (deliver/catalog.py):
+    what `find --registry` reads on a node that has no images.lock."""
+    from ...deliver import catalog, lockfile
+
+    lock_path = args.lock or str(Workspace.of(args.matrix).lock)
+    return catalog.write(api, target, image_id, lockfile.read_lock(lock_path)[image_id], key=key,
+                         progress=say)
 
 
 def run(args) -> int:
@@ -226,6 +241,7 @@ def run(args) -> int:
         attached[image_id] = done
         results.append(result)
         record_published(result, args)
+        done["index"] = write_index(api, target, image_id, key, args, say)
         for tag in result.tags:
             rep.line(f"{tag.reference}@{tag.digest}", image=image_id)
         for line in attachment_lines(result, attached[image_id]):
