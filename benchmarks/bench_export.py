@@ -6,7 +6,8 @@
 Anchor: ``docker export`` of a created container of the image, streamed into ``tar -x`` (what
 every export must do at least once). Then, for the same image:
 
-1. ``sqsh``: imagebuild's enroot squashfs (flatten + enroot files + mksquashfs);
+1. ``sqsh``: imagebuild's enroot squashfs (flatten + enroot files + mksquashfs), at the default
+   gzip level 1 and at level 9 (mksquashfs's own default), with each file's size;
 2. ``oci-bundle`` with the default method (flatten + ``runc spec``);
 3. ``oci-bundle`` with ``--oci-method umoci`` (``skopeo copy docker-daemon:`` + ``umoci unpack``);
 4. the second ``sqsh`` export's sha256 against the first (must be equal: reproducible).
@@ -100,6 +101,7 @@ def main() -> int:
     cases = {
         "anchor: docker export | tar -x": lambda p: anchor(client, ref, p),
         "sqsh": lambda p: export.export_sqsh(client, ref, p),
+        "sqsh, gzip level 9": lambda p: export.export_sqsh(client, ref, p, level=9),
         "oci-bundle (flatten + runc spec)": lambda p: export.export_oci_bundle(
             client, ref, p, method="flatten"),
         "oci-bundle (skopeo + umoci)": lambda p: export.export_oci_bundle(
@@ -109,16 +111,19 @@ def main() -> int:
     anchor(client, ref, out("warm"))
     out("warm")
     medians: dict[str, float] = {}
+    sizes: dict[str, str] = {}
     for index, (name, fn) in enumerate(cases.items()):
         times = []
         for _ in range(args.repeat):
             path = out(f"case{index}")
             times.append(timed(lambda: fn(path)))
         medians[name] = statistics.median(times)
+        if path.is_file():
+            sizes[name] = f"  {path.stat().st_size / 1e6:.0f} MB"
         out(f"case{index}")  # free the space before the next case
     base = medians["anchor: docker export | tar -x"]
     for name, seconds in medians.items():
-        print(f"{name:<36} {seconds:8.2f} s  {seconds / base:6.2f} x anchor")
+        print(f"{name:<36} {seconds:8.2f} s  {seconds / base:6.2f} x anchor{sizes.get(name, '')}")
     export.export_sqsh(client, ref, out("a.sqsh"))
     export.export_sqsh(client, ref, out("b.sqsh"))
     first = sha256(workdir / "a.sqsh")
