@@ -56,6 +56,7 @@ from ..dockerfile import BASE_DIGEST_LABEL, base_refs
 from ..reference import DIGEST_RE, is_repo_digest
 from ..workspace import LOCK_FILE
 from ..errors import ImagebuildError, LockError  # LockError: the one of errors.py, named here too
+from ..localfile import MAX_DOCUMENT_BYTES, read_bytes, read_text
 
 LOCK_VERSION = 1
 DEFAULT_LOCK = LOCK_FILE
@@ -89,9 +90,12 @@ def summarize_report(report: dict, raw: bytes) -> dict:
 def read_report_summary(path: str | os.PathLike) -> dict | None:
     """summarize_report of the JSON report at ``path``; None when there is no report yet."""
     try:
-        raw = Path(path).read_bytes()
+        raw = read_bytes(path, MAX_DOCUMENT_BYTES)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise ImagebuildError(f"cannot read the smoke report ({exc.strerror or type(exc).__name__})",
+                              file=str(path)) from None
     try:
         report = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -299,11 +303,13 @@ def read_lock(path: str | os.PathLike) -> dict[str, dict]:
     line/column for JSON syntax errors) when it is malformed."""
     where = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text(path, MAX_DOCUMENT_BYTES)
     except FileNotFoundError:
         raise LockError("no lock file (write one with `imagebuild lock`)", file=where) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LockError(f"cannot read ({type(exc).__name__})", file=where) from None
+    except UnicodeDecodeError:
+        raise LockError("cannot read (not UTF-8)", file=where) from None
+    except OSError as exc:
+        raise LockError(f"cannot read ({exc.strerror or type(exc).__name__})", file=where) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -525,11 +531,11 @@ def _knowledge(path: str, mtime_ns: int, size: int):
 def _read_if_there(path: str | os.PathLike) -> bytes | None:
     """The file's bytes, or None when there is no such file (any other failure is one line)."""
     try:
-        return Path(path).read_bytes()
+        return read_bytes(path, MAX_DOCUMENT_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise ImagebuildError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
+        raise ImagebuildError(f"cannot read ({exc.strerror or type(exc).__name__})", file=str(path)) from None
 
 
 def sbom_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | None:

@@ -660,15 +660,19 @@ def default_report_path(image_id: str, reports_dir: str | os.PathLike = REPORTS_
 
 def load_report(path: str | os.PathLike) -> dict:
     """The smoke report at ``path`` or NotTestedError (missing, unreadable, malformed)."""
+    from ..localfile import MAX_DOCUMENT_BYTES, read_text
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, MAX_DOCUMENT_BYTES)
     except FileNotFoundError:
         raise NotTestedError("no smoke report (run `imagebuild test --report` first); not published",
                              file=str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise NotTestedError(f"cannot read the smoke report ({type(exc).__name__}); not published",
-                             file=str(path)) from None
+    except UnicodeDecodeError:
+        raise NotTestedError("cannot read the smoke report (not UTF-8); not published", file=str(path)) from None
+    except OSError as exc:
+        raise NotTestedError(f"cannot read the smoke report ({exc.strerror or type(exc).__name__}); "
+                             "not published", file=str(path)) from None
     try:
         report = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -26,13 +26,13 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from ..errors import ImagebuildError, RegistryError, RegistryUnavailable, UsageError
 from ..digests import sha256_digest
 from .publish import DIGEST_RE, RegistryAPI
 from .referrers import OCI_MANIFEST, canonical_json
+from ..localfile import MAX_KEY_BYTES, read_bytes
 
 PASSWORD_ENV = "IMAGEBUILD_SIGN_KEY_PASSWORD"
 SIMPLE_SIGNING = "application/vnd.dev.cosign.simplesigning.v1+json"
@@ -87,7 +87,7 @@ def _p256(key, path: str, what: str, argument: str):
 
 def _read(path: str, argument: str) -> bytes:
     try:
-        return Path(path).read_bytes()
+        return read_bytes(path, MAX_KEY_BYTES)
     except FileNotFoundError:
         raise UsageError(f"no such file {path}", argument=argument) from None
     except OSError as exc:

@@ -28,6 +28,7 @@ a value that slipped past these gates still cannot add a line to a recipe.
 
 from __future__ import annotations
 
+import errno
 import re
 import string
 import unicodedata
@@ -36,6 +37,7 @@ from typing import Any, Iterable
 import yaml
 
 from ..errors import KnowledgeError
+from ..localfile import read_bytes
 from ..packagers import PACKAGERS
 from ..reference import is_reference
 from ..versions import VersionSyntaxError, parse_spec
@@ -97,22 +99,14 @@ def read_text(path) -> str:
     """The file as text: at most MAX_BYTES, UTF-8, no raw control characters (KnowledgeError)."""
     where = str(path)
     try:
-        chunks, size = [], 0
-        with open(path, "rb") as fh:  # never more than MAX_BYTES + 1, whatever the file is
-            while size <= MAX_BYTES:  # (a FIFO, /dev/zero); read(MAX_BYTES) would allocate it all
-                chunk = fh.read(1 << 16)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        data = b"".join(chunks)
+        data = read_bytes(path, MAX_BYTES)     # a regular file, never more than MAX_BYTES
     except FileNotFoundError:
         raise KnowledgeError("file not found", file=where) from None
     except OSError as exc:
+        if exc.errno == errno.EFBIG:
+            raise KnowledgeError(f"more than {MAX_BYTES // 2**20} MiB: refused (the knowledge base is "
+                                 "read whole; matrix.yaml is about 60 KiB)", file=where) from None
         raise KnowledgeError(f"cannot read: {exc.strerror or exc}", file=where) from None
-    if len(data) > MAX_BYTES:
-        raise KnowledgeError(f"more than {MAX_BYTES // 2**20} MiB: refused (the knowledge base is "
-                             "read whole; matrix.yaml is about 60 KiB)", file=where)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

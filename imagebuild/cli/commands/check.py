@@ -85,11 +85,13 @@ def run(args) -> int:
     image = False   # the stack is an imagebuild image's (its labels), not a machine's
     cuda_from = "repository"   # where that image's CUDA came from (its cuda.provider label)
     if args.from_json:
+        from ...localfile import MAX_DOCUMENT_BYTES, read_text
         try:
-            with open(args.from_json, encoding="utf-8") as fh:
-                data = json.load(fh)
+            data = json.loads(read_text(args.from_json, MAX_DOCUMENT_BYTES))
         except OSError as exc:
             raise UsageError(f"cannot read: {exc.strerror}", argument=args.from_json) from None
+        except UnicodeDecodeError:
+            raise UsageError("not UTF-8", argument=args.from_json) from None
         except json.JSONDecodeError as exc:
             raise UsageError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
                              argument=args.from_json) from None

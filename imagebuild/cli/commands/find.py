@@ -64,9 +64,10 @@ _FACTS = ("driver", "gpu", "kernel", "open_kernel_modules", "ofed", "platform")
 
 def facts_from_doctor(path: str) -> dict:
     """The `host` object of a doctor --json document."""
+    from ...localfile import MAX_DOCUMENT_BYTES, read_text
+
     try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
+        data = json.loads(read_text(path, MAX_DOCUMENT_BYTES))
     except OSError as exc:
         raise UsageError(f"cannot read: {exc.strerror}", argument="--from-doctor") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -8,6 +8,7 @@ tag after it: see imagebuild/deliver/publish.py for why.
 from __future__ import annotations
 
 import json
+import os
 
 from ...errors import ImagebuildError
 from ..reporter import Reporter
@@ -84,9 +85,10 @@ def image_sbom(image_id: str, engine_id: str, args) -> bytes | None:
         return None
     path = Path(args.sbom_file) if args.sbom_file else Workspace.of(args.matrix).sbom / f"{image_id}.cdx.json"
     where: dict = {"file": str(path)}
-    if path.is_file():
+    if os.path.lexists(path):
+        from ...localfile import MAX_DOCUMENT_BYTES, read_bytes
         try:
-            raw = path.read_bytes()
+            raw = read_bytes(path, MAX_DOCUMENT_BYTES)
         except OSError as exc:
             raise UsageError(f"cannot read the SBOM ({exc.strerror})", file=str(path)) from None
     elif args.sbom_file:
@@ -156,13 +158,13 @@ def attachment_lines(result, done: dict) -> list[str]:
 
 def check_lock(image_id: str, engine_id: str, report_source: str, args) -> None:
     """The lock records this image id and this report as its test report (lockfile.check_publishable)."""
-    from pathlib import Path
     from ...deliver import lockfile
 
     lock_path = args.lock or str(Workspace.of(args.matrix).lock)
     entries = lockfile.read_lock(lock_path)
+    from ...localfile import MAX_DOCUMENT_BYTES, read_bytes
     lockfile.check_publishable(entries.get(image_id), name=image_id, engine_id=engine_id,
-                               report_raw=Path(report_source).read_bytes(), lock_path=lock_path)
+                               report_raw=read_bytes(report_source, MAX_DOCUMENT_BYTES), lock_path=lock_path)
 
 
 def record_published(result, args) -> None:
