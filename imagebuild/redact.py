@@ -21,8 +21,24 @@ def _hide(match: re.Match) -> str:
     return f"{match.group(1)}{shown}@"
 
 
+# an authorization value wherever a server's answer or a header dump echoes one: the scheme word
+# (Basic, Bearer, token) and then the credential; a quoted or JSON "authorization": "..." too
+_AUTH_VALUE = re.compile(r"(?i)\b(authorization|proxy-authorization)(\\?[\"']?\s*[:=]\s*\\?[\"']?\s*)"
+                         r"(?:(basic|bearer|token|digest)\s+)?[^\s\"',;}]+")
+_SCHEME_TOKEN = re.compile(r"(?i)\b(basic|bearer)\s+[A-Za-z0-9+/=._~-]{8,}")
+
+
+def _hide_auth(match: re.Match) -> str:
+    scheme = f"{match.group(3)} " if match.group(3) else ""
+    return f"{match.group(1)}{match.group(2)}{scheme}***"
+
+
 def redact(text: str) -> str:
     """``text`` (a URL, or any text holding URLs) with the password of every URL's userinfo
     replaced by ``***`` (``user:***@``); userinfo without a password is hidden whole (``***@``),
-    since a token is often passed as the user name."""
-    return _USERINFO.sub(_hide, str(text))
+    since a token is often passed as the user name. Authorization values (``Authorization: Basic
+    ...``, ``Bearer ...``) are hidden too: a registry that echoes a request's headers in its
+    error would otherwise print the credentials."""
+    text = _USERINFO.sub(_hide, str(text))
+    text = _AUTH_VALUE.sub(_hide_auth, text)
+    return _SCHEME_TOKEN.sub(lambda m: f"{m.group(1)} ***", text)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import re
 import secrets as _secrets
 import time
@@ -677,6 +678,21 @@ class DockerSession:
         self._networks.clear()
 
 
+#: the environment variables that hold imagebuild's own secrets: no credential helper sees them
+OWN_SECRETS = ("IMAGEBUILD_SIGN_KEY_PASSWORD", "IMAGEBUILD_REGISTRY_PASSWORD", "IMAGEBUILD_REGISTRY_USER")
+
+
+@contextlib.contextmanager
+def _without_env(names):
+    """os.environ without ``names`` for the block (the commands that ask for credentials do so on
+    their main thread, before any worker starts)."""
+    saved = {n: os.environ.pop(n) for n in names if n in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 def registry_auth(config: Mapping, host: str, env: Mapping[str, str]) -> dict | None:
     """The credentials for registry ``host`` in a Docker config (its parsed JSON ``config``), as
     docker reads them: ``credHelpers``, ``credsStore`` (running the ``docker-credential-*``
@@ -689,10 +705,13 @@ def registry_auth(config: Mapping, host: str, env: Mapping[str, str]) -> dict | 
     import docker.errors
 
     copy = json.loads(json.dumps(dict(config)))          # docker.auth consumes the dict it is given
+    helper_env = {k: v for k, v in env.items() if k not in OWN_SECRETS}
     try:
-        with warnings.catch_warnings():              # a missing helper warns, then fails below
-            warnings.simplefilter("ignore")
-            auth = docker.auth.load_config(config_dict=copy, credstore_env=dict(env))
+        # the SDK starts a helper with os.environ plus credstore_env: imagebuild's own secrets are
+        # taken out of both for the call (a helper needs its own credentials, never ours)
+        with warnings.catch_warnings(), _without_env(OWN_SECRETS):
+            warnings.simplefilter("ignore")          # a missing helper warns, then fails below
+            auth = docker.auth.load_config(config_dict=copy, credstore_env=helper_env)
             return auth.resolve_authconfig(host)
     except (docker.errors.DockerException, ValueError, KeyError, TypeError) as exc:
         raise EngineError(str(exc)) from None

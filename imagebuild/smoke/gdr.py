@@ -103,6 +103,16 @@ def _listdir(root: str, rel: str) -> list[str]:
     return rootfs.listdir(root, rel)
 
 
+#: what the kernel names RDMA devices and network interfaces (mlx5_0, ib0, ens1f0np0, rxe_eth0)
+DEVICE_NAME_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}\Z")
+
+
+def _names(root: str, rel: str) -> list[str]:
+    """The entries of a /sys folder that are device names: one with a newline, a quote or a
+    space is no kernel's name, and it would reach a job's `export` lines: left out."""
+    return [n for n in _listdir(root, rel) if DEVICE_NAME_RE.match(n)]
+
+
 def loaded_modules(root: str = "/") -> set[str]:
     """Names of the loaded kernel modules (first column of /proc/modules)."""
     text = _read(root, "proc/modules") or ""
@@ -131,8 +141,8 @@ def driver_version(version_text: str | None) -> tuple[str | None, bool]:
 def rdma_ports(root: str = "/") -> list[RdmaPort]:
     """Every port of every /sys/class/infiniband device, in name order."""
     out = []
-    for dev in _listdir(root, "sys/class/infiniband"):
-        netdevs = _listdir(root, f"sys/class/infiniband/{dev}/device/net")
+    for dev in _names(root, "sys/class/infiniband"):
+        netdevs = _names(root, f"sys/class/infiniband/{dev}/device/net")
         for port in sorted(_listdir(root, f"sys/class/infiniband/{dev}/ports"),
                            key=lambda p: (not p.isdigit(), int(p) if p.isdigit() else 0, p)):
             if not port.isdigit():
@@ -193,7 +203,7 @@ def probe(root: str = "/", kernel_release: str | None = None) -> GdrProbe:
     modules = loaded_modules(root)
     peermem = module_loaded(root, "nvidia_peermem", modules)
     nv_peer = module_loaded(root, "nv_peer_mem", modules)
-    rdma = _listdir(root, "sys/class/infiniband")
+    rdma = _names(root, "sys/class/infiniband")
     ports = rdma_ports(root)
     notes: list[str] = []
     available: list[str] = []
