@@ -619,8 +619,77 @@ def validate(doc, ctx) -> None:
     if "rdma" in doc:
         _rdma(c, doc, sources)
     _tarballs(c, doc)
+    _cache_names(c, doc)
     if "images" in doc:
         _images(c, doc, set(_ids(doc.get("os"))), set(_ids(doc.get("rdma"))))
+        _family_sources(c, doc)
+
+
+def _release_file(name: str, entry: dict) -> str | None:
+    """The source cache's file name of a release tarball (render/sources.py names it so)."""
+    if not isinstance(entry, dict) or not entry.get("url") or "version" not in entry:
+        return None
+    version = str(entry["version"])
+    path = str(entry["url"]).replace("{version}", version).split("?", 1)[0]
+    ext = ".tar.bz2" if path.endswith(".tar.bz2") else ".tar.gz" if path.endswith((".tar.gz", ".tgz")) else ".tar"
+    return f"{name}-{version}{ext}"
+
+
+def _cache_names(c: _Checker, doc):
+    """Every tarball has its own file name in the source cache, which the recipes and the cache
+    check by name against one sha256: two that share a name (a git archive named like another
+    release, two archives under one name) would have one dropped and one checked against the
+    other's sha256. Refused where the second is declared."""
+    seen: dict[str, str] = {}
+
+    def claim(name: str | None, what: str, node, key):
+        if not name:
+            return
+        if name in seen and seen[name] != what:
+            c.fail(f"{what}: the source cache file {name!r} is also {seen[name]}'s (each tarball "
+                   "needs its own file name)", node, key)
+        seen.setdefault(name, what)
+
+    tools = doc.get("tools") if isinstance(doc.get("tools"), dict) else {}
+    for name in ("gdrcopy", "nccl-tests"):
+        entry = tools.get(name)
+        claim(_release_file(name, entry), f"tools.{name}", tools, name)
+    for comp in ("ucx", "openmpi"):
+        section = doc.get(comp)
+        releases = section.get("releases") if isinstance(section, dict) else None
+        for i, r in enumerate(releases if isinstance(releases, list) else []):
+            if not isinstance(r, dict):
+                continue
+            what = f"{comp}.releases[{i}] ({r.get('version')})"
+            if r.get("install", "source") == "source":
+                claim(_release_file(comp, r), what, r, "url")
+            ga = r.get("git_archive")
+            if isinstance(ga, dict) and isinstance(ga.get("file"), str):
+                claim(ga["file"], f"{what} git_archive", ga, "file")
+
+
+def _family_sources(c: _Checker, doc):
+    """What a family asks its recipe to compile exists in the matrix: `sources: git` needs the
+    git archive of the UCX and Open MPI releases it pins, and `build.cuda_arch` names compute
+    capabilities the `architectures:` section knows."""
+    archs = {str(a.get("cc")) for a in doc.get("architectures") or [] if isinstance(a, dict)}
+    releases = {comp: {str(r.get("version")): r for r in (doc.get(comp) or {}).get("releases") or []
+                       if isinstance(r, dict)} for comp in ("ucx", "openmpi")}
+    for i, fam in enumerate(doc.get("images") or []):
+        where = f"images[{i}] ({fam.get('family')})"
+        if fam.get("sources") == "git":
+            for comp in ("ucx", "openmpi"):
+                entry = releases[comp].get(str(fam.get(comp, "")))
+                if entry is not None and entry.get("install", "source") == "source" \
+                        and not entry.get("git_archive"):
+                    c.fail(f"{where}: sources: git compiles {comp} {entry.get('version')} from its git "
+                           f"tag archive, which its release in {comp}.releases does not record "
+                           "(git_archive:)", fam, "sources")
+        build = fam.get("build") if isinstance(fam.get("build"), dict) else {}
+        for j, arch in enumerate(build.get("cuda_arch") or []):
+            if str(arch) not in archs:
+                _fail_in(c, build, "cuda_arch", j, f"{where}.build.cuda_arch: {arch} is not an "
+                         f"architecture the matrix knows (architectures: {', '.join(sorted(archs, key=float))})")
 
 
 def _tarballs(c: _Checker, doc):

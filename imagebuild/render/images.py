@@ -342,6 +342,24 @@ def _rdma_skip(rdma: dict | None, os_id: str, allow_unverified: bool) -> str | N
     return None
 
 
+def _check_arch(k: Knowledge, f: "_Family", cuda: str) -> None:
+    """`build.cuda_arch` names architectures this CUDA release compiles for: one added after it
+    (first_cuda) or dropped before it (last_cuda) stops nvcc inside the build, so it is refused
+    here, naming the family's line."""
+    if cuda == NONE:
+        return
+    have = parse_version(major_minor(cuda))
+    for cc in f.build.get("cuda_arch", ()):
+        arch = k.architectures.get(cc) or {}
+        first, last = arch.get("first_cuda"), arch.get("last_cuda")
+        if first and have < parse_version(first):
+            f.fail(f"{f.name}: build.cuda_arch {cc} ({arch.get('name')}) needs CUDA >= {first} "
+                   f"[{arch.get('source')}], and this image's CUDA is {cuda}")
+        if last and have > parse_version(last):
+            f.fail(f"{f.name}: build.cuda_arch {cc} ({arch.get('name')}) was dropped after CUDA "
+                   f"{last} [{arch.get('source')}], and this image's CUDA is {cuda}")
+
+
 class _Expansion:
     """The images of a matrix as its families are expanded one by one: the specs so far (each id
     once), and the combinations that gave none."""
@@ -394,6 +412,7 @@ class _Expansion:
             return
         stack = {c: res.stack[c] for c in ("os", "platform", "python", "cuda", "cudnn",
                                           "nccl", "ucx", "openmpi", "pytorch")}
+        _check_arch(k, f, stack["cuda"])
         ws = wheel_set(k, stack, k.os[os_id], f.wheels, toolkit=(
             cuda_from == "wheels" and compiles(stack, k.ucx[stack["ucx"]])))
         if ws is not None and self.require_locks and read_lock(k, ws) is None:

@@ -1,0 +1,75 @@
+"""Mistakes the matrix loader used to let through to generate or the engine (issue 23, item 9),
+each made in a copy of the real matrix.yaml by editing one line, each refused in one line naming
+the file and the line: as_of out of range, two tarballs under one cache file name, `sources: git`
+on a release without a git archive, `build.cuda_arch` naming an architecture the matrix does not
+know or one the image's CUDA cannot compile."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from imagebuild import cli
+
+from conftest import ROOT
+
+MATRIX = ROOT / "matrix.yaml"
+
+
+def _edit(tmp_path, pattern: str, replacement: str) -> tuple[str, int]:
+    """A copy of the matrix with the one line matching ``pattern`` rewritten; (path, its line)."""
+    lines = MATRIX.read_text().splitlines(keepends=True)
+    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+    assert len(hits) == 1, (pattern, hits)
+    lines[hits[0]] = re.sub(pattern, replacement, lines[hits[0]])
+    path = tmp_path / "matrix.yaml"
+    path.write_text("".join(lines))
+    shutil.copytree(ROOT / "locks", tmp_path / "locks")
+    return str(path), hits[0] + 1
+
+
+def _refused(capsys, argv, path: str, line: int | None, words: str):
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    where = f"{path}:{line}" if line else path
+    assert where in err[0] and words in err[0], err[0]
+
+
+def test_as_of_outside_any_source_date_is_refused(tmp_path, capsys):
+    path, line = _edit(tmp_path, r'^as_of: "2026-11-21"', 'as_of: "0001-01-01"')
+    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line, "outside 1980-01-01")
+
+
+def test_two_tarballs_under_one_cache_file_name_are_refused(tmp_path, capsys):
+    path, line = _edit(tmp_path, r'file: "openmpi-5\.0\.10-git\.tar\.gz"', 'file: "ucx-1.22.0-git.tar.gz"')
+    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
+             "the source cache file 'ucx-1.22.0-git.tar.gz' is also ucx.releases")
+
+
+def test_sources_git_without_the_release_s_git_archive_is_refused_at_load(tmp_path, capsys):
+    path, _ = _edit(tmp_path, r'^\s+git_archive: \{file: "ucx-1\.22\.0-git\.tar\.gz".*$', "      # (no git archive)")
+    family_line = next(i + 1 for i, text in enumerate(open(path).read().splitlines())
+                       if text.strip() == "sources: git")
+    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, family_line,
+             "sources: git compiles ucx 1.22.0 from its git tag archive")
+
+
+def test_an_unknown_cuda_arch_is_refused_at_load(tmp_path, capsys):
+    path, line = _edit(tmp_path, r'cuda_arch: \["8\.0", "9\.0", "10\.0"\]', 'cuda_arch: ["8.0", "8.5", "10.0"]')
+    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
+             "build.cuda_arch: 8.5 is not an architecture the matrix knows")
+
+
+@pytest.mark.parametrize("arch,words", [("7.0", "was dropped after CUDA 12.9"),
+                                        ("3.7", "was dropped after CUDA 11.8")])
+def test_a_cuda_arch_the_image_s_cuda_cannot_compile_is_refused_before_the_engine(tmp_path, capsys, arch, words):
+    path, line = _edit(tmp_path, r'cuda_arch: \["8\.0", "9\.0", "10\.0"\]', f'cuda_arch: ["{arch}", "9.0"]')
+    family_line = max(i + 1 for i, text in enumerate(open(path).read().splitlines()[:line])
+                      if text.strip().startswith("- family:"))
+    assert cli.main(["knowledge", "validate", "--matrix", path]) == 0      # every name is known
+    capsys.readouterr()
+    _refused(capsys, ["generate", "--check", "--matrix", path, "--output", str(tmp_path / "out")],
+             path, family_line, words)
