@@ -260,3 +260,55 @@ def test_verify_reads_at_most_a_bounded_number_of_referrers(referrers_registry, 
     assert code == 1 and "250 SBOM referrer(s) listed" in text, text
     asked = {path.rsplit("/", 1)[1] for method, path in log if method == "GET" and "/manifests/" in path}
     assert len(asked & set(listed)) == referrers.MAX_SBOM_REFERRERS
+
+
+# ---------------------------------------------------------------- a registry that trickles
+
+def _trickle(where: str, stop: threading.Event):
+    """An answer that never ends in time: headers (or the body) one byte every 0.2 s, which no
+    socket read timeout ever trips; it stops when the client goes or after 60 s."""
+    def answer(h):
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n"
+        if where == "body":
+            h.wfile.write(head + b"\r\n")
+            head = b"x" * 100000
+        h.wfile.flush()
+        for byte in head[:300]:
+            if stop.is_set():
+                return
+            h.wfile.write(bytes([byte]))
+            h.wfile.flush()
+            time.sleep(0.2)
+    return answer
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_trickling_registry_ends_at_the_deadline(where, tmp_path):
+    """A byte every 0.2 s kept `verify` running without end (each byte restarts the read
+    timeout). With --timeout 2 it ends in about 2 s: one line, exit 3 (retry later)."""
+    _, pub = write_key(tmp_path / "k.pem")
+    stop = threading.Event()
+    with _Server(_Scripted, _trickle(where, stop)) as server:
+        start = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "imagebuild", "verify", f"{server.host}/ns/x:1",
+                               "--key", str(pub), "--timeout", "2"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=60)
+        took = time.monotonic() - start
+        stop.set()
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 3 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "deadline" in lines[0] and "--timeout" in lines[0]
+    assert took < 30, took          # not the 60 s the server would go on for
+
+
+def test_the_deadline_ends_the_retries_too():
+    """A registry that answers 503 forever: the retries (with their backoff) stop at the deadline."""
+    def answer(h):
+        _send(h, 503, b"{}")
+    with _Server(_Scripted, answer) as server:
+        api = publish.RegistryAPI(server.host, backoff=0.5, tries=50, timeout=10, deadline=1.5)
+        start = time.monotonic()
+        with pytest.raises(publish.RegistryUnavailable) as failed:
+            api.ping()
+        assert time.monotonic() - start < 10
+    assert "deadline" in str(failed.value) or "failed" in str(failed.value)

@@ -97,6 +97,20 @@ def parser_error(parser: argparse.ArgumentParser, message: str):
     raise ImagebuildError(message)
 
 
+def add_timeout_option(parser: argparse.ArgumentParser) -> None:
+    """--timeout SECONDS: the overall deadline of a command's registry conversation."""
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = -1.0
+        if not 1 <= value <= 86400:
+            raise argparse.ArgumentTypeError(f"expected seconds from 1 to 86400, not {text!r}")
+        return value
+    parser.add_argument("--timeout", type=seconds, default=600.0, metavar="SECONDS",
+                        help="give up on the registry after this long in all (default 600; exit 3)")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad argument is one line and exit code 2 (argparse prints usage too)."""
 

@@ -32,10 +32,13 @@ the registry's host, or one the user allowed (``--auth-host``); otherwise one li
 from __future__ import annotations
 
 import base64
+import contextlib
 import ipaddress
 import json
 import os
 import re
+import signal
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
@@ -293,11 +296,17 @@ MAX_ANSWER_BYTES = 16 * 1024 * 1024
 MAX_TOKEN_BYTES = 1024 * 1024
 
 
-def read_bounded(response, cap: int, what: str) -> None:
+#: the default overall deadline of a command's registry conversation, in seconds (--timeout)
+DEFAULT_DEADLINE = 600.0
+
+
+def read_bounded(response, cap: int, what: str, deadline: float | None = None) -> None:
     """Read a streamed requests.Response's body into it (``.content`` then works as usual) without
     ever holding more than ``cap`` bytes: a declared Content-Length above it is refused before
     reading, a body that runs past it is refused at that point. The refusal is a RegistryError,
-    which the retry loop does not retry (the same server would send the same body again)."""
+    which the retry loop does not retry (the same server would send the same body again).
+    ``deadline`` (time.monotonic()): a server that trickles its answer (a byte a second never
+    trips a read timeout) is given up at that instant, RegistryUnavailable."""
     declared = response.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > cap:
         response.close()
@@ -309,9 +318,38 @@ def read_bounded(response, cap: int, what: str) -> None:
             if len(body) + len(chunk) > cap:
                 raise RegistryError(f"{what}: the answer is larger than the {cap} bytes imagebuild reads")
             body += chunk
+            if deadline is not None and time.monotonic() > deadline:
+                raise RegistryUnavailable(f"{what}: still sending after the deadline "
+                                          "(--timeout); given up")
     finally:
         response.close()
     response._content = bytes(body)
+
+
+class DeadlinePassed(RegistryUnavailable):
+    """The registry conversation ran past its deadline (exit 3: retry later, or allow more)."""
+
+
+@contextlib.contextmanager
+def _deadline_alarm(seconds: float | None, message: str):
+    """Raise DeadlinePassed in the main thread when ``seconds`` pass inside the block, wherever it
+    blocks: a server that trickles its headers or body a byte at a time never trips a socket
+    timeout (each byte restarts it), so the deadline is a timer, not a read timeout. Off in other
+    threads (signals reach only the main one) and when ``seconds`` is None."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(_signum, _frame):
+        raise DeadlinePassed(message)
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _describe_exception(exc: Exception) -> str:
@@ -338,7 +376,8 @@ class RegistryAPI:
 
     def __init__(self, host: str, credentials: Credentials | None = None, *, scheme: str | None = None,
                  tries: int = 4, backoff: float = 0.5, timeout: float = 10.0,
-                 sleep: Callable[[float], None] = time.sleep, auth_hosts: Iterable[str] = ()):
+                 sleep: Callable[[float], None] = time.sleep, auth_hosts: Iterable[str] = (),
+                 deadline: float | None = DEFAULT_DEADLINE):
         import requests
 
         if not HOST_RE.match(host):
@@ -348,6 +387,9 @@ class RegistryAPI:
         self.scheme = scheme or ("http" if is_loopback(host) else "https")
         self.tries, self.backoff, self.timeout, self._sleep = tries, backoff, timeout, sleep
         self.auth_hosts = tuple(auth_hosts)   # token services on other hosts the user trusts
+        # the whole conversation ends by this instant (time.monotonic()), however the server paces it
+        self.seconds = deadline
+        self.deadline = None if deadline is None else time.monotonic() + float(deadline)
         self.session = requests.Session()
         if is_loopback(host):
             self.session.trust_env = False  # a proxy never reaches our own loopback registry
@@ -360,16 +402,35 @@ class RegistryAPI:
     def _secrets(self) -> list[str]:
         return [self.credentials.password] if self.credentials else []
 
+    def _time_left(self, what: str) -> float:
+        """Seconds to the deadline for one request (at most the per-request timeout);
+        RegistryUnavailable once it has passed."""
+        if self.deadline is None:
+            return self.timeout
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise RegistryUnavailable(f"registry {self.host}: {what}: the {self.seconds:g} s deadline "
+                                      "passed (--timeout SECONDS to allow more)")
+        return min(self.timeout, left)
+
+    def _sleep_capped(self, seconds: float) -> None:
+        """The retry wait, never past the deadline (the next attempt then says it passed)."""
+        left = seconds if self.deadline is None else min(seconds, max(0.0, self.deadline - time.monotonic()))
+        self._sleep(left)
+
     def _get(self, url: str, headers: dict[str, str], what: str, method: str = "GET",
              data: bytes | None = None, cap: int = MAX_ANSWER_BYTES):
         def call():
-            response = self.session.request(method, url, headers={**headers, **self._auth_header},
-                                            data=data, timeout=self.timeout, allow_redirects=True,
-                                            stream=True)
-            read_bounded(response, cap, f"registry {self.host}: {what}")
+            left = self._time_left(what)
+            with _deadline_alarm(left if self.deadline is not None else None,
+                                 f"registry {self.host}: {what}: the {self.seconds:g} s deadline passed "
+                                 "(--timeout SECONDS to allow more)"):
+                response = self.session.request(method, url, headers={**headers, **self._auth_header},
+                                                data=data, timeout=left, allow_redirects=True, stream=True)
+                read_bounded(response, cap, f"registry {self.host}: {what}", self.deadline)
             return response
         return _retrying(call, what=what, host=self.host, tries=self.tries, backoff=self.backoff,
-                         sleep=self._sleep)
+                         sleep=self._sleep_capped)
 
     def _refused(self) -> RegistryError:
         return RegistryError(f"registry {self.host} refused the credentials for {self._user}")
@@ -390,12 +451,16 @@ class RegistryAPI:
             query = {k: v for k, v in (("service", params.get("service")),
                                        ("scope", scope or params.get("scope"))) if v}
             def token_request():
-                answer = self.session.get(realm, params=query, timeout=self.timeout, stream=True,
-                                          auth=(self.credentials.user, self.credentials.password))
-                read_bounded(answer, MAX_TOKEN_BYTES, f"registry {self.host}: token service")
+                left = self._time_left("token request")
+                with _deadline_alarm(left if self.deadline is not None else None,
+                                     f"registry {self.host}: token request: the {self.seconds:g} s "
+                                     "deadline passed (--timeout SECONDS to allow more)"):
+                    answer = self.session.get(realm, params=query, timeout=left, stream=True,
+                                              auth=(self.credentials.user, self.credentials.password))
+                    read_bounded(answer, MAX_TOKEN_BYTES, f"registry {self.host}: token service", self.deadline)
                 return answer
             response = _retrying(token_request, what="token request", host=self.host, tries=self.tries,
-                                 backoff=self.backoff, sleep=self._sleep)
+                                 backoff=self.backoff, sleep=self._sleep_capped)
             if response.status_code in (401, 403):
                 raise self._refused()
             if response.status_code != 200:

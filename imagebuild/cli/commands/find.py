@@ -35,7 +35,10 @@ SHOWN = 10
 
 
 def configure(parser) -> None:
+    from .. import add_timeout_option
+
     add_matrix_option(parser)
+    add_timeout_option(parser)
     add_host_options(parser)
     parser.add_argument("--platform", help="the nodes' CPU architecture (x86_64, aarch64)")
     parser.add_argument("--from-doctor", metavar="FILE",
@@ -156,7 +159,8 @@ def published(args, target, default_lock) -> tuple[dict, str, list]:
     if args.no_check:
         raise UsageError("--no-check needs --lock: without it the registry's index is read",
                          argument="--no-check")
-    api = RegistryAPI(target.host, find_credentials(target.host), auth_hosts=args.auth_host)
+    api = RegistryAPI(target.host, find_credentials(target.host), auth_hosts=args.auth_host,
+                      deadline=args.timeout)
     api.ping()
     found = catalog.read(api, target, public_key=public_key)
     if not found.entries and not found.refused:
@@ -232,7 +236,8 @@ def run(args) -> int:
     status: dict[str, dict] = {}
     if checked and good:
         from ...deliver.publish import RegistryAPI, find_credentials
-        api = RegistryAPI(target.host, find_credentials(target.host), auth_hosts=args.auth_host)
+        api = RegistryAPI(target.host, find_credentials(target.host), auth_hosts=args.auth_host,
+                      deadline=args.timeout)
         api.ping()          # an unreachable registry is one line, exit 3, before anything is listed
         status = {f.spec.id: registry_status(api, target, f.spec, locked[f.spec.id], lock_path)
                   for f in good}

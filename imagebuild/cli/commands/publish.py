@@ -16,8 +16,9 @@ from ...workspace import Workspace
 
 
 def configure(parser) -> None:
-    from .. import add_matrix_option
+    from .. import add_matrix_option, add_timeout_option
 
+    add_timeout_option(parser)
     parser.add_argument("images", nargs="+", metavar="IMAGE", help="image ids from the matrix")
     parser.add_argument("--registry", required=True, metavar="HOST[:PORT]/NAMESPACE",
                         help="where to push, e.g. localhost:5000/hpc")
@@ -227,7 +228,7 @@ def run(args) -> int:
         publish.check_report(report, engine_id, name=image_id, source=source)
         check_lock(image_id, engine_id, source, args)
         sboms[image_id] = image_sbom(image_id, engine_id, args)
-    api = publish.RegistryAPI(target.host, credentials, auth_hosts=args.auth_host)
+    api = publish.RegistryAPI(target.host, credentials, auth_hosts=args.auth_host, deadline=args.timeout)
     results = []
     attached: dict = {}
     for image_id, spec in specs.items():

@@ -14,8 +14,9 @@ from ..reporter import Reporter
 
 
 def configure(parser) -> None:
-    from .. import add_matrix_option
+    from .. import add_matrix_option, add_timeout_option
 
+    add_timeout_option(parser)
     parser.add_argument("image", metavar="IMAGE", nargs="?", help="a matrix image id, or a local NAME:TAG")
     parser.add_argument("--output", required=True, metavar="FILE", help="where to write the SBOM (JSON)")
     parser.add_argument("--from-registry", metavar="REF", default=None,
@@ -101,7 +102,7 @@ def from_registry(args) -> int:
     if args.referrer and not publish.DIGEST_RE.match(args.referrer):
         raise UsageError(f"{args.referrer!r} is not sha256:<64 hex>", argument="--referrer")
     ref = referrers.parse_reference(args.from_registry, argument="--from-registry")
-    api = publish.RegistryAPI(ref.host, publish.find_credentials(ref.host), auth_hosts=args.auth_host)
+    api = publish.RegistryAPI(ref.host, publish.find_credentials(ref.host), auth_hosts=args.auth_host, deadline=args.timeout)
     manifest = referrers.resolve(api, ref)
     digest, data = referrers.fetch_sbom(api, ref.repository, manifest.digest, referrer=args.referrer)
     write_atomically(args.output, data)

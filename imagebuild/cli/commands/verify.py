@@ -15,6 +15,9 @@ from ..reporter import Reporter
 
 
 def configure(parser) -> None:
+    from .. import add_timeout_option
+
+    add_timeout_option(parser)
     parser.add_argument("ref", metavar="REF",
                         help="HOST[:PORT]/NAMESPACE/NAME:TAG or HOST[:PORT]/NAMESPACE/NAME@sha256:...")
     parser.add_argument("--key", required=True, metavar="PUBKEY",
@@ -33,7 +36,7 @@ def run(args) -> int:
 
     ref = referrers.parse_reference(args.ref)
     public_key = signing.load_public_key(args.key)
-    api = publish.RegistryAPI(ref.host, publish.find_credentials(ref.host), auth_hosts=args.auth_host)
+    api = publish.RegistryAPI(ref.host, publish.find_credentials(ref.host), auth_hosts=args.auth_host, deadline=args.timeout)
     manifest = referrers.resolve(api, ref)
     verified = signing.verify_signature(api, ref.repository, manifest.digest, public_key)
     sboms, _where = referrers.sbom_referrers(api, ref.repository, manifest.digest)
