@@ -6,8 +6,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import http.server
+import os
 import shutil
+import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -146,3 +149,65 @@ def test_an_unreachable_mirror_is_an_outage_exit_3(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     errors = [line for line in err if line.startswith("imagebuild sources:")]   # beside progress
     assert len(errors) == 1 and "cannot download" in errors[0] and "ConnectionError" in errors[0], err
+
+
+# -- a hostile or broken mirror (issue 23, item 7) ------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["zero", "fifo"])
+def test_a_mirror_file_that_is_a_device_or_fifo_is_refused_at_once(tmp_path, kind):
+    """A link to /dev/zero was read until the disk was full; a FIFO hung the fetch."""
+    tb, mirror = _fake(tmp_path)
+    (mirror / tb.file).unlink()
+    if kind == "zero":
+        os.symlink("/dev/zero", mirror / tb.file)
+    else:
+        os.mkfifo(mirror / tb.file)
+    cache = tmp_path / "cache"
+    with pytest.raises(S.SourceError, match="not a regular file"):
+        S.fetch([tb], cache, str(mirror))
+    assert list(cache.iterdir()) == []
+
+
+def test_an_http_mirror_declaring_too_much_is_refused_before_reading(tmp_path, monkeypatch):
+    tb, mirror = _fake(tmp_path)
+    monkeypatch.setattr(S, "MAX_TARBALL_BYTES", 4)          # "payload" is 7 bytes
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
+    handler.log_message = lambda *a, **kw: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(S.SourceError, match="declares 7 bytes, more than the 4"):
+            S.fetch([tb], tmp_path / "cache", f"http://127.0.0.1:{server.server_address[1]}/")
+    finally:
+        server.shutdown()
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_a_part_file_left_by_a_killed_fetch_is_removed_by_the_next(tmp_path):
+    tb, mirror = _fake(tmp_path)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    stale, live = cache / f".{tb.file}.deadbeef.part", cache / f".{tb.file}.cafef00d.part"
+    stale.write_bytes(b"half")
+    live.write_bytes(b"being written")
+    old = time.time() - S.STALE_PART_SECONDS - 60
+    os.utime(stale, (old, old))
+    S.fetch([tb], cache, str(mirror))
+    assert not stale.exists() and live.exists()          # a recent one may have a writer
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing(tmp_path):
+    """ENOSPC was a traceback. A real full file system: a 1 MiB tmpfs."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        need("root and mount", "mounting a small tmpfs needs them")
+    tb, mirror = _fake(tmp_path, content=b"x" * (2 << 20))
+    cache = tmp_path / "small"
+    cache.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(cache)]).returncode != 0:
+        need("a small tmpfs", "mount -t tmpfs failed")
+    try:
+        with pytest.raises(S.SourceError, match="the disk under the source cache is full"):
+            S.fetch([tb], cache, str(mirror))
+        assert list(cache.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(cache)])

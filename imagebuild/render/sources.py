@@ -19,7 +19,11 @@ archive, the file name the matrix records.
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
+import stat
+import time
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +39,12 @@ from ..versions import NONE
 
 FORMS = ("release", "git")
 CHUNK = 1 << 20
+#: the largest source tarball read from a mirror or upstream (the largest the matrix names today,
+#: Open MPI's git archive, is 11 MB; a release tarball about 40 MB): past it the answer is refused
+MAX_TARBALL_BYTES = 256 * 1024 * 1024
+#: a `.part` file this long untouched has no writer left (a writer's every block moves its mtime,
+#: and a download that stalls this long has timed out): a fetch killed outright left it
+STALE_PART_SECONDS = 600
 
 
 class SourceError(ImagebuildError):
@@ -139,6 +149,7 @@ def fetch(tarballs: list[Tarball], cache: Path, origin: str | None = None,
     if origin is not None and not is_url(origin) and not Path(origin).is_dir():
         raise UsageError(f"no folder {origin!r} (a mirror is a folder or an http(s) URL)",
                          argument=argument)
+    _remove_stale_parts(cache, progress)
     out = []
     for tb in tarballs:
         dest = cache / tb.file
@@ -161,36 +172,72 @@ def fetch(tarballs: list[Tarball], cache: Path, origin: str | None = None,
     return out
 
 
+def _remove_stale_parts(cache: Path, progress) -> None:
+    """The `.part` files a killed fetch left in the cache (none of a live one: see
+    STALE_PART_SECONDS)."""
+    now = time.time()
+    for part in cache.glob(".*.part"):
+        try:
+            if part.is_file() and not part.is_symlink() and now - part.stat().st_mtime > STALE_PART_SECONDS:
+                part.unlink()
+                if progress:
+                    progress(f"removed {part.name}, left by an interrupted fetch")
+        except OSError:
+            pass        # gone already, or not ours to remove: the fetch goes on
+
+
 def _put(tb: Tarball, where: str, dest: Path, session) -> int:
     """Copy or download `where` into a temporary file beside `dest`, check its sha256, then move
-    it into place (never a half-written or unchecked file under the cache's name)."""
+    it into place (never a half-written or unchecked file under the cache's name). A full disk is
+    one line, and the partial file is removed."""
     h = hashlib.sha256()
     size = 0
-    with atomic_file(dest, "wb", perm=0o600, suffix=".part") as out:
-        for block in _read(where, session):
-            h.update(block)
-            size += len(block)
-            out.write(block)
-        if h.hexdigest() != tb.sha256:
-            raise SourceError(f"{tb.file}: sha256 {h.hexdigest()} from {where} is not the "
-                              f"{tb.sha256} matrix.yaml records [{tb.source}]; refused")
+    try:
+        with atomic_file(dest, "wb", perm=0o600, suffix=".part") as out:
+            for block in _read(where, session):
+                h.update(block)
+                size += len(block)
+                if size > MAX_TARBALL_BYTES:
+                    raise SourceError(f"{tb.file}: {where} sends more than {MAX_TARBALL_BYTES} bytes; refused")
+                out.write(block)
+            if h.hexdigest() != tb.sha256:
+                raise SourceError(f"{tb.file}: sha256 {h.hexdigest()} from {where} is not the "
+                                  f"{tb.sha256} matrix.yaml records [{tb.source}]; refused")
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise SourceError(f"{tb.file}: the disk under the source cache is full ({size} bytes "
+                              "written, then removed); free space or give --cache a larger disk",
+                              file=str(dest.parent)) from None
+        raise SourceError(f"{tb.file}: cannot write the source cache ({exc.strerror or type(exc).__name__})",
+                          file=str(dest.parent)) from None
     return size
 
 
 def _read(where: str, session) -> Iterable[bytes]:
     if not is_url(where):
         try:
-            with open(where, "rb") as fh:
-                while True:
-                    block = fh.read(CHUNK)
-                    if not block:
-                        return
-                    yield block
+            fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)   # a FIFO never blocks
         except FileNotFoundError:
             raise SourceError("not in the mirror folder (--form git takes the git archive where "
                               "the matrix records one)", file=where) from None
         except OSError as exc:
             raise SourceError(f"cannot read: {exc.strerror}", file=where) from None
+        with os.fdopen(fd, "rb") as fh:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise SourceError("not a regular file in the mirror folder (a link to a device, a "
+                                  "FIFO or a folder); refused", file=where)
+            if info.st_size > MAX_TARBALL_BYTES:
+                raise SourceError(f"{info.st_size} bytes, more than the {MAX_TARBALL_BYTES} a source "
+                                  "tarball may have; refused", file=where)
+            try:
+                while True:
+                    block = fh.read(CHUNK)
+                    if not block:
+                        return
+                    yield block
+            except OSError as exc:
+                raise SourceError(f"cannot read: {exc.strerror}", file=where) from None
     import requests
 
     session = session or requests.Session()
@@ -199,6 +246,11 @@ def _read(where: str, session) -> Iterable[bytes]:
         if resp.status_code >= 400:
             kind = SourceUnavailable if resp.status_code >= 500 or resp.status_code == 429 else SourceError
             raise kind(f"{where}: HTTP {resp.status_code}")
+        declared = resp.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > MAX_TARBALL_BYTES:
+            resp.close()
+            raise SourceError(f"{redact(where)}: declares {int(declared)} bytes, more than the "
+                              f"{MAX_TARBALL_BYTES} a source tarball may have; refused")
         yield from resp.iter_content(CHUNK)
     except requests.RequestException as exc:
         raise SourceUnavailable(f"cannot download {where}: {type(exc).__name__}") from None
