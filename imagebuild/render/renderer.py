@@ -648,6 +648,8 @@ class Renderer:
                        f"step of {spec.id}:")
         if name.startswith("singularity/"):
             ctx.setdefault("entrypoint", ENTRYPOINT)   # %runscript runs the check as Docker's does
+            from ..smoke import QUICK_CHECK_NAMES      # %test: the quick checks, from the one registry
+            ctx.setdefault("quick_checks", " ".join(QUICK_CHECK_NAMES))
         try:
             text = self._template(name).render(**ctx)
         except self._jinja.TemplateError as exc:

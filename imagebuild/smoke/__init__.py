@@ -24,11 +24,19 @@ from typing import Callable
 from .context import CheckTimeout, Context
 from .report import FAIL, CheckResult, Report
 
-CHECK_NAMES = ("versions", "libraries", "mpi.config", "mpi.allreduce", "torch.allreduce",
-               "ddp.equivalence", "ddp.elastic", "gpudirect")
+from . import checks as _checks  # noqa: F401 - registers every check (registry.py)
+from .registry import host_check, names
+
+host_check("ddp.two-node", what="DDP across two containers as two nodes (imagebuild test)")
+host_check("mpi.two-container", what="MPI over UCX with one rank in each of two containers, mpirun over ssh")
+
+# the names, in run order, from the one registry
+CHECK_NAMES = names(tier="cpu")
 # tier gpu only (on tier cpu only when --only names it, and then it skips with its reason)
-GPU_CHECK_NAMES = ("nccl-tests",)
-HOST_CHECK_NAMES = ("ddp.two-node", "mpi.two-container")  # run by `imagebuild test` from outside
+GPU_CHECK_NAMES = names(tier="gpu")
+HOST_CHECK_NAMES = names(host=True)  # run by `imagebuild test` from outside
+# the few that a Singularity image's %test runs (seconds, no ranks)
+QUICK_CHECK_NAMES = names(quick=True)
 # the alarm that catches Python code hanging inside this process fires this long after a check's
 # timeout (child processes are killed at the timeout itself and the check reports that)
 ALARM_MARGIN_S = 10.0

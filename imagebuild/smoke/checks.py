@@ -13,6 +13,7 @@ import re
 from . import bandwidth, expect, gdr, libs, proc
 from .context import Context
 from .elastic import check_ddp_elastic
+from .registry import REGISTRY, check
 from .report import FAIL, PASS, SKIP, CheckResult, combine
 from .torchplan import torch_plan
 from .workers import read_results
@@ -71,6 +72,7 @@ def _lib_origin(path: str | None, wheel: str, folders: tuple[str, ...] = ()) -> 
     return "system"
 
 
+@check('versions', quick=True, what="the stack's versions, read from the libraries themselves, are the image's")
 def check_versions(ctx: Context) -> CheckResult:
     import platform
 
@@ -169,6 +171,7 @@ def _ldd_part(label: str, path: str, ctx: Context, search: list[str] | None = No
     return PASS, f"{label}: ok"
 
 
+@check('libraries', quick=True, what='every shared library the stack needs resolves, one copy per soname')
 def check_libraries(ctx: Context) -> CheckResult:
     if not proc.which("ldd"):
         return CheckResult("libraries", FAIL, "ldd not installed: cannot check shared libraries")
@@ -283,6 +286,7 @@ def judge_ucx_modules(modules: set[str], wanted: dict[str, bool], have_ib: bool)
     return parts
 
 
+@check('mpi.config', quick=True, what='Open MPI is built with UCX (and CUDA where the image has it)')
 def check_mpi_config(ctx: Context) -> CheckResult:
     parts: list[tuple[str, str]] = []
     metrics: dict[str, float] = {}
@@ -423,6 +427,7 @@ def mpirun_argv(mpirun: str, ranks: int, tls: str | None, python: str, lib: str,
                    python, "-m", "imagebuild.smoke.workers.mpi_allreduce", "--lib", lib, "--out", out_dir]
 
 
+@check('mpi.allreduce', what='MPI_Allreduce over UCX across ranks, every element checked')
 def check_mpi_allreduce(ctx: Context) -> CheckResult:
     mpirun = proc.which("mpirun")
     if not mpirun:
@@ -481,6 +486,7 @@ def _launch_torch(ctx: Context, module: str, out_dir: str, args: list[str], extr
     return outcomes, read_results(out_dir, ctx.ranks)
 
 
+@check('torch.allreduce', what='torch.distributed all-reduce (gloo on CPU, NCCL on GPU)')
 def check_torch_allreduce(ctx: Context) -> CheckResult:
     backend, early = torch_plan(ctx, "torch.allreduce")
     if early:
@@ -513,6 +519,7 @@ def check_torch_allreduce(ctx: Context) -> CheckResult:
     return CheckResult("torch.allreduce", PASS, detail, metrics)
 
 
+@check('ddp.equivalence', what="DDP over N ranks gives the single-process model's weights")
 def check_ddp_equivalence(ctx: Context) -> CheckResult:
     backend, early = torch_plan(ctx, "ddp.equivalence")
     if early:
@@ -546,6 +553,10 @@ def check_ddp_equivalence(ctx: Context) -> CheckResult:
 # gpudirect
 # ---------------------------------------------------------------------------------------------
 
+check('ddp.elastic', what="torchrun --max-restarts survives a killed worker (elastic.py)")(check_ddp_elastic)
+
+
+@check('gpudirect', what='which GPUDirect RDMA path the node offers (informational)')
 def check_gpudirect(ctx: Context) -> CheckResult:
     found = gdr.probe()
     metrics: dict[str, float] = {f"path.{p}": 1 for p in found.available}
@@ -708,6 +719,7 @@ def _visible_gpus(ctx: Context) -> tuple[int, str]:
     return count, f"nvidia-smi -L lists {count}"
 
 
+@check('nccl-tests', tier="gpu", what='nccl-tests all_reduce_perf: no wrong elements, bus bandwidth')
 def check_nccl_tests(ctx: Context) -> CheckResult:
     name = "nccl-tests"
     if ctx.tier != "gpu":
@@ -780,14 +792,5 @@ def check_nccl_tests(ctx: Context) -> CheckResult:
     return CheckResult(name, PASS, detail, metrics)
 
 
-CHECKS = {
-    "versions": check_versions,
-    "libraries": check_libraries,
-    "mpi.config": check_mpi_config,
-    "mpi.allreduce": check_mpi_allreduce,
-    "torch.allreduce": check_torch_allreduce,
-    "ddp.equivalence": check_ddp_equivalence,
-    "ddp.elastic": check_ddp_elastic,
-    "gpudirect": check_gpudirect,
-    "nccl-tests": check_nccl_tests,
-}
+#: name -> function, from the one registry (registry.py)
+CHECKS = {c.name: c.fn for c in REGISTRY.values() if c.fn is not None}
