@@ -159,6 +159,47 @@ def one_writer(path: str | os.PathLike, wait: float = WRITER_WAIT_S):
         raise LockError(f"cannot take {guard.name} to write the lock: {exc.strerror}", file=str(path)) from None
 
 
+def merge(locks: list[tuple[str, dict[str, dict]]]) -> dict[str, dict]:
+    """One lock from several (each (path, entries), as read_lock gives them): the shard locks of
+    builders that built different images. The same image in two of them must be the same build:
+    reproducible builds mean two builders that built one base agree on its image ID, so another ID
+    (or another stack, recipe or smoke report under the same ID) is a LockError naming both files.
+    Their publish records are joined; one repository with two digests is refused the same way."""
+    merged: dict[str, dict] = {}
+    origin: dict[str, str] = {}
+    for path, entries in locks:
+        for image_id, entry in entries.items():
+            if image_id not in merged:
+                merged[image_id] = json.loads(json.dumps(entry))
+                origin[image_id] = path
+                continue
+            have = merged[image_id]
+            for key in sorted(set(have) | set(entry)):
+                if key == "published":
+                    continue
+                if have.get(key) != entry.get(key):
+                    what = "image ID" if key == "image_id" else key
+                    raise LockError(f"{image_id}: {origin[image_id]} records {what} "
+                                    f"{_shown(have.get(key))}, {path} records {_shown(entry.get(key))}; "
+                                    "not merged (build it once, or on builders that agree)", file=path)
+            published = dict(have.get("published") or {})
+            for repo, record in (entry.get("published") or {}).items():
+                before = published.get(repo)
+                if before is not None and before["digest"] != record["digest"]:
+                    raise LockError(f"{image_id}: {origin[image_id]} records {repo}@{before['digest']}, "
+                                    f"{path} records {repo}@{record['digest']}; not merged", file=path)
+                tags = sorted(set((before or {}).get("tags", [])) | set(record.get("tags", [])))
+                published[repo] = {"digest": record["digest"], "tags": tags}
+            if published:
+                have["published"] = dict(sorted(published.items()))
+    return dict(sorted(merged.items()))
+
+
+def _shown(value) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return _short(text) if isinstance(value, str) and value.startswith("sha256:") else str(text)[:120]
+
+
 def write_lock(path: str | os.PathLike, entries: dict[str, dict]) -> None:
     """Write the lock atomically (temp file in the same folder, then rename)."""
     for image_id, entry in entries.items():

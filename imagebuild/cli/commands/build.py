@@ -23,6 +23,9 @@ CA_SECRET = "ca-bundle"   # RUN --mount=type=secret,id=ca-bundle  ->  /run/secre
 def configure(parser) -> None:
     from .. import add_matrix_option
     parser.add_argument("images", nargs="*", metavar="IMAGE", help="image ids (default: all in the matrix)")
+    parser.add_argument("--shard", metavar="K/N",
+                        help="build shard K of N of the matrix's images (as `imagebuild images --shard K/N` "
+                             "lists them); not with IMAGE names")
     parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                         help="build up to N independent images at once (default: 1)")
     parser.add_argument("--keep-going", "-k", action="store_true",
@@ -232,6 +235,14 @@ def run(args) -> int:
         from ...render.images import expand, select
         k = load(args.matrix)   # the run's one matrix: everything below is rendered from it
         every = {s.id: s for s in expand(k)[0]}    # and its images, expanded once
+        if args.shard:
+            from ...build import shards
+            if args.images:
+                raise UsageError("give either IMAGE names or --shard, not both", argument="--shard")
+            args.images = shards.shard_of(k, every, *shards.parse_shard(args.shard))
+            if not args.images:
+                raise UsageError(f"shard {args.shard} holds no image (fewer chains than shards)",
+                                 argument="--shard")
         select(every, list(dict.fromkeys(args.images)))     # an unknown name: one line, first
         if args.locked:
             pins = check_locked(list(dict.fromkeys(args.images)), k, args.lock or ws.lock, every=every)

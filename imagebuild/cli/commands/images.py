@@ -13,6 +13,9 @@ def configure(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--allow-unverified", action="store_true",
                         help="also images that rely on facts marked verified: false")
+    parser.add_argument("--shard", metavar="K/N",
+                        help="only shard K of N: FROM chains kept together, balanced by what they "
+                             "compile, stable when images are added (build/shards.py)")
 
 
 def run(args) -> int:
@@ -21,10 +24,20 @@ def run(args) -> int:
 
     k = knowledge.load(args.matrix)
     specs, skipped = I.expand(k, allow_unverified=args.allow_unverified)
+    shard_doc = None
+    if args.shard:
+        from ...build import shards
+        part, n = shards.parse_shard(args.shard)
+        by_id = {s.id: s for s in specs}
+        chosen = set(shards.shard_of(k, by_id, part, n))
+        specs = [s for s in specs if s.id in chosen]
+        shard_doc = {"shard": part, "of": n, "weight": shards.loads(k, by_id, n)[part]}
     if args.json:
         doc = {"images": [{"id": s.id, "family": s.family, "flavor": s.flavor, "tag": s.tag,
                            "tags": list(s.tags), "ref": s.local_ref, "stack": s.stack,
                            "min_driver": s.min_driver} for s in specs]}
+        if shard_doc is not None:
+            doc["shard"] = shard_doc
         if args.all:
             doc["skipped"] = [{"family": x.family, "combination": x.combination,
                                "reason": x.reason(k)} for x in skipped]
@@ -33,7 +46,8 @@ def run(args) -> int:
     width = max(len(s.id) for s in specs) if specs else 10
     for s in specs:
         print(f"{s.id:<{width}}  {s.tag}")
-    print(f"{len(specs)} images")
+    print(f"{len(specs)} images" + (f" (shard {shard_doc['shard']} of {shard_doc['of']}, weight "
+                                     f"{shard_doc['weight']})" if shard_doc else ""))
     if args.all:
         for x in skipped:
             print(f"not built: {x.family}: {x.combination}: {x.reason(k)}")

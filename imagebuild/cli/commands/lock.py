@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 
+from ...errors import UsageError
 from ..reporter import Reporter
 from ...workspace import Workspace
 
@@ -33,6 +34,10 @@ def configure(parser) -> None:
     parser.add_argument("--sbom-dir", default=None, metavar="DIR",
                         help="SBOMs written by `imagebuild sbom IMAGE --output DIR/IMAGE.cdx.json` "
                              "(default: .imagebuild/sbom beside the matrix)")
+    parser.add_argument("--merge", nargs="+", metavar="LOCK",
+                        help="merge these locks (the shard locks of several builders) into --lock "
+                             "(or images.lock), keeping what it already records; the same image "
+                             "with another image ID in two of them is refused")
     parser.add_argument("--no-engine", action="store_true",
                         help="record no base/built image ids (for a machine without an engine)")
     parser.add_argument("--json", action="store_true",
@@ -79,12 +84,31 @@ def _previous_lock(lock_path: str, *, strict: bool, rep: Reporter) -> dict:
         return {}
 
 
+def _merge(args, lock_path: str) -> int:
+    from ...deliver import lockfile
+
+    if args.images or args.check:
+        raise UsageError("--merge takes lock files only: no IMAGE names, no --check", argument="--merge")
+    with lockfile.one_writer(lock_path):
+        inputs = [(lock_path, lockfile.read_lock(lock_path))] if os.path.exists(lock_path) else []
+        inputs += [(path, lockfile.read_lock(path)) for path in dict.fromkeys(args.merge)
+                   if os.path.abspath(path) != os.path.abspath(lock_path)]
+        merged = lockfile.merge(inputs)
+        lockfile.write_lock(lock_path, merged)
+    Reporter.for_args("lock", args).result(
+        {"lock": lock_path, "merged": [p for p, _ in inputs], "images": sorted(merged)},
+        f"{lock_path}: {len(merged)} image(s) from {len(inputs)} lock(s)")
+    return 0
+
+
 def run(args) -> int:
     from ...deliver import lockfile
 
     ws = Workspace.of(args.matrix)
     root = str(ws.root)
     lock_path = args.lock or str(ws.lock)
+    if args.merge:
+        return _merge(args, lock_path)
     specs = _all_images(args.matrix, list(dict.fromkeys(args.images)))
     rep = Reporter.for_args("lock", args)
     for image_id, user in _brought(specs, args.images).items():

@@ -1,0 +1,124 @@
+"""Fifty images, several builders (issue 27, items 1 and 2): `--shard K/N` on the real matrix is an
+exact partition that keeps every FROM chain in one shard, balanced and stable; `lock --merge`
+joins the shard locks and refuses two builds of one image that disagree. Pure logic and files:
+no engine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from imagebuild import cli, knowledge
+from imagebuild.build import shards
+from imagebuild.deliver import lockfile
+from imagebuild.render import images as I
+
+from conftest import ROOT
+
+MATRIX = str(ROOT / "matrix.yaml")
+
+
+@pytest.fixture(scope="module")
+def k():
+    return knowledge.load(MATRIX)
+
+
+@pytest.fixture(scope="module")
+def specs(k):
+    return {s.id: s for s in I.expand(k)[0]}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
+def test_the_shards_are_every_image_once_with_each_chain_whole(k, specs, n):
+    parts = [shards.shard_of(k, specs, part, n) for part in range(1, n + 1)]
+    flat = [i for p in parts for i in p]
+    assert sorted(flat) == sorted(specs) and len(flat) == len(set(flat))
+    where = {i: part for part, ids in enumerate(parts) for i in ids}
+    devels = [s for s in specs.values() if s.depends_on]
+    assert devels, "the matrix has images built FROM others"
+    for spec in devels:
+        assert all(where[d] == where[spec.id] for d in spec.depends_on), spec.id
+        ids = parts[where[spec.id]]
+        assert all(ids.index(d) < ids.index(spec.id) for d in spec.depends_on)   # bases first
+
+
+def test_what_compiles_weighs_more(k, specs):
+    comms = next(s for s in specs.values() if s.family == "comms" and s.sources == "git")
+    assert shards.image_weight(k, comms) > shards.image_weight(k, specs["smoke-cpu"]) == 1
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_balanced_and_stable_when_one_chain_comes_or_goes(k, specs, n):
+    chains = shards.chains(k, specs)
+    base = shards.assign(chains, n)
+    load = shards.loads(k, specs, n)
+    # within the bound, or over it by less than one chain (placed where the least was)
+    bound = shards.SLACK * sum(load.values()) / n + 1
+    assert max(load.values()) <= bound + max(c.weight for c in chains)
+    assert max(load.values()) <= 1.25 * sum(load.values()) / n
+    for drop in chains:
+        rest = [c for c in chains if c is not drop]
+        after = shards.assign(rest, n)
+        moved = sum(1 for c in rest if after[c.root] != base[c.root])
+        assert moved <= len(chains) // 4, (drop.root, moved)   # a split by position moves about half
+
+
+def test_shard_arguments_are_checked(capsys):
+    for bad in ("5/4", "0/4", "1/0", "a/b", "1/4/2"):
+        assert cli.main(["images", "--matrix", MATRIX, "--shard", bad]) == 2
+        assert "--shard" in capsys.readouterr().err
+    assert cli.main(["build", "--matrix", MATRIX, "--shard", "1/2", "smoke-cpu"]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
+def test_images_lists_one_shard(k, specs, capsys):
+    assert cli.main(["images", "--matrix", MATRIX, "--shard", "2/3", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [i["id"] for i in doc["images"]] == [s for s in specs if s in shards.shard_of(k, specs, 2, 3)]
+    assert doc["shard"] == {"shard": 2, "of": 3, "weight": shards.loads(k, specs, 3)[2]}
+
+
+# -- lock --merge ----------------------------------------------------------------------------
+
+def _entry(image: str, published: dict | None = None) -> dict:
+    entry = {"base_image": "sha256:" + "1" * 64, "dockerfile_sha256": "2" * 64, "image_id": image,
+             "smoke": {"counts": {"fail": 0, "pass": 3, "skip": 0}, "passed": True,
+                       "report_sha256": "3" * 64},
+             "stack": {"os": "debian12", "pytorch": "2.13.0"}}
+    if published:
+        entry["published"] = published
+    return entry
+
+
+def _lock(path, entries: dict) -> str:
+    lockfile.write_lock(path, entries)
+    return str(path)
+
+
+def test_shard_locks_merge_into_one(tmp_path, capsys):
+    a = _lock(tmp_path / "a.lock", {"smoke-cpu": _entry("sha256:" + "a" * 64)})
+    b = _lock(tmp_path / "b.lock", {
+        "smoke-cpu": _entry("sha256:" + "a" * 64, {"r.example:5000/ns/smoke-cpu": {
+            "digest": "sha256:" + "d" * 64, "tags": ["t1"]}}),
+        "other-image": _entry("sha256:" + "b" * 64)})
+    out = tmp_path / "images.lock"
+    assert cli.main(["lock", "--matrix", MATRIX, "--lock", str(out), "--merge", a, b]) == 0
+    merged = lockfile.read_lock(out)
+    assert sorted(merged) == ["other-image", "smoke-cpu"]
+    assert merged["smoke-cpu"]["published"]["r.example:5000/ns/smoke-cpu"]["tags"] == ["t1"]
+    # merging again (the target is one of the inputs) changes nothing: additive and idempotent
+    before = out.read_bytes()
+    assert cli.main(["lock", "--matrix", MATRIX, "--lock", str(out), "--merge", a, b]) == 0
+    assert out.read_bytes() == before
+    capsys.readouterr()
+
+
+def test_one_image_with_two_ids_is_refused_naming_both(tmp_path, capsys):
+    a = _lock(tmp_path / "a.lock", {"smoke-cpu": _entry("sha256:" + "a" * 64)})
+    b = _lock(tmp_path / "b.lock", {"smoke-cpu": _entry("sha256:" + "c" * 64)})
+    out = tmp_path / "images.lock"
+    assert cli.main(["lock", "--matrix", MATRIX, "--lock", str(out), "--merge", a, b]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a.lock records image ID" in err[0] and "b.lock records" in err[0]
+    assert not out.exists()                     # nothing half-written
