@@ -12,8 +12,11 @@ every path it keeps exists (the job's artifacts).
   smoke-cpu, the session's cheapest: the steps are the same for every image, and each Debian CUDA
   image's build and smoke tier are proven by its own module.
 
-Then the researcher's journey from what the job left: `find --registry` names the pushed digest,
-the image is pulled by it, and `imagebuild-check` runs inside."""
+Then a node's journey from what the job left, with imagebuild installed from the wheel in a fresh
+venv and run in an empty folder: `doctor --json`, `find --registry --from-doctor` (the registry's
+index, no images.lock) names the pushed digest; and the researcher's: the image is pulled by that
+digest and `imagebuild-check` runs inside. (`srun --container=` on the exported bundle is
+tests/test_slurm.py's.)"""
 
 from __future__ import annotations
 
@@ -149,6 +152,22 @@ def workflow() -> dict:
     return yaml.safe_load(WORKFLOW.read_text())
 
 
+def _wheel_venv(src: Path, tmp_path: Path) -> Path:
+    """A fresh venv with imagebuild installed from a wheel built from ``src`` (no index: its
+    dependencies come from the system site-packages the venv sees)."""
+    dist, venv = tmp_path / "dist", tmp_path / "node-venv"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-q", "-w", str(dist), str(src)], check=True, capture_output=True, timeout=600)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    (wheel,) = dist.glob("imagebuild-*.whl")
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
+                    str(wheel)], check=True, capture_output=True, timeout=600)
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import imagebuild; print(imagebuild.__file__)"],
+                           check=True, capture_output=True, text=True, cwd=tmp_path).stdout
+    assert where.startswith(str(venv)), where          # the package comes from the wheel
+    return venv
+
+
 def _runner(workspace, **context) -> Runner:
     ws, venv, shims = workspace
     return Runner(ws, venv, shims, {"github": {"ref": "refs/heads/main", "workspace": str(ws)},
@@ -187,12 +206,15 @@ def test_the_images_job_publishes_and_keeps_its_artifacts(workspace, workflow, r
     published = lock["smoke-cpu"]["published"]
     assert lock["smoke-cpu"]["smoke"]["passed"] and list(published) == [f"{registry}/ci/smoke-cpu"]
 
-    # a node's journey: an empty folder (no checkout, no images.lock), the packaged knowledge;
-    # doctor reads the node, find reads what was published from the registry's index
+    # a node's journey: imagebuild installed from the wheel built from this checkout, in a fresh
+    # venv, run in an empty folder (no checkout, no images.lock): the packaged knowledge; doctor
+    # reads the node, find reads what was published from the registry's index
+    node_venv = _wheel_venv(ws, tmp_path)
     node = tmp_path / "node"
     node.mkdir()
     env = {**runner.base_env("workflow_dispatch"), "IMAGEBUILD_REGISTRY_USER": USER,
            "IMAGEBUILD_REGISTRY_PASSWORD": PASSWORD}
+    env["PATH"] = f"{node_venv / 'bin'}:{os.environ['PATH']}"
     doctor = subprocess.run(["imagebuild", "doctor", "--json"], cwd=node, env=env, capture_output=True,
                             text=True, timeout=300)
     assert doctor.returncode == 0, doctor.stderr
