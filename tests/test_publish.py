@@ -351,9 +351,12 @@ def test_cli_success_output_holds_no_password(engine, registry, tmp_path, monkey
     assert run_cli_publish(engine, registry, ref, "pub-cli", tmp_path, monkeypatch) == 0
     out, errtext = capfd.readouterr()
     assert PASSWORD not in out + errtext
-    digest = api_for(registry).manifest_digest("ci/pub-cli", "1")
+    api = api_for(registry)
+    digest = api.manifest_digest("ci/pub-cli", "1")
+    index = api.manifest_digest("ci/imagebuild-index", "pub-cli")    # the registry's index entry
     assert out.splitlines() == [f"{registry}/ci/pub-cli:1-20260101@{digest}",
-                                f"{registry}/ci/pub-cli:1@{digest}"]
+                                f"{registry}/ci/pub-cli:1@{digest}",
+                                f"{registry}/ci/imagebuild-index:pub-cli@{index} index entry"]
 
 
 @pytest.mark.engine
@@ -655,7 +658,8 @@ def test_cli_publish_with_credential_helper_only(engine, registry, tmp_path, mon
     assert rc == 0, err
     assert PASSWORD not in out + err
     digest = api_for(registry).manifest_digest("ci/pub-helper", "1")
-    assert out.splitlines()[-1] == f"{registry}/ci/pub-helper:1@{digest}"
+    assert f"{registry}/ci/pub-helper:1@{digest}" in out.splitlines()
+    assert out.splitlines()[-1].endswith(" index entry")
     assert f"get {registry}" in log.read_text()
 
 
