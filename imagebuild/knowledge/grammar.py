@@ -683,7 +683,7 @@ def _family_sources(c: _Checker, doc):
                 if entry is not None and entry.get("install", "source") == "source" \
                         and not entry.get("git_archive"):
                     c.fail(f"{where}: sources: git compiles {comp} {entry.get('version')} from its git "
-                           f"tag archive, which its release in {comp}.releases does not record "
+                           f"tag archive, which matrix.yaml's {comp} release does not record "
                            "(git_archive:)", fam, "sources")
         build = fam.get("build") if isinstance(fam.get("build"), dict) else {}
         for j, arch in enumerate(build.get("cuda_arch") or []):
