@@ -22,9 +22,10 @@ MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
 MAX_KEY_BYTES = 64 * 1024
 
 
-def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
-    """The bytes of the regular file at ``path``: FileNotFoundError when there is none, OSError
-    (EINVAL) when it is not a regular file, OSError (EFBIG) when it is larger than ``limit``."""
+def open_regular(path: str | os.PathLike, limit: int) -> int:
+    """A descriptor of the regular file at ``path``, opened without blocking, whose size is at
+    most ``limit``: FileNotFoundError when there is none, OSError (EINVAL) when it is not a
+    regular file, OSError (EFBIG) when it is larger. The caller closes it."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         info = os.fstat(fd)
@@ -32,6 +33,16 @@ def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
             raise OSError(errno.EINVAL, "not a regular file (a folder, FIFO, socket or device)", str(path))
         if info.st_size > limit:
             raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of the regular file at ``path`` (open_regular's refusals), read under ``limit``."""
+    fd = open_regular(path, limit)
+    try:
         chunks, size = [], 0
         while True:
             chunk = os.read(fd, min(1 << 20, limit + 1 - size))

@@ -18,6 +18,8 @@ from ..render.images import ImageSpec
 from ..knowledge import Knowledge
 from ..resolve.solver import MODE_RANK, Host, check
 
+#: every verdict, as the module docstring lists them (plus unusable: ran on neither driver)
+STATUSES = ("newly-usable", "improved", "unchanged", "degraded", "broken", "unusable")
 REBUILD = ("newly-usable", "improved", "degraded")
 
 

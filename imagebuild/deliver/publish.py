@@ -409,9 +409,18 @@ class RegistryAPI:
             return self.timeout
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise RegistryUnavailable(f"registry {self.host}: {what}: the {self.seconds:g} s deadline "
-                                      "passed (--timeout SECONDS to allow more)")
+            raise DeadlinePassed(self._deadline_message(what))
         return min(self.timeout, left)
+
+    def _deadline_message(self, what: str) -> str:
+        return (f"registry {self.host}: {what}: the {self.seconds:g} s deadline passed "
+                "(--timeout SECONDS to allow more)")
+
+    def _within_deadline(self, what: str):
+        """(seconds for this request, the block's deadline timer): one request's share of the
+        conversation's deadline."""
+        left = self._time_left(what)
+        return left, _deadline_alarm(None if self.deadline is None else left, self._deadline_message(what))
 
     def _sleep_capped(self, seconds: float) -> None:
         """The retry wait, never past the deadline (the next attempt then says it passed)."""
@@ -421,10 +430,8 @@ class RegistryAPI:
     def _get(self, url: str, headers: dict[str, str], what: str, method: str = "GET",
              data: bytes | None = None, cap: int = MAX_ANSWER_BYTES):
         def call():
-            left = self._time_left(what)
-            with _deadline_alarm(left if self.deadline is not None else None,
-                                 f"registry {self.host}: {what}: the {self.seconds:g} s deadline passed "
-                                 "(--timeout SECONDS to allow more)"):
+            left, timer = self._within_deadline(what)
+            with timer:
                 response = self.session.request(method, url, headers={**headers, **self._auth_header},
                                                 data=data, timeout=left, allow_redirects=True, stream=True)
                 read_bounded(response, cap, f"registry {self.host}: {what}", self.deadline)
@@ -451,10 +458,8 @@ class RegistryAPI:
             query = {k: v for k, v in (("service", params.get("service")),
                                        ("scope", scope or params.get("scope"))) if v}
             def token_request():
-                left = self._time_left("token request")
-                with _deadline_alarm(left if self.deadline is not None else None,
-                                     f"registry {self.host}: token request: the {self.seconds:g} s "
-                                     "deadline passed (--timeout SECONDS to allow more)"):
+                left, timer = self._within_deadline("token request")
+                with timer:
                     answer = self.session.get(realm, params=query, timeout=left, stream=True,
                                               auth=(self.credentials.user, self.credentials.password))
                     read_bounded(answer, MAX_TOKEN_BYTES, f"registry {self.host}: token service", self.deadline)

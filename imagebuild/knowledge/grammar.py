@@ -33,6 +33,7 @@ import re
 import string
 import unicodedata
 from typing import Any, Iterable
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -625,14 +626,18 @@ def validate(doc, ctx) -> None:
         _family_sources(c, doc)
 
 
-def _release_file(name: str, entry: dict) -> str | None:
-    """The source cache's file name of a release tarball (render/sources.py names it so)."""
-    if not isinstance(entry, dict) or not entry.get("url") or "version" not in entry:
-        return None
-    version = str(entry["version"])
-    path = str(entry["url"]).replace("{version}", version).split("?", 1)[0]
+def release_file(name: str, version: str, url: str) -> str:
+    """The source cache's file name of a release tarball: `<name>-<version>` and the extension of
+    its URL (render/sources.py files it so; the loader checks no two tarballs share one)."""
+    path = urlsplit(url.replace("{version}", version)).path
     ext = ".tar.bz2" if path.endswith(".tar.bz2") else ".tar.gz" if path.endswith((".tar.gz", ".tgz")) else ".tar"
     return f"{name}-{version}{ext}"
+
+
+def _release_file(name: str, entry) -> str | None:
+    if not isinstance(entry, dict) or not entry.get("url") or "version" not in entry:
+        return None
+    return release_file(name, str(entry["version"]), str(entry["url"]))
 
 
 def _cache_names(c: _Checker, doc):

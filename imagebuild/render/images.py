@@ -25,7 +25,7 @@ from ..knowledge import Knowledge, load, version_matcher
 from ..resolve.solver import Host, image_reading, resolve
 from ..sourcedate import rfc3339, source_epoch
 from ..versions import NONE, major_minor, parse_version
-from .wheellock import read_lock, wheel_set
+from .wheellock import LOCK_DIR, lock_root, read_lock, wheel_set
 
 # FLAVORS, VARIANT_MODES (which CUDA builds of each PyTorch release a family takes: every one, the
 # one PyPI serves by default, or that one plus the newest CUDA build) and the family keys are
@@ -172,6 +172,8 @@ class Skipped:
     wishes: tuple
     why: str | None = None      # set when the stack resolved but something else is missing
     cuda_from: str = "repository"
+    no_lock: bool = False       # resolved, but its wheel lock is not committed
+    no_match: bool = False      # the whole family: its ranges match no release of the matrix
 
     def reason(self, k: Knowledge) -> str:
         """Why this combination has no image (the resolver's minimal chain is computed on demand:
@@ -377,7 +379,7 @@ class _Expansion:
         if not combos:
             # a family whose ranges match no release of the matrix declares nothing: said, not
             # dropped without a word
-            self.skipped.append(Skipped(f.name, "every combination", (), why=(
+            self.skipped.append(Skipped(f.name, "every combination", (), no_match=True, why=(
                 "its versions match no release the matrix knows (check its pytorch/cuda ranges "
                 "against `imagebuild knowledge show pytorch`)")))
         for combo, wishes, vtag in combos:
@@ -417,7 +419,7 @@ class _Expansion:
             cuda_from == "wheels" and compiles(stack, k.ucx[stack["ucx"]])))
         if ws is not None and self.require_locks and read_lock(k, ws) is None:
             self.skipped.append(Skipped(f.name, label, tuple(sorted(w.items())),
-                                        cuda_from=cuda_from, why=(
+                                        cuda_from=cuda_from, no_lock=True, why=(
                 f"no wheel lock {ws.path} for {' '.join(ws.requirements)} "
                 f"(`imagebuild wheels lock` writes it; it needs "
                 f"{'the host pip' if ws.host else ws.index or 'the configured package index'})")))
@@ -462,12 +464,11 @@ def skipped_summary(k: Knowledge, skipped: list[Skipped]) -> list[str]:
     matches nothing), and where the whole list is (`imagebuild images --all`)."""
     if not skipped:
         return []
-    no_lock = [x for x in skipped if x.why and x.why.startswith("no wheel lock ")]
-    empty = sorted({x.family for x in skipped if x.combination == "every combination"})
+    no_lock = [x for x in skipped if x.no_lock]
     out = [f"{len(skipped)} declared combination(s) give no image (`imagebuild images --all` "
            "says why for each)"]
     if no_lock:
-        lock_dir = Path(k.path).resolve().parent / "locks" / "wheels"
+        lock_dir = lock_root(k) / LOCK_DIR
         if lock_dir.is_dir() and any(lock_dir.iterdir()):
             out.append(f"{len(no_lock)} of them lack their wheel lock under {lock_dir} "
                        "(`imagebuild wheels lock` writes them)")
@@ -475,10 +476,18 @@ def skipped_summary(k: Knowledge, skipped: list[Skipped]) -> list[str]:
             out.append(f"{len(no_lock)} of them lack their wheel lock: there is no {lock_dir}; a "
                        "matrix copied without its locks/ folder? (`imagebuild knowledge copy DIR` "
                        "copies both)")
-    if empty:
-        out.append("famil" + ("ies" if len(empty) > 1 else "y") + f" {', '.join(empty)} match no "
-                   "release the matrix knows")
-    return out
+    line = families_matching_nothing(skipped)
+    return out + ([line] if line else [])
+
+
+def families_matching_nothing(skipped: list[Skipped]) -> str | None:
+    """One line naming the families that gave no combination at all (a mistake in their
+    ranges), or None."""
+    empty = sorted({x.family for x in skipped if x.no_match})
+    if not empty:
+        return None
+    return ("famil" + ("ies" if len(empty) > 1 else "y") + f" {', '.join(empty)} match no release "
+            "the matrix knows")
 
 
 def expand(k: Knowledge, *, require_locks: bool = True,

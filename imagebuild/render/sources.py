@@ -22,18 +22,19 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import stat
-import time
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 from .blocks import BLOCKS
 from ..atomic import atomic_file
 from ..digests import sha256_file
 from ..errors import ImagebuildError, Unavailable, UsageError
+from ..knowledge.grammar import release_file
+from ..localfile import open_regular
 from ..redact import redact
 from ..versions import NONE
 
@@ -75,10 +76,7 @@ def _release(name: str, entry: dict) -> Tarball | None:
         return None
     version = str(entry["version"])
     url = str(entry["url"]).replace("{version}", version)
-    path = urlsplit(url).path
-    ext = ".tar.bz2" if path.endswith(".tar.bz2") else ".tar.gz" if path.endswith(
-        (".tar.gz", ".tgz")) else ".tar"
-    return Tarball(name, version, "release", f"{name}-{version}{ext}", str(entry["sha256"]), url,
+    return Tarball(name, version, "release", release_file(name, version, url), str(entry["sha256"]), url,
                    str(entry.get("source", "")))
 
 
@@ -216,20 +214,19 @@ def _put(tb: Tarball, where: str, dest: Path, session) -> int:
 def _read(where: str, session) -> Iterable[bytes]:
     if not is_url(where):
         try:
-            fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)   # a FIFO never blocks
+            fd = open_regular(where, MAX_TARBALL_BYTES)     # a FIFO or a device is never read
         except FileNotFoundError:
             raise SourceError("not in the mirror folder (--form git takes the git archive where "
                               "the matrix records one)", file=where) from None
         except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                raise SourceError("not a regular file in the mirror folder (a link to a device, a "
+                                  "FIFO or a folder); refused", file=where) from None
+            if exc.errno == errno.EFBIG:
+                raise SourceError(f"more than the {MAX_TARBALL_BYTES} bytes a source tarball may "
+                                  "have; refused", file=where) from None
             raise SourceError(f"cannot read: {exc.strerror}", file=where) from None
         with os.fdopen(fd, "rb") as fh:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise SourceError("not a regular file in the mirror folder (a link to a device, a "
-                                  "FIFO or a folder); refused", file=where)
-            if info.st_size > MAX_TARBALL_BYTES:
-                raise SourceError(f"{info.st_size} bytes, more than the {MAX_TARBALL_BYTES} a source "
-                                  "tarball may have; refused", file=where)
             try:
                 while True:
                     block = fh.read(CHUNK)

@@ -106,6 +106,7 @@ class Problem:
         # compat_package: a mode that needs a package (cuda-compat-X-Y) is open; an image whose
         # CUDA comes from torch's wheels carries none, so forward compatibility is not its to offer
         self.compat_package = compat_package
+        self.skip_tags = skip_tags
         self.facts_host: dict[str, str] = self._host_facts(host)
         self.wishes = {c: self._wish(c, s) for c, s in (wishes or {}).items()}
         self.rules = [r for r in k.rules if (r.verified or allow_unverified)
@@ -552,32 +553,17 @@ def _end_of_life(p: Problem, mode: CudaMode | None = None) -> list[str]:
 
 def _unverified_against(p: Problem, sol: dict[str, str]) -> list[str]:
     """Facts marked unverified that this stack breaks: the default answer ignores them, so it says
-    which would rule it out (--allow-unverified applies them, and may answer an older stack)."""
+    which would rule it out (--allow-unverified applies them, and may answer an older stack). The
+    rules are judged as the search judges them: compiled by a Problem that admits unverified facts."""
     if p.allow_unverified:
         return []
-    facts = {**p.facts_host, **sol}
-
-    def holds(pairs) -> bool | None:
-        for comp, m in pairs:
-            if comp not in facts:
-                return None        # not known: not judged
-            if not m(facts[comp]):
-                return False
-        return True
-
-    out = []
-    for rule in p.k.rules:
-        if rule.verified or not _tag_applies(rule.tag, p.repo_cuda):
-            continue
-        if holds(rule.when) is not True:
-            continue
-        req = holds(rule.require)
-        alts = [holds(alt) for alt in rule.any_of]
-        if req is False or (rule.any_of and alts and all(a is False for a in alts)):
-            out.append(f"an unverified fact rules this stack out: {rule.text}{_src(rule.source)} "
-                       "(matrix.yaml line " + str(rule.line) + "); confirm it: "
-                       "--allow-unverified applies it and may answer another stack")
-    return out
+    q = Problem(p.k, p.host, None, True, p.repo_cuda, p.skip_tags, p.compat_package)
+    broken = {r.id for r in q.host_violations if not r.verified}
+    broken |= {r.id for level in q.by_depth for r, compiled in level
+               if not r.verified and Problem.violated(compiled, sol)}
+    return [f"an unverified fact rules this stack out: {rule.text}{_src(rule.source)} "
+            f"(matrix.yaml line {rule.line}); confirm it: --allow-unverified applies it and may "
+            "answer another stack" for rule in p.k.rules if rule.id in broken]
 
 
 def _no_pytorch(k: Knowledge, host: Host, wishes: dict, allow_unverified: bool, repo_cuda: bool,

@@ -24,6 +24,7 @@ credentials, 3 when the registry cannot be reached.
 
 from __future__ import annotations
 
+import functools
 import json
 
 from .. import add_matrix_option
@@ -139,10 +140,22 @@ def registry_status(api, target, spec, entry: dict, lock_path: str) -> dict:
     return out
 
 
-def published(args, target, default_lock) -> tuple[dict, str, list]:
+def _registry(args, target):
+    """The registry's API for this run, reached once (an unreachable registry is one line, exit 3,
+    before anything is listed)."""
+    from ...deliver.publish import RegistryAPI, find_credentials
+
+    api = RegistryAPI(target.host, find_credentials(target.host), auth_hosts=args.auth_host,
+                      deadline=args.timeout)
+    api.ping()
+    return api
+
+
+def published(args, target, default_lock, registry) -> tuple[dict, str, list]:
     """What was published: images.lock (--lock, or the workspace's without --registry), or the
-    index `publish` wrote in the registry (--registry without --lock: all a node needs). Returns
-    (entries, where they came from, index entries left out with why)."""
+    index `publish` wrote in the registry (--registry without --lock: all a node needs; read
+    through ``registry()``, the run's one API). Returns (entries, where they came from, index
+    entries left out with why)."""
     from ...deliver import lockfile
 
     if args.key and (target is None or args.lock):
@@ -151,7 +164,6 @@ def published(args, target, default_lock) -> tuple[dict, str, list]:
         path = args.lock or str(default_lock)
         return lockfile.read_lock(path), path, []
     from ...deliver import catalog
-    from ...deliver.publish import RegistryAPI, find_credentials
     public_key = None
     if args.key:
         from ...deliver.signing import load_public_key
@@ -159,10 +171,7 @@ def published(args, target, default_lock) -> tuple[dict, str, list]:
     if args.no_check:
         raise UsageError("--no-check needs --lock: without it the registry's index is read",
                          argument="--no-check")
-    api = RegistryAPI(target.host, find_credentials(target.host), auth_hosts=args.auth_host,
-                      deadline=args.timeout)
-    api.ping()
-    found = catalog.read(api, target, public_key=public_key)
+    found = catalog.read(registry(), target, public_key=public_key)
     if not found.entries and not found.refused:
         raise UsageError(f"{found.where} holds no index of published images (`imagebuild publish` "
                          "writes it), and no --lock was given", argument="--registry")
@@ -214,7 +223,8 @@ def run(args) -> int:
                              f"{', '.join(k.platforms)})", argument="--platform")
     host = Host(driver=facts["driver"], gpu=facts["gpu"], kernel=facts["kernel"], ofed=facts["ofed"],
                 open_kernel_modules=facts["open_kernel_modules"], date=args.date)
-    locked, lock_path, refused_entries = published(args, target, Workspace.of(args.matrix).lock)
+    registry = functools.cache(lambda: _registry(args, target))
+    locked, lock_path, refused_entries = published(args, target, Workspace.of(args.matrix).lock, registry)
     specs = {s.id: s for s in images.expand(k, allow_unverified=args.allow_unverified)[0]}
     candidates, left_out = [], [(i, f"the registry's index entry is refused: {why}") for i, why in refused_entries]
     for image_id, entry in sorted(locked.items()):
@@ -235,10 +245,7 @@ def run(args) -> int:
     checked = target is not None and not args.no_check
     status: dict[str, dict] = {}
     if checked and good:
-        from ...deliver.publish import RegistryAPI, find_credentials
-        api = RegistryAPI(target.host, find_credentials(target.host), auth_hosts=args.auth_host,
-                      deadline=args.timeout)
-        api.ping()          # an unreachable registry is one line, exit 3, before anything is listed
+        api = registry()
         status = {f.spec.id: registry_status(api, target, f.spec, locked[f.spec.id], lock_path)
                   for f in good}
     offered = [f for f in good if not checked or status[f.spec.id]["status"] == "ok"]

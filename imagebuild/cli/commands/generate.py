@@ -43,9 +43,9 @@ def run(args) -> int:
         # a check (or a generation) over no image at all proves nothing: a mistake, said as one
         raise UsageError("declares no image that resolves" + (": " + "; ".join(summary)
                                                                if summary else ""), file=args.matrix)
-    for line in summary:
-        if "match no release" in line:      # a family that gives nothing is a mistake to see;
-            Reporter.for_args("generate", args).warn(line)   # a missing lock is `images`'s to say
+    empty = I.families_matching_nothing(skipped)   # a mistake to see here; a missing lock is
+    if empty:                                      # `images`'s to say
+        Reporter.for_args("generate", args).warn(empty)
     chosen = I.select({s.id: s for s in specs}, args.images)
     renderer = render.Renderer(Path(args.recipes)) if args.recipes else render.Renderer()
     files = render.generate_all(k, chosen, renderer)

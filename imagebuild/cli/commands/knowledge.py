@@ -90,7 +90,7 @@ def _copy(args) -> int:
 
     from ... import knowledge
     from ...atomic import write_atomic
-    from ...render.wheellock import lock_root
+    from ...render.wheellock import LOCK_DIR, lock_root
 
     k = knowledge.load(args.matrix)
     dest = Path(args.dir)
@@ -98,11 +98,11 @@ def _copy(args) -> int:
         raise UsageError(f"{dest} is not a folder", argument="DIR")
     if (dest / "matrix.yaml").exists():
         raise UsageError(f"{dest / 'matrix.yaml'} exists: nothing was copied", argument="DIR")
-    src_locks = lock_root(k) / "locks" / "wheels"
+    src_locks = lock_root(k) / LOCK_DIR
     locks = sorted(src_locks.glob("*.txt")) if src_locks.is_dir() else []
-    (dest / "locks" / "wheels").mkdir(parents=True, exist_ok=True)
+    (dest / LOCK_DIR).mkdir(parents=True, exist_ok=True)
     for lock in locks:
-        shutil.copyfile(lock, dest / "locks" / "wheels" / lock.name)
+        shutil.copyfile(lock, dest / LOCK_DIR / lock.name)
     write_atomic(dest / "matrix.yaml", Path(k.path).read_bytes())   # last: a copy is whole or absent
     Reporter.for_args("knowledge", args).result(
         {"matrix": str(dest / "matrix.yaml"), "as_of": k.as_of, "locks": len(locks)},

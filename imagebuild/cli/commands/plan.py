@@ -15,9 +15,6 @@ from ...errors import UsageError
 from ..reporter import Reporter
 from . import knowledge_line, knowledge_used
 
-# every verdict deliver.plan gives (its module docstring says what each means)
-STATUSES = ("newly-usable", "improved", "unchanged", "degraded", "broken", "unusable")
-
 
 def configure(parser) -> None:
     add_matrix_option(parser)
@@ -28,7 +25,8 @@ def configure(parser) -> None:
     parser.add_argument("--gpu", required=True,
                         help="the cluster's GPU (name or sm_XY), or `any` for no GPU in particular")
     parser.add_argument("--fail-on", default="", metavar="STATUS[,STATUS]",
-                        help=f"exit 1 when an image gets one of these verdicts ({', '.join(STATUSES)})")
+                        help="exit 1 when an image gets one of these verdicts (the STATUS column's "
+                             "words; CI: --fail-on broken)")
     parser.add_argument("--date", help="judge end of life on this day (default: the matrix's as_of)")
     parser.add_argument("--format", choices=("table", "json", "github"), default="table")
     parser.add_argument("--json", dest="format", action="store_const", const="json",
@@ -38,7 +36,7 @@ def configure(parser) -> None:
 def run(args) -> int:
     from ...render import images as I
     from ... import knowledge
-    from ...deliver.plan import github_matrix, plan
+    from ...deliver.plan import STATUSES, github_matrix, plan
     from ...versions import VersionSyntaxError, parse_host_driver
 
     for flag, value in (("--driver-from", args.driver_from), ("--driver-to", args.driver_to)):

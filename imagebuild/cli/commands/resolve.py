@@ -143,21 +143,11 @@ def declared_image(k, host, wishes: dict, res, allow_unverified: bool) -> dict:
     from ...render import images as I
 
     specs, _ = I.expand(k, allow_unverified=allow_unverified)
-    wanted = []
-    for spec in specs:
-        ok = True
-        for comp, text in wishes.items():
-            have = spec.stack.get(comp)
-            if have is None:
-                continue
-            if comp in ("os", "platform"):
-                ok = have in [n.strip() for n in text.split(",")]
-            else:
-                ok = version_matcher(text)(have)
-            if not ok:
-                break
-        if ok:
-            wanted.append(spec)
+    matches = {comp: (frozenset(n.strip() for n in text.split(",")).__contains__
+                      if comp in ("os", "platform") else version_matcher(text))
+               for comp, text in wishes.items()}
+    wanted = [spec for spec in specs
+              if all(spec.stack.get(comp) is None or m(spec.stack[comp]) for comp, m in matches.items())]
     good, _ = hostfit.fits(k, wanted, host, allow_unverified=allow_unverified)
     if not good:
         return {"id": None, "matches_stack": False,
