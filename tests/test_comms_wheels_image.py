@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import sys
@@ -253,6 +254,36 @@ def test_nccl_tests_link_this_images_mpi_nccl_and_cuda_run_time(comms_image, doc
     assert "/opt/openmpi/lib/libmpi.so.40" in ldd
     assert "/site-packages/nvidia/nccl/lib/libnccl.so.2" in ldd
     assert "libcudart.so.13 => /usr/local/cuda-13.0/lib64/libcudart.so.13" in ldd   # the wheel tree
+
+
+def test_its_compiled_trees_pack_for_a_gpu_machine(comms_image, docker_client, tmp_path):
+    """benchmarks/gpu_proof.sh pack (issue 28): the trees a lent GPU machine runs, taken out of
+    this image without build leftovers, under what one device call can carry; the run half of the
+    same script refuses in one line on a machine without a GPU."""
+    script = str(ROOT / "benchmarks" / "gpu_proof.sh")
+    pack = tmp_path / "pack"
+    env = {**os.environ, "IMAGEBUILD_GPU_PROOF_DIR": str(pack)}
+    res = subprocess.run(["bash", script, "pack", comms_image], env=env, capture_output=True,
+                         text=True, timeout=900)
+    assert res.returncode == 0, res.stdout + res.stderr
+    manifest = dict(line.split(" ", 1) for line in (pack / "MANIFEST").read_text().splitlines())
+    assert manifest["image_id"] == docker_client.images.get(comms_image).id
+    assert manifest["image_label"] == IMAGE
+    packed = int(manifest["packed_bytes"])
+    assert packed == (pack / "trees.tar.xz").stat().st_size and packed < 60 << 20
+    subprocess.run(["sha256sum", "-c", "--quiet", "SHA256SUMS"], cwd=pack, check=True)
+    names = set(subprocess.run(["tar", "-tJf", str(pack / "trees.tar.xz")], capture_output=True,
+                               text=True, check=True).stdout.splitlines())
+    for want in ("opt/ucx/bin/ucx_info", "opt/ucx/bin/ucx_perftest", "opt/ucx/lib/ucx/libuct_cuda.so.0",
+                 "opt/openmpi/bin/mpirun", "opt/openmpi/bin/mpicc", "opt/openmpi/lib/libpmix.so.2",
+                 "opt/gdrcopy/lib/libgdrapi.so.2", "opt/nccl-tests/bin/all_reduce_perf"):
+        assert want in names, want
+    assert not [n for n in names if n.endswith(".o")]
+    assert "syslibs/libhwloc.so.15" in names and not [n for n in names if n.startswith("syslibs/libc.so")]
+    res = subprocess.run(["bash", script, "run", str(tmp_path / "out")], capture_output=True, text=True,
+                         env={**env, "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "gpu_proof: nvidia-smi: not found (run runs on the GPU machine)"], res.stderr
 
 
 # -------------------------------------------------------------------------------------------------
