@@ -7,7 +7,6 @@ Regenerate deliberately with IMAGEBUILD_UPDATE_GOLDEN=1 and review the diff."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 

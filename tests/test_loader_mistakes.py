@@ -73,3 +73,20 @@ def test_a_cuda_arch_the_image_s_cuda_cannot_compile_is_refused_before_the_engin
     capsys.readouterr()
     _refused(capsys, ["generate", "--check", "--matrix", path, "--output", str(tmp_path / "out")],
              path, family_line, words)
+
+
+@pytest.mark.parametrize("size, words", [
+    ('"90695"', "tools.gdrcopy.size '90695' must be a whole number of bytes from 1 to 268435456, not a string"),
+    ("0", "tools.gdrcopy.size 0 must be a whole number of bytes from 1 to 268435456"),
+    ("268435457", "tools.gdrcopy.size 268435457 must be a whole number of bytes"),
+    ("true", "tools.gdrcopy.size must be a whole number of bytes from 1 to 268435456, not a boolean"),
+])
+def test_a_tarball_size_that_is_no_byte_count_is_refused(tmp_path, capsys, size, words):
+    path, line = _edit(tmp_path, r"size: 90695,", f"size: {size},")
+    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line, words)
+
+
+def test_a_git_archive_size_is_checked_too(tmp_path, capsys):
+    path, line = _edit(tmp_path, r"size: 3591357,", "size: -1,")
+    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
+             "ucx.releases[0].git_archive.size -1 must be a whole number of bytes")

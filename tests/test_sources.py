@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -181,6 +180,56 @@ def test_an_http_mirror_declaring_too_much_is_refused_before_reading(tmp_path, m
     finally:
         server.shutdown()
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_the_sizes_matrix_yaml_records_are_the_shared_archives_lengths(k, specs):
+    """Each recorded size is the length of the file its sha256 names (the copies in
+    ../shared/sources match those sha256s); a size is recorded for every tarball found there."""
+    from conftest import SHARED_SOURCES
+    tarballs = S.catalog(k, specs.values()) + S.catalog(k, specs.values(), "git")
+    checked = 0
+    for tb in {t.file: t for t in tarballs}.values():
+        local = SHARED_SOURCES / tb.file
+        if local.is_file() and S.sha256_file(local) == tb.sha256:
+            assert tb.size == local.stat().st_size, tb.file
+            checked += 1
+    assert checked == 4
+
+
+def _sized(tmp_path, size: int):
+    tb, mirror = _fake(tmp_path)
+    return S.Tarball(tb.name, tb.version, tb.form, tb.file, tb.sha256, tb.url, tb.source, size), mirror
+
+
+def test_a_mirror_file_longer_than_its_recorded_size_is_refused_unread(tmp_path):
+    tb, mirror = _sized(tmp_path, 5)        # "payload" is 7 bytes
+    with pytest.raises(S.SourceError, match="more than the 5 bytes matrix.yaml records; refused"):
+        S.fetch([tb], tmp_path / "cache", str(mirror))
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_a_mirror_file_shorter_than_its_recorded_size_is_named_so(tmp_path):
+    tb, mirror = _sized(tmp_path, 9)
+    with pytest.raises(S.SourceError, match=r"sent 7 bytes, not the 9 matrix.yaml records \[SPACK\]; refused"):
+        S.fetch([tb], tmp_path / "cache", str(mirror))
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_an_http_mirror_declaring_another_length_is_refused_before_reading(tmp_path):
+    tb, mirror = _sized(tmp_path, 6)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
+    handler.log_message = lambda *a, **kw: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(S.SourceError, match="declares 7 bytes, not the 6 bytes matrix.yaml records; refused"):
+            S.fetch([tb], tmp_path / "cache", f"http://127.0.0.1:{server.server_address[1]}/")
+        (tmp_path / "again").mkdir()
+        right, _ = _sized(tmp_path / "again", 7)
+        got = S.fetch([right], tmp_path / "cache", f"http://127.0.0.1:{server.server_address[1]}/")
+        assert [(f.how, f.size) for f in got] == [("downloaded", 7)]
+    finally:
+        server.shutdown()
 
 
 def test_a_part_file_left_by_a_killed_fetch_is_removed_by_the_next(tmp_path):

@@ -366,6 +366,10 @@ FIELDS: tuple[tuple[tuple[str, ...], Any, str], ...] = (
       for f, g in (("file", "word"), ("sha256", "sha256"), ("commit", "commit"))],
     *[(("tools", t, f), g, "str") for t in ("gdrcopy", "nccl-tests")
       for f, g in (("version", "version"), ("url", _url("version")), ("sha256", "sha256"))],
+    # a source tarball's exact length beside its sha256: a mirror or upstream is read no further
+    *[((comp, "releases", "*", *where, "size"), "bytes", "int") for comp in ("ucx", "openmpi")
+      for where in ((), ("git_archive",))],
+    *[(("tools", t, "size"), "bytes", "int") for t in ("gdrcopy", "nccl-tests")],
     *[(("tools", t, f), g, "str") for t in ("cuda-repo-key", "cuda-repo-key-dnf")
       for f, g in (("fingerprint", "fingerprint"), ("url", _url("repo")))],
     (("tools", "pytorch-index", "url"), _url("tag"), "str"),
@@ -444,6 +448,22 @@ def _grammar_error(path: str, label: str, value, grammar, pos) -> KnowledgeError
 
 _QUOTE_HINT = {int: " (quote it)", float: " (quote it: YAML reads 12.10 as the number 12.1)"}
 
+#: the largest source tarball the matrix may record, and that is read from a mirror or upstream
+#: when it records no size (the largest it names today, Open MPI's git archive, is 11 MB; a release
+#: tarball about 40 MB)
+MAX_SOURCE_BYTES = 256 * 1024 * 1024
+
+
+def _bytes_error(path: str, label: str, value, pos) -> KnowledgeError | None:
+    """A byte count: a whole number from 1 to MAX_SOURCE_BYTES (not a string, not a bool)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SOURCE_BYTES:
+        return None
+    number = isinstance(value, int) and not isinstance(value, bool)
+    shown = f" {_show(value)}" if isinstance(value, str) else (f" {value}" if number else "")
+    return KnowledgeError(f"{label}{shown} must be a whole number of bytes from 1 to {MAX_SOURCE_BYTES}"
+                          + ("" if number else f", not {_kind(value)}"),
+                          file=path, line=pos[0], column=pos[1])
+
 
 def check_fields(doc: Any, path: str) -> None:
     """Every recipe-facing value of FIELDS is a string (or a list of strings, where the field is a
@@ -453,6 +473,11 @@ def check_fields(doc: Any, path: str) -> None:
     errors = []
     for pattern, grammar, shape in FIELDS:
         for label, value, pos in _walk(doc, pattern, "", (None, None)):
+            if shape == "int":
+                err = _bytes_error(path, label, value, pos)
+                if err is not None:
+                    errors.append(err)
+                continue
             if isinstance(value, list) and shape in ("list", "any"):
                 items = [(f"{label}[{i}]", v, _item_pos(value, i)) for i, v in enumerate(value)]
             elif shape == "list":
@@ -494,7 +519,7 @@ BUILD_KEYS = tuple(BUILD_SWITCHES) + ("cuda_arch",)
 # cuDNN, NCCL, cuBLAS, ... as torch pins them; no NVIDIA repository, no CUDA package).
 CUDA_FROM = ("repository", "wheels")
 # tool -> (required keys, optional keys, {key: grammar})
-_TARBALL = (("version", "url", "sha256", "source"), ("note",),
+_TARBALL = (("version", "url", "sha256", "source"), ("note", "size"),
             {"version": "version", "url": _url("version"), "sha256": "sha256"})
 _KEY = (("fingerprint", "url", "source"), ("note",),
         {"fingerprint": "fingerprint", "url": _url("repo")})

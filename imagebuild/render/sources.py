@@ -33,16 +33,16 @@ from .blocks import BLOCKS
 from ..atomic import atomic_file
 from ..digests import sha256_file
 from ..errors import ImagebuildError, Unavailable, UsageError
-from ..knowledge.grammar import release_file
+from ..knowledge.grammar import MAX_SOURCE_BYTES, release_file
 from ..localfile import open_regular
 from ..redact import redact
 from ..versions import NONE
 
 FORMS = ("release", "git")
 CHUNK = 1 << 20
-#: the largest source tarball read from a mirror or upstream (the largest the matrix names today,
-#: Open MPI's git archive, is 11 MB; a release tarball about 40 MB): past it the answer is refused
-MAX_TARBALL_BYTES = 256 * 1024 * 1024
+#: the most read of a source tarball whose size the matrix does not record (knowledge.grammar's
+#: bound, which also caps a recorded size): past it the answer is refused
+MAX_TARBALL_BYTES = MAX_SOURCE_BYTES
 #: a `.part` file this long untouched has no writer left (a writer's every block moves its mtime,
 #: and a download that stalls this long has timed out): a fetch killed outright left it
 STALE_PART_SECONDS = 600
@@ -65,10 +65,16 @@ class Tarball:
     sha256: str
     url: str | None        # the upstream URL (release form); None: no upstream twin
     source: str            # the matrix source id of the checksum
+    size: int | None = None  # its exact length in bytes, where the matrix records it
 
     def to_json(self) -> dict:
         return {"name": self.name, "version": self.version, "form": self.form, "file": self.file,
-                "sha256": self.sha256, "url": self.url, "source": self.source}
+                "sha256": self.sha256, "size": self.size, "url": self.url, "source": self.source}
+
+    @property
+    def limit(self) -> int:
+        """The most bytes read for it: its recorded size, else MAX_TARBALL_BYTES."""
+        return self.size if self.size else MAX_TARBALL_BYTES
 
 
 def _release(name: str, entry: dict) -> Tarball | None:
@@ -77,7 +83,7 @@ def _release(name: str, entry: dict) -> Tarball | None:
     version = str(entry["version"])
     url = str(entry["url"]).replace("{version}", version)
     return Tarball(name, version, "release", release_file(name, version, url), str(entry["sha256"]), url,
-                   str(entry.get("source", "")))
+                   str(entry.get("source", "")), entry.get("size"))
 
 
 def _git(name: str, entry: dict) -> Tarball | None:
@@ -85,7 +91,7 @@ def _git(name: str, entry: dict) -> Tarball | None:
     if not ga:
         return None
     return Tarball(name, str(entry["version"]), "git", str(ga["file"]), str(ga["sha256"]), None,
-                   str(ga.get("source", "")))
+                   str(ga.get("source", "")), ga.get("size"))
 
 
 def for_image(k, spec, form: str = "release") -> list[Tarball]:
@@ -192,12 +198,15 @@ def _put(tb: Tarball, where: str, dest: Path, session) -> int:
     size = 0
     try:
         with atomic_file(dest, "wb", perm=0o600, suffix=".part") as out:
-            for block in _read(where, session):
+            for block in _read(where, session, tb):
                 h.update(block)
                 size += len(block)
-                if size > MAX_TARBALL_BYTES:
-                    raise SourceError(f"{tb.file}: {where} sends more than {MAX_TARBALL_BYTES} bytes; refused")
+                if size > tb.limit:
+                    raise SourceError(f"{tb.file}: {redact(where)} sends more than {_limit_words(tb)}; refused")
                 out.write(block)
+            if tb.size and size != tb.size:
+                raise SourceError(f"{tb.file}: {redact(where)} sent {size} bytes, not the {tb.size} "
+                                  f"matrix.yaml records [{tb.source}]; refused")
             if h.hexdigest() != tb.sha256:
                 raise SourceError(f"{tb.file}: sha256 {h.hexdigest()} from {where} is not the "
                                   f"{tb.sha256} matrix.yaml records [{tb.source}]; refused")
@@ -211,10 +220,15 @@ def _put(tb: Tarball, where: str, dest: Path, session) -> int:
     return size
 
 
-def _read(where: str, session) -> Iterable[bytes]:
+def _limit_words(tb: Tarball) -> str:
+    return (f"the {tb.size} bytes matrix.yaml records" if tb.size
+            else f"the {MAX_TARBALL_BYTES} bytes a source tarball may have")
+
+
+def _read(where: str, session, tb: Tarball) -> Iterable[bytes]:
     if not is_url(where):
         try:
-            fd = open_regular(where, MAX_TARBALL_BYTES)     # a FIFO or a device is never read
+            fd = open_regular(where, tb.limit)     # a FIFO or a device is never read
         except FileNotFoundError:
             raise SourceError("not in the mirror folder (--form git takes the git archive where "
                               "the matrix records one)", file=where) from None
@@ -223,8 +237,7 @@ def _read(where: str, session) -> Iterable[bytes]:
                 raise SourceError("not a regular file in the mirror folder (a link to a device, a "
                                   "FIFO or a folder); refused", file=where) from None
             if exc.errno == errno.EFBIG:
-                raise SourceError(f"more than the {MAX_TARBALL_BYTES} bytes a source tarball may "
-                                  "have; refused", file=where) from None
+                raise SourceError(f"more than {_limit_words(tb)}; refused", file=where) from None
             raise SourceError(f"cannot read: {exc.strerror}", file=where) from None
         with os.fdopen(fd, "rb") as fh:
             try:
@@ -244,10 +257,11 @@ def _read(where: str, session) -> Iterable[bytes]:
             kind = SourceUnavailable if resp.status_code >= 500 or resp.status_code == 429 else SourceError
             raise kind(f"{where}: HTTP {resp.status_code}")
         declared = resp.headers.get("Content-Length", "")
-        if declared.isdigit() and int(declared) > MAX_TARBALL_BYTES:
+        if declared.isdigit() and (int(declared) > tb.limit or (tb.size and int(declared) != tb.size)):
             resp.close()
-            raise SourceError(f"{redact(where)}: declares {int(declared)} bytes, more than the "
-                              f"{MAX_TARBALL_BYTES} a source tarball may have; refused")
+            raise SourceError(f"{redact(where)}: declares {int(declared)} bytes, "
+                              + (f"not {_limit_words(tb)}" if tb.size else f"more than {_limit_words(tb)}")
+                              + "; refused")
         yield from resp.iter_content(CHUNK)
     except requests.RequestException as exc:
         raise SourceUnavailable(f"cannot download {where}: {type(exc).__name__}") from None

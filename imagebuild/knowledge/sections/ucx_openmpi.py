@@ -18,7 +18,7 @@ def load(c: _Ctx, doc, sources, comp: str) -> dict[str, dict]:
         w = f"{comp}.releases[]"
         c.mapping(r, w, required=("version", "source"),
                   optional=("date", "install", "os", "cuda", "line", "pml", "needs", "note",
-                            "url", "sha256", "git_archive"))
+                            "url", "sha256", "size", "git_archive"))
         ver = c.version(r, "version", w)
         c.version(r, "line", w, True)
         if ver in table:
@@ -33,9 +33,9 @@ def load(c: _Ctx, doc, sources, comp: str) -> dict[str, dict]:
         if "git_archive" in r:
             ga = c.mapping(r["git_archive"], f"{w}.git_archive",
                            required=("file", "sha256", "commit", "source"),
-                           optional=("note",))
+                           optional=("note", "size"))
             c.source(ga, sources, f"{w}.git_archive")
-            entry["git_archive"] = {key: str(val) for key, val in ga.items()}
+            entry["git_archive"] = {key: val if key == "size" else str(val) for key, val in ga.items()}
         table[ver] = entry
         req = []
         if "os" in r:
