@@ -359,6 +359,42 @@ def test_a_wrong_key_password_stops_publish_before_anything_is_pushed(engine, re
                      "--sign-key-password", KEY_PASSWORD]) == 2
 
 
+@pytest.mark.registry
+@pytest.mark.engine
+def test_a_signature_that_fails_after_the_push_is_said_and_the_next_run_completes_it(
+        engine, registry, tmp_path, monkeypatch, capfd):
+    """The engine pushes a tag, so the dated tag exists before its signature: when the registry
+    fails between the two, the error says the tag is pushed unsigned and nothing floats, `verify
+    --key` refuses it meanwhile, and publishing again signs it and moves the floating tag."""
+    from imagebuild.errors import RegistryUnavailable
+    name = "pub-halfsigned"
+    ref = build_small(engine, name)
+    key, pub = write_key(tmp_path / "sign.key")
+    repo = f"ci/{name}"
+
+    def registry_fails(_digest):
+        raise RegistryUnavailable(f"registry {registry}: HTTP 503 on PUT /v2/{repo}/manifests/sha256-x.sig")
+
+    with pytest.raises(RegistryUnavailable) as err:
+        publish.publish_image(on_engine(engine), image_id=name, local_ref=ref, tags=["1", "1-20260101"],
+                              target=publish.parse_target(f"{registry}/ci"),
+                              report=passing_report(engine, ref, name), credentials=CREDS,
+                              api=api_for(registry), after_dated=registry_fails)
+    api = api_for(registry)
+    dated = api.manifest_digest(repo, "1-20260101")
+    assert str(err.value).endswith(f"HTTP 503 on PUT /v2/{repo}/manifests/sha256-x.sig; {registry}/{repo}:1-20260101 "
+                                   f"is pushed ({dated}) without it, floating tags were not moved: publishing "
+                                   "again attaches it") and err.value.exit_code == 3
+    assert api.manifest_digest(repo, "1") is None
+    capfd.readouterr()
+    assert cli.main(["verify", f"{registry}/{repo}:1-20260101", "--key", str(pub)]) != 0
+    capfd.readouterr()
+    assert cli_publish(engine, registry, ref, name, tmp_path, monkeypatch, "--sign-key", str(key)) == 0
+    assert api.manifest_digest(repo, "1") == dated
+    capfd.readouterr()
+    assert cli.main(["verify", f"{registry}/{repo}:1", "--key", str(pub)]) == 0
+
+
 def test_a_dead_registry_is_exit_3_in_one_line(tmp_path, capfd):
     _key, pub = write_key(tmp_path / "k.key")
     dead = f"127.0.0.1:{free_port()}"

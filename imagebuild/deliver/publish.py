@@ -911,7 +911,14 @@ def publish_image(engine, *, image_id: str, local_ref: str, tags: list[str], tar
         pushed.append(PushedTag(f"{repository}:{tag}", engine_digest))
         say(f"verified {repository}:{tag} {engine_digest}")
         if after_dated is not None and tag == dated:
-            after_dated(engine_digest)
+            try:
+                after_dated(engine_digest)
+            except RegistryError as exc:
+                # the engine pushes a tag, so the dated tag exists before what is attached to its
+                # digest: say so, and that a second run (the same image, the same tags) completes it
+                cls = RegistryUnavailable if isinstance(exc, RegistryUnavailable) else RegistryError
+                raise cls(f"{exc.message}; {repository}:{tag} is pushed ({engine_digest}) without "
+                          "it, floating tags were not moved: publishing again attaches it") from None
     assert digest_of_image is not None
     return PublishResult(image_id=image_id, engine_image_id=engine_id, repository=repository,
                          digest=digest_of_image, tags=tuple(pushed))
