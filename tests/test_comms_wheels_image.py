@@ -256,6 +256,33 @@ def test_nccl_tests_link_this_images_mpi_nccl_and_cuda_run_time(comms_image, doc
     assert "libcudart.so.13 => /usr/local/cuda-13.0/lib64/libcudart.so.13" in ldd   # the wheel tree
 
 
+def test_its_context_built_by_plain_docker_build_normalises_to_the_same_image_id(
+        comms_image, docker_client, tmp_path, capsys):
+    """`imagebuild context` (issue 27): the context, with its checked source tarballs, builds with a
+    plain BuildKit `docker build` (Docker's own client, no imagebuild inside the build), and
+    `imagebuild normalize` gives it the image ID `imagebuild build` gave."""
+    from imagebuild.engines.buildkit_cli import docker_cli
+    assert cli.main(["context", IMAGE, "--output", str(tmp_path), "--sources", str(SHARED), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)["contexts"][0]
+    ctx = tmp_path / IMAGE
+    assert doc["ref"] == comms_image and doc["same_id_as"] == "imagebuild build"
+    assert sorted(p.name for p in (ctx / "sources").iterdir()) == [
+        "gdrcopy-2.5.1.tar.gz", "nccl-tests-2.17.6.tar.gz", "openmpi-5.0.10-git.tar.gz", "ucx-1.22.0-git.tar.gz"]
+    ref = "imagebuild-test/context-comms:plain"
+    build = subprocess.run([docker_cli(), "build", "-q", "--secret", f"id=ca-bundle,src={CA_BUNDLE}", "-t", ref,
+                            str(ctx)], capture_output=True, text=True, timeout=3600,
+                           env=dict(os.environ, DOCKER_BUILDKIT="1"))
+    assert build.returncode == 0, build.stderr[-2000:]
+    plain = docker_client.images.get(ref).id
+    try:
+        assert cli.main(["normalize", ref, "--context", str(ctx), "--json"]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["image_id"] == docker_client.images.get(ref).id == docker_client.images.get(comms_image).id
+        assert plain != out["image_id"]
+    finally:
+        docker_client.images.remove(ref, noprune=True)
+
+
 def test_its_compiled_trees_pack_for_a_gpu_machine(comms_image, docker_client, tmp_path):
     """benchmarks/gpu_proof.sh pack (issue 28): the trees a lent GPU machine runs, taken out of
     this image without build leftovers, under what one device call can carry; the run half of the

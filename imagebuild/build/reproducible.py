@@ -166,12 +166,18 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int) 
 _COPY_SOURCE = re.compile(r"\b(dir|file|multi):[0-9a-f]{64}\b")
 
 
-def normalize_config(config: dict, diff_ids: list[str], epoch: int) -> dict:
-    """The image config with fixed times, the rewritten layers' diff ids, and no build-host noise."""
+def normalize_config(config: dict, diff_ids: list[str], epoch: int,
+                     labels: dict[str, str] | None = None) -> dict:
+    """The image config with fixed times, the rewritten layers' diff ids, and no build-host noise;
+    ``labels`` are set as a builder's ``--label`` sets them (over the Dockerfile's, no history)."""
     created = rfc3339(epoch)
     out = {k: v for k, v in config.items() if k not in ("container", "container_config", "docker_version")}
     if isinstance(out.get("config"), dict) and out["config"].get("Image"):
         out["config"] = dict(out["config"], Image="")   # the classic builder's parent image id
+    if labels:
+        inner = dict(out.get("config") or {})
+        inner["Labels"] = {**(inner.get("Labels") or {}), **labels}
+        out["config"] = inner
     out["created"] = created
     history, layer = [], 0
     for h in config.get("history") or []:
@@ -268,7 +274,8 @@ def _load(engine, folder: Path, ref: str) -> None:
 
 def normalize_image(engine, ref: str, epoch: int, *, base: str | None = None,
                     workdir: str | os.PathLike | None = None,
-                    progress: Callable[[str], None] | None = None) -> str:
+                    progress: Callable[[str], None] | None = None,
+                    labels: dict[str, str] | None = None) -> str:
     """Rewrite the engine's image ``ref`` into its normalised form and move ``ref`` to it; returns
     the new image ID (``sha256:<hex>`` of its config). ``engine`` is an imagebuild Engine.
 
@@ -282,7 +289,7 @@ def normalize_image(engine, ref: str, epoch: int, *, base: str | None = None,
     where.mkdir(parents=True, exist_ok=True)
     _check_free(where, ref, int(built.size or 0))
     try:
-        new_id = _normalize_in(engine, ref, epoch, base, where, progress)
+        new_id = _normalize_in(engine, ref, epoch, base, where, progress, labels)
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise
@@ -316,7 +323,7 @@ def _check_free(where: Path, ref: str, size: int) -> None:
 
 
 def _normalize_in(engine, ref: str, epoch: int, base: str | None, where: Path,
-                  progress: Callable[[str], None] | None) -> str:
+                  progress: Callable[[str], None] | None, labels: dict[str, str] | None = None) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="imagebuild-normalize-", dir=where))
     try:
         # the engine's save stream is unpacked as it comes (no copy of the whole image on disk)
@@ -347,7 +354,7 @@ def _normalize_in(engine, ref: str, epoch: int, base: str | None, where: Path,
             os.replace(dst, out / name)
             layer_paths.append(name)
         shutil.rmtree(src)
-        cfg = config_bytes(normalize_config(config, diff_ids, epoch))
+        cfg = config_bytes(normalize_config(config, diff_ids, epoch, labels))
         new_id = "sha256:" + hashlib.sha256(cfg).hexdigest()
         (out / f"{new_id.split(':', 1)[1]}.json").write_bytes(cfg)
         (out / "manifest.json").write_text(json.dumps(

@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("generate", "render Dockerfiles and Singularity definitions for every image"),
     "base": ("base", "create a local base image with debootstrap (no registry needed)"),
     "build": ("build", "build images on a real engine"),
+    "context": ("context", "write self-contained build contexts for builders without imagebuild"),
+    "normalize": ("normalize", "rewrite an image built from such a context as `build` does (same ID)"),
     "test": ("test", "run the smoke suite inside built images"),
     "publish": ("publish", "push tested images to a registry and verify their digests"),
     "lock": ("lock", "write or check images.lock"),
