@@ -3,6 +3,7 @@ URL with every file checked against matrix.yaml's sha256, atomically."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import http.server
@@ -92,22 +93,28 @@ def test_a_bad_cached_file_is_replaced_by_a_checked_one(tmp_path):
     assert (cache / tb.file).read_bytes() == b"payload"
 
 
-def test_fetch_from_a_mirror_url(tmp_path):
-    tb, mirror = _fake(tmp_path)
+@contextlib.contextmanager
+def _http_mirror(mirror):
+    """An http server on the loopback address serving the folder ``mirror``; yields its base URL."""
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
     handler.log_message = lambda *a, **kw: None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_fetch_from_a_mirror_url(tmp_path):
+    tb, mirror = _fake(tmp_path)
+    with _http_mirror(mirror) as url:
         got = S.fetch([tb], tmp_path / "cache", url)
         assert [f.how for f in got] == ["downloaded"] and got[0].origin == url + tb.file
         missing = S.Tarball("ucx", "1.22.0", "git", "ucx-1.22.0-git.tar.gz", "0" * 64, None, "UCXGIT")
         with pytest.raises(S.SourceError, match="HTTP 404"):
             S.fetch([missing], tmp_path / "cache", url)
-    finally:
-        server.shutdown()
-
 
 def test_a_git_archive_never_comes_from_upstream(tmp_path):
     tb = S.Tarball("ucx", "1.22.0", "git", "ucx-1.22.0-git.tar.gz", "0" * 64, None, "UCXGIT")
@@ -170,17 +177,9 @@ def test_a_mirror_file_that_is_a_device_or_fifo_is_refused_at_once(tmp_path, kin
 def test_an_http_mirror_declaring_too_much_is_refused_before_reading(tmp_path, monkeypatch):
     tb, mirror = _fake(tmp_path)
     monkeypatch.setattr(S, "MAX_TARBALL_BYTES", 4)          # "payload" is 7 bytes
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
-    handler.log_message = lambda *a, **kw: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with pytest.raises(S.SourceError, match="declares 7 bytes, more than the 4"):
-            S.fetch([tb], tmp_path / "cache", f"http://127.0.0.1:{server.server_address[1]}/")
-    finally:
-        server.shutdown()
+    with _http_mirror(mirror) as url, pytest.raises(S.SourceError, match="declares 7 bytes, more than the 4"):
+        S.fetch([tb], tmp_path / "cache", url)
     assert list((tmp_path / "cache").iterdir()) == []
-
 
 def test_the_sizes_matrix_yaml_records_are_the_shared_archives_lengths(k, specs):
     """Each recorded size is the length of the file its sha256 names (the copies in
@@ -217,20 +216,13 @@ def test_a_mirror_file_shorter_than_its_recorded_size_is_named_so(tmp_path):
 
 def test_an_http_mirror_declaring_another_length_is_refused_before_reading(tmp_path):
     tb, mirror = _sized(tmp_path, 6)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(mirror))
-    handler.log_message = lambda *a, **kw: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with _http_mirror(mirror) as url:
         with pytest.raises(S.SourceError, match="declares 7 bytes, not the 6 bytes matrix.yaml records; refused"):
-            S.fetch([tb], tmp_path / "cache", f"http://127.0.0.1:{server.server_address[1]}/")
-        (tmp_path / "again").mkdir()
-        right, _ = _sized(tmp_path / "again", 7)
-        got = S.fetch([right], tmp_path / "cache", f"http://127.0.0.1:{server.server_address[1]}/")
+            S.fetch([tb], tmp_path / "cache", url)
+        assert not (tmp_path / "cache" / tb.file).exists()
+        right = S.Tarball(tb.name, tb.version, tb.form, tb.file, tb.sha256, tb.url, tb.source, 7)
+        got = S.fetch([right], tmp_path / "cache", url)
         assert [(f.how, f.size) for f in got] == [("downloaded", 7)]
-    finally:
-        server.shutdown()
-
 
 def test_a_part_file_left_by_a_killed_fetch_is_removed_by_the_next(tmp_path):
     tb, mirror = _fake(tmp_path)
