@@ -125,6 +125,16 @@ def test_end_of_life_is_judged_on_the_day_given(k):
     assert not [w for w in R.resolve(k, R.Host(**host, date=before)).warnings if "end of life" in w]
 
 
+def test_r620_is_a_long_term_branch_with_its_own_page_cited(k):
+    """R620's type and end of life come from NVIDIA's R620 page (NVDRV620), its release and newest
+    CUDA from the redistributables (REDIST): each fact cites its own source."""
+    b = k.branches[620]
+    assert (b.type, b.eol, b.source, b.lifecycle_source) == ("LTSB", "2029-09", "REDIST", "NVDRV620")
+    assert k.sources["NVDRV620"].url.startswith("https://docs.nvidia.com/datacenter/tesla/drivers/620/")
+    assert k.branch_supported(620, "2029-09-30") == (True, "R620 (LTSB) is supported until 2029-09 [NVDRV620]")
+    assert k.branch_supported(620, "2029-10-01") == (False, "R620 reached end of life 2029-09 [NVDRV620]")
+
+
 def test_an_end_of_life_driver_is_flagged_without_a_date(k, capsys):
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "470.256.02", "--gpu", "V100")
     assert code == 0 and "warning: driver 470.256.02: R470 reached end of life" in out

@@ -90,3 +90,9 @@ def test_a_git_archive_size_is_checked_too(tmp_path, capsys):
     path, line = _edit(tmp_path, r"size: 3591357,", "size: -1,")
     _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
              "ucx.releases[0].git_archive.size -1 must be a whole number of bytes")
+
+
+def test_a_lifecycle_source_without_type_or_eol_is_refused(tmp_path, capsys):
+    path, line = _edit(tmp_path, r'branch: 615, newest_cuda', 'branch: 615, lifecycle_source: S6, newest_cuda')
+    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
+             "lifecycle_source names the source of type and eol, and neither is given")

@@ -91,10 +91,13 @@ class _Ctx:
             self.fail(f"{where}: {key} must be true or false", node, key)
         return node[key]
 
-    def source(self, node, sources, where: str):
-        sid = self.text(node, "source", where)
+    def source(self, node, sources, where: str, key: str = "source", optional: bool = False):
+        """node[key]: a declared source id or a URL (None when absent and optional)."""
+        if optional and key not in node:
+            return None
+        sid = self.text(node, key, where)
         if sid not in sources and not sid.startswith(("https://", "http://")):
             self.fail(f"{where}: unknown source {sid!r} (declare it under sources: or give a URL)",
-                      node, "source")
+                      node, key)
         return sid
 

@@ -59,6 +59,11 @@ class Branch:
     eol: str | bool | None
     newest_cuda: str | None
     source: str
+    lifecycle_source: str | None = None     # of type and eol, when another than `source`
+
+    @property
+    def eol_source(self) -> str:
+        return self.lifecycle_source or self.source
 
 
 @dataclass(frozen=True)
@@ -211,7 +216,7 @@ class Knowledge:
         if b is None:
             return None, f"branch R{branch} is not in the knowledge base"
         if b.eol is True:
-            return False, f"R{branch} is end of life [{b.source}]"
+            return False, f"R{branch} is end of life [{b.eol_source}]"
         if not b.eol:
             return None, f"the end of life of R{branch} is not known"
         eol = str(b.eol)
@@ -222,5 +227,5 @@ class Knowledge:
             end = _dt.date.fromisoformat(eol)
         today = _dt.date.fromisoformat(date)
         if today >= end:
-            return False, f"R{branch} reached end of life {eol} [{b.source}]"
-        return True, f"R{branch} ({b.type}) is supported until {eol} [{b.source}]"
+            return False, f"R{branch} reached end of life {eol} [{b.eol_source}]"
+        return True, f"R{branch} ({b.type}) is supported until {eol} [{b.eol_source}]"

@@ -15,7 +15,7 @@ def load(c: _Ctx, doc, sources) -> dict[int, Branch]:
     for b in c.seq(drivers["branches"], "drivers.branches", drivers, "branches"):
         w = "drivers.branches[]"
         c.mapping(b, w, required=("branch", "source"),
-                  optional=("type", "released", "eol", "newest_cuda", "note"))
+                  optional=("type", "released", "eol", "newest_cuda", "note", "lifecycle_source"))
         if not isinstance(b["branch"], int):
             c.fail(f"{w}: branch must be an integer such as 535", b, "branch")
         if b["branch"] in branches:
@@ -30,6 +30,11 @@ def load(c: _Ctx, doc, sources) -> dict[int, Branch]:
                 _dt.date.fromisoformat(eol if len(eol) == 10 else eol + "-01")
             except ValueError:
                 c.fail(f"{w}: eol must be YYYY-MM, YYYY-MM-DD or true", b, "eol")
+        # type and eol may come from another page than the rest (lifecycle_source): that one is cited
+        lifecycle = c.source(b, sources, w, key="lifecycle_source", optional=True)
+        if lifecycle is not None and typ is None and eol is None:
+            c.fail(f"{w}: lifecycle_source names the source of type and eol, and neither is given",
+                   b, "lifecycle_source")
         branches[b["branch"]] = Branch(b["branch"], typ, eol, c.version(b, "newest_cuda", w, True),
-                                       c.source(b, sources, w))
+                                       c.source(b, sources, w), lifecycle)
     return branches
