@@ -135,6 +135,31 @@ def test_r620_is_a_long_term_branch_with_its_own_page_cited(k):
     assert k.branch_supported(620, "2029-10-01") == (False, "R620 reached end of life 2029-09 [NVDRV620]")
 
 
+@pytest.mark.parametrize("gpu, older, floor, words", [
+    ("B200", "2.24.3", "2.25.1", "sm_100 GPUs need NCCL 2.25.1 or newer (Blackwell (sm_100) support) [S11]"),
+    ("GB200", "2.27.3", "2.27.5", "GB200 GPUs need NCCL 2.27.5 or newer (GB200 officially supported) [S11]"),
+])
+def test_a_gpu_s_first_nccl_is_a_rule_the_chain_cites(k, gpu, older, floor, words):
+    """NCCL's support of a GPU (a feature with cc: or gpu:) rules out older NCCL for that host,
+    and the release that brought it is accepted."""
+    host = R.Host(driver="580.95.05", gpu=gpu)
+    res = R.resolve(k, host, {"nccl": f"=={older}"})
+    assert not res.ok and any(words in line for line in res.explanation), res.explanation
+    assert R.resolve(k, host, {"nccl": f">={floor}"}).ok
+    # another GPU is not held to it
+    assert R.resolve(k, R.Host(driver="580.95.05", gpu="H100"), {"nccl": f"=={older}"}).ok
+
+
+def test_an_nccl_feature_naming_an_unknown_gpu_is_refused(tmp_path, capsys):
+    path = tmp_path / "matrix.yaml"
+    text = open(MATRIX).read().replace('feature: "GB200 officially supported", gpu: GB200,',
+                                       'feature: "GB200 officially supported", gpu: GB2000,')
+    path.write_text(text)
+    shutil.copytree(ROOT / "locks", tmp_path / "locks")
+    code, _, err = _cli(capsys, "knowledge", "validate", "--matrix", str(path))
+    assert code == 2 and "nccl.features[]: GPU 'GB2000' is not under gpus" in err
+
+
 def test_an_end_of_life_driver_is_flagged_without_a_date(k, capsys):
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "470.256.02", "--gpu", "V100")
     assert code == 0 and "warning: driver 470.256.02: R470 reached end of life" in out

@@ -34,7 +34,7 @@ def build(doc: Any, path: str) -> Knowledge:
     archs = architectures.load(c, doc, srcs)
     gpu_table = gpus.load(c, doc, srcs, archs)
     cudnn_releases = cudnn.load(c, doc, srcs)
-    nccl_features, nccl_releases = nccl.load(c, doc, srcs)
+    nccl_features, nccl_releases = nccl.load(c, doc, srcs, archs, gpu_table)
     variants, torch = pytorch.load(c, doc, srcs, releases)
     ucx = ucx_openmpi.load(c, doc, srcs, "ucx")
     openmpi = ucx_openmpi.load(c, doc, srcs, "openmpi")

@@ -1,14 +1,23 @@
 """`nccl:`: the NCCL versions built for each CUDA major, its published releases and the features
-by the version that brought them. Optional."""
+by the version that brought them. A feature that is the support of a GPU architecture (`cc:`) or
+of a GPU product (`gpu:`) is also a rule: a stack for such a host needs that NCCL or newer (or no
+NCCL at all). Optional."""
 
 from __future__ import annotations
 
 from ..context import _Ctx
+from ..matchers import Matcher, category_matcher
 from ..yamlfile import _List
+from ...versions import NONE, parse_version
 from .common import major_build_rule, release_list
 
 
-def load(c: _Ctx, doc, sources) -> tuple[tuple[dict, ...], tuple[str, ...]]:
+def _at_least(since: str) -> Matcher:
+    floor = parse_version(since)
+    return Matcher(f">= {since} (or none)", lambda v: v == NONE or parse_version(v) >= floor)
+
+
+def load(c: _Ctx, doc, sources, architectures=None, gpus=None) -> tuple[tuple[dict, ...], tuple[str, ...]]:
     """(features, releases); both empty without the section."""
     if "nccl" not in doc:
         return (), ()
@@ -18,8 +27,26 @@ def load(c: _Ctx, doc, sources) -> tuple[tuple[dict, ...], tuple[str, ...]]:
         major_build_rule(c, b, "nccl", sources)
     feats = []
     for f in c.seq(nd.get("features", _List()), "nccl.features", nd, "features"):
-        c.mapping(f, "nccl.features[]", required=("since", "feature", "source"), optional=("note",))
-        feats.append({"since": c.version(f, "since", "nccl.features[]"),
-                      "feature": c.text(f, "feature", "nccl.features[]"),
-                      "source": c.source(f, sources, "nccl.features[]")})
+        w = "nccl.features[]"
+        c.mapping(f, w, required=("since", "feature", "source"), optional=("note", "cc", "gpu"))
+        feat = {"since": c.version(f, "since", w), "feature": c.text(f, "feature", w),
+                "source": c.source(f, sources, w)}
+        feats.append(feat)
+        if "cc" in f and "gpu" in f:
+            c.fail(f"{w}: give cc or gpu, not both", f, "gpu")
+        if "cc" in f:
+            cc = c.version(f, "cc", w)
+            if architectures is not None and cc not in architectures:
+                c.fail(f"{w}: compute capability {cc} is not under architectures", f, "cc")
+            when, who = [("gpu.cc", category_matcher([cc]))], f"sm_{cc.replace('.', '')} GPUs"
+        elif "gpu" in f:
+            name = c.text(f, "gpu", w)
+            if gpus is not None and name not in gpus:
+                c.fail(f"{w}: GPU {name!r} is not under gpus", f, "gpu")
+            when, who = [("gpu", category_matcher([name]))], f"{name} GPUs"
+        else:
+            continue
+        c.add_rule(f"nccl-{feat['since']}-{f.get('cc') or f.get('gpu')}", when,
+                   [("nccl", _at_least(feat["since"]))],
+                   f"{who} need NCCL {feat['since']} or newer ({feat['feature']})", feat["source"], f.line)
     return tuple(feats), nccl_releases
