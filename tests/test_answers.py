@@ -160,6 +160,19 @@ def test_an_nccl_feature_naming_an_unknown_gpu_is_refused(tmp_path, capsys):
     assert code == 2 and "nccl.features[]: GPU 'GB2000' is not under gpus" in err
 
 
+def test_allow_unverified_opens_a_release_s_unconfirmed_builds(k):
+    """torch 2.7.1's cu128 build (the first with sm_120 wheels, RELEASE.md's row: S14) is not
+    confirmed: refused by default with the reason, and --allow-unverified answers with it (the
+    confirmed-builds rule gave way to nothing before, so the flag changed nothing)."""
+    host = R.Host(driver="580.95.05", gpu="RTX 5090")
+    default = R.resolve(k, host, {"pytorch": "==2.7.1"})
+    assert not default.ok
+    assert any("torch 2.7.1 is built for CUDA 12.6, 11.8 (builds for 12.8 are not confirmed)" in line
+               for line in default.explanation), default.explanation
+    opened = R.resolve(k, host, {"pytorch": "==2.7.1"}, allow_unverified=True)
+    assert opened.ok and opened.stack["cuda"].startswith("12.8")
+
+
 def test_an_end_of_life_driver_is_flagged_without_a_date(k, capsys):
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "470.256.02", "--gpu", "V100")
     assert code == 0 and "warning: driver 470.256.02: R470 reached end of life" in out

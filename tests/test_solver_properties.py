@@ -259,7 +259,10 @@ class Oracle:
                                    "gpu.datacenter": "true" if g["datacenter"] else "false"})
         # resolve's default reading: CUDA from the wheels for PyTorch stacks (rules tagged
         # repo-cuda are the image expansion's), every other rule as it stands
-        self.rules = [r for r in k.rules if (r.verified or allow_unverified) and r.tag != "repo-cuda"]
+        # a "verified-only" rule (a release's confirmed CUDA builds) gives way to its unverified
+        # twin when unverified facts are allowed
+        self.rules = [r for r in k.rules if (r.verified or allow_unverified) and r.tag != "repo-cuda"
+                      and not (allow_unverified and r.tag == "verified-only")]
         variants = [(rel["version"], v) for rel in doc["pytorch"]["releases"] for v in rel["variants"]
                     if v.get("verified", True) or allow_unverified]
         self.bundled = {(ver, v["cuda"]): v["nccl"] for ver, v in variants if "cuda" in v and "nccl" in v}
@@ -408,8 +411,10 @@ def _check_explanation(o: Oracle, res: resolve.Resolution):
         out |= {v for v, mode in o.mode.items()
                 if mode is None and lo.major == parse_version(v).major
                 and lo <= parse_version(v) <= hi}
+    # "the host has GPU X" carries that a GPU host gets a GPU stack: no CUDA stays out when the
+    # oracle's own domain left it out for that reason
     cuda_all = [v for v in sorted(o.mode, key=_vkey, reverse=True)
-                if o._wished("cuda", v) and v not in out]
+                if o._wished("cuda", v) and v not in out and (v != NONE or NONE in o.domains["cuda"])]
     assert o.solutions(rules, cuda_all) == [], f"the chain's facts leave a stack: {chain}"
     event(f"explanation: a core of {len(rules)} rules" + (" and CUDA-mode verdicts" if mode_lines else ""))
     if not mode_lines and all(len(g) == 1 for g in cited):

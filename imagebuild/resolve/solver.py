@@ -110,7 +110,7 @@ class Problem:
         self.facts_host: dict[str, str] = self._host_facts(host)
         self.wishes = {c: self._wish(c, s) for c, s in (wishes or {}).items()}
         self.rules = [r for r in k.rules if (r.verified or allow_unverified)
-                      and r.tag not in skip_tags and _tag_applies(r.tag, repo_cuda)]
+                      and r.tag not in skip_tags and _tag_applies(r.tag, repo_cuda, allow_unverified)]
         # (pytorch, cuda major.minor) -> the NCCL its wheels bundle: ranked before newer NCCLs
         self.bundled_nccl = {key: v.nccl for key, v in k.variants.items()
                              if v.nccl != NONE and (v.verified or allow_unverified)}
@@ -396,11 +396,13 @@ class Problem:
         return values
 
 
-def _tag_applies(tag: str | None, repo_cuda: bool) -> bool:
+def _tag_applies(tag: str | None, repo_cuda: bool, allow_unverified: bool = False) -> bool:
     if tag == "repo-cuda":
         return repo_cuda
     if tag == "wheel-cuda":
         return not repo_cuda
+    if tag == "verified-only":      # the verified half of a fact whose unverified rule widens it
+        return not allow_unverified
     return True
 
 

@@ -42,9 +42,12 @@ def _release(c: _Ctx, rel, sources, releases, variants, pytorch):
     builds_v = ", ".join(m.text for m in cudas_verified) or "no verified build"
     also = (f" (builds for {', '.join(m.text for m in cudas_all)} are not confirmed)"
             if cudas_all else "")
+    # with unverified builds, this rule holds only while unverified facts are not allowed: under
+    # --allow-unverified the wider rule below takes its place (else it would still refuse them)
     c.add_rule(f"pytorch-{ver}-builds", [("pytorch", version_matcher("==" + ver))],
                [("cuda", any_of(cudas_verified or [Matcher("nothing", lambda x: False)]))],
-               f"torch {ver} is built for CUDA {builds_v}{also}", src, rel.line)
+               f"torch {ver} is built for CUDA {builds_v}{also}", src, rel.line,
+               tag="verified-only" if cudas_all else None)
     if cudas_all:
         c.add_rule(f"pytorch-{ver}-builds-unverified", [("pytorch", version_matcher("==" + ver))],
                    [("cuda", any_of(cudas_verified + cudas_all))],
