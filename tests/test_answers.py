@@ -173,6 +173,25 @@ def test_allow_unverified_opens_a_release_s_unconfirmed_builds(k):
     assert opened.ok and opened.stack["cuda"].startswith("12.8")
 
 
+def test_grace_hosts_get_the_torch_releases_published_for_arm64(k):
+    """aarch64 per release and CUDA build, each from its source: 2.9 built Linux aarch64 wheels for
+    every CUDA version (PT29), 2.7 its CUDA 12.8 build (PT27, an unconfirmed build: under
+    --allow-unverified); 2.8's aarch64 builds are not recorded, and the answer says so."""
+    host = R.Host(driver="580.95.05", gpu="GH200")
+    res = R.resolve(k, host, {"pytorch": "==2.9.1"})
+    assert res.ok and res.stack["platform"] == "aarch64" and res.stack["cuda"].startswith("12.8")
+    assert k.variants[("2.9.1", "13.0")].platforms == ("x86_64", "aarch64")
+    assert not R.resolve(k, host, {"pytorch": "==2.7.1"}).ok
+    opened = R.resolve(k, host, {"pytorch": "==2.7.1"}, allow_unverified=True)
+    assert opened.ok and opened.stack["cuda"].startswith("12.8")
+    older = R.resolve(k, host, {"pytorch": "==2.8.0"})
+    assert not older.ok and any(
+        "torch 2.8.0+cu128 wheels are known for x86_64 only (no other platform's build is recorded) [S10]" in line
+        for line in older.explanation), older.explanation
+    assert {k.sources["PT27"].url, k.sources["PT29"].url} == {
+        "https://pytorch.org/blog/pytorch-2-7/", "https://pytorch.org/blog/pytorch-2-9/"}
+
+
 def test_an_end_of_life_driver_is_flagged_without_a_date(k, capsys):
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "470.256.02", "--gpu", "V100")
     assert code == 0 and "warning: driver 470.256.02: R470 reached end of life" in out

@@ -96,3 +96,10 @@ def test_a_lifecycle_source_without_type_or_eol_is_refused(tmp_path, capsys):
     path, line = _edit(tmp_path, r'branch: 615, newest_cuda', 'branch: 615, lifecycle_source: S6, newest_cuda')
     _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
              "lifecycle_source names the source of type and eol, and neither is given")
+
+
+def test_a_platforms_source_without_platforms_is_refused(tmp_path, capsys):
+    path, line = _edit(tmp_path, r'(cuda: "12\.8", cudnn: "9\.7\.1\.26", verified: false, arch: \[[^]]*\]), platforms: \[x86_64, aarch64\],',
+                       r'\1,')
+    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
+             "platforms_source names the source of platforms, which are not given")

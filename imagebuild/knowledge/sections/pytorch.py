@@ -61,8 +61,13 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
     verified)."""
     c.mapping(v, w, required=("source",),
               optional=("cuda", "cpu", "cudnn", "nccl", "cuda_runtime", "arch", "default",
-                        "verified", "platforms", "note"))
+                        "verified", "platforms", "platforms_source", "note"))
     vsrc = c.source(v, sources, w)
+    # the platforms may come from another page than the rest (a release post): that one is cited
+    plat_src = c.source(v, sources, w, key="platforms_source", optional=True)
+    if plat_src is not None and "platforms" not in v:
+        c.fail(f"{w}: platforms_source names the source of platforms, which are not given", v,
+               "platforms_source")
     verified = c.flag(v, "verified", w, True)
     if c.flag(v, "cpu", w, False):
         if "cuda" in v:
@@ -122,7 +127,9 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
     c.add_rule(f"pytorch-{ver}-{'cpu' if cuda_mm == NONE else 'cu' + cuda_mm.replace('.', '')}"
                "-platform", when, [("platform", category_matcher(plats))],
                f"torch {ver}+{'cpu' if cuda_mm == NONE else 'cu' + cuda_mm.replace('.', '')} "
-               f"wheels are published for {', '.join(plats)}", vsrc, v.line, verified)
+               + (f"wheels are published for {', '.join(plats)}" if "platforms" in v else
+                  f"wheels are known for {DEFAULT_PLATFORM} only (no other platform's build is recorded)"),
+               plat_src or vsrc, v.line, verified)
     if arch:
         req.append(("gpu.cc", arch_matcher(list(arch))))
     if req:
