@@ -204,9 +204,8 @@ def _section_tables(k, section: str) -> list[tuple[str | None, list[str], list[l
                   for r in k.releases.values()])]
     if section == "drivers":
         rows = [[f"R{b.branch}", b.type or "", "end of life" if b.eol is True else (b.eol or "?"),
-                 b.newest_cuda or "", b.source + (f" (type, eol: {b.lifecycle_source})" if b.lifecycle_source else "")]
-                for b in k.branches.values()]
-        return [(None, ["branch", "type", "eol", "newest cuda", "source"], rows)]
+                 b.newest_cuda or "", b.source, b.lifecycle_source or ""] for b in k.branches.values()]
+        return [(None, ["branch", "type", "eol", "newest cuda", "source", "type and eol from"], rows)]
     if section == "architectures":
         rows = [[a["cc"], a["name"], a["first_cuda"] or "", a["last_cuda"] or "",
                  f"R{a['last_branch']}" if a["last_branch"] else "", a["source"]]
