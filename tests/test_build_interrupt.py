@@ -34,7 +34,8 @@ def _sleepers(seconds: int) -> list[str]:
 
 
 def _containers(client, token: str) -> list:
-    return client.containers.list(all=True, filters={"label": f"io.imagebuild.test-run={token}"})
+    # sparse: a container the engine removes between the listing and an inspect is no NotFound
+    return client.containers.list(all=True, filters={"label": f"io.imagebuild.test-run={token}"}, sparse=True)
 
 
 def _build(context, tmp_path, **kw) -> subprocess.Popen:

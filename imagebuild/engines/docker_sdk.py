@@ -662,7 +662,9 @@ class DockerSession:
         also those whose create call was interrupted before it returned."""
         found, networks = dict(self._containers), list(self._networks)
         try:
-            for c in self._client.containers.list(all=True, filters=self._selector):
+            # sparse: the listing's own fields, no inspect per container, which fails with
+            # NotFound for one removed between the list and the inspect (and lost the rest)
+            for c in self._client.containers.list(all=True, filters=self._selector, sparse=True):
                 found.setdefault(c.id, c)
             known = {n.id for n in networks}
             networks += [n for n in self._client.networks.list(filters=self._selector) if n.id not in known]
