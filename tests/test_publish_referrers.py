@@ -361,11 +361,11 @@ def test_a_wrong_key_password_stops_publish_before_anything_is_pushed(engine, re
 
 @pytest.mark.registry
 @pytest.mark.engine
-def test_a_signature_that_fails_after_the_push_is_said_and_the_next_run_completes_it(
+def test_a_signature_that_fails_after_the_push_leaves_no_release_tag_and_the_next_run_completes_it(
         engine, registry, tmp_path, monkeypatch, capfd):
-    """The engine pushes a tag, so the dated tag exists before its signature: when the registry
-    fails between the two, the error says the tag is pushed unsigned and nothing floats, `verify
-    --key` refuses it meanwhile, and publishing again signs it and moves the floating tag."""
+    """The engine pushes only tags, so a signed publish stages the image under imagebuild-staging:
+    when the registry fails before the signature is in, neither the dated nor the floating tag
+    exists, the error says where the image is, and publishing again signs it and tags it."""
     from imagebuild.errors import RegistryUnavailable
     name = "pub-halfsigned"
     ref = build_small(engine, name)
@@ -381,18 +381,18 @@ def test_a_signature_that_fails_after_the_push_is_said_and_the_next_run_complete
                               report=passing_report(engine, ref, name), credentials=CREDS,
                               api=api_for(registry), after_dated=registry_fails)
     api = api_for(registry)
-    dated = api.manifest_digest(repo, "1-20260101")
-    assert str(err.value).endswith(f"HTTP 503 on PUT /v2/{repo}/manifests/sha256-x.sig; {registry}/{repo}:1-20260101 "
-                                   f"is pushed ({dated}) without it, floating tags were not moved: publishing "
-                                   "again attaches it") and err.value.exit_code == 3
-    assert api.manifest_digest(repo, "1") is None
-    capfd.readouterr()
-    assert cli.main(["verify", f"{registry}/{repo}:1-20260101", "--key", str(pub)]) != 0
+    staged = api.manifest_digest(repo, publish.STAGING_TAG)
+    assert staged is not None
+    assert str(err.value).endswith(f"HTTP 503 on PUT /v2/{repo}/manifests/sha256-x.sig; the image is pushed only "
+                                   f"as {registry}/{repo}:imagebuild-staging ({staged}), no tag of this "
+                                   "release was pushed: publishing again completes it") and err.value.exit_code == 3
+    assert api.manifest_digest(repo, "1-20260101") is None and api.manifest_digest(repo, "1") is None
     capfd.readouterr()
     assert cli_publish(engine, registry, ref, name, tmp_path, monkeypatch, "--sign-key", str(key)) == 0
-    assert api.manifest_digest(repo, "1") == dated
+    assert api.manifest_digest(repo, "1-20260101") == api.manifest_digest(repo, "1") == staged
     capfd.readouterr()
-    assert cli.main(["verify", f"{registry}/{repo}:1", "--key", str(pub)]) == 0
+    for tag in ("1", "1-20260101"):
+        assert cli.main(["verify", f"{registry}/{repo}:{tag}", "--key", str(pub)]) == 0
 
 
 def test_a_dead_registry_is_exit_3_in_one_line(tmp_path, capfd):

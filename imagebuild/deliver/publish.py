@@ -13,6 +13,10 @@ Order of tags (decided, so that a failure never leaves a moved floating tag):
    the engine reports for the push; a mismatch raises RegistryError;
 4. only then is the *floating* (version-derived) tag pushed and checked the same way.
 
+With attachments (an SBOM referrer, signatures: ``after_dated``), the image is first pushed under
+STAGING_TAG, checked the same way and given them, before step 2: no release tag ever names an image
+without its SBOM and signatures.
+
 A failure at any step stops there: the floating tag keeps pointing where it pointed before. The
 dated tag names exactly one build, so a dated tag left behind by a failed check points at nothing
 a consumer follows by name.
@@ -849,6 +853,37 @@ def _engine_repo_digest(engine, repository: str, local_ref: str) -> str | None:
     return None
 
 
+#: the tag an image is pushed under before its SBOM and signatures are attached (publish_image):
+#: one per repository, moved by every signed publish; the release's tags follow only once they are
+STAGING_TAG = "imagebuild-staging"
+
+
+def _push_verified(engine, api, engine_id: str, local_ref: str, repository: str, repository_path: str,
+                   tag: str, credentials, secrets, target, say) -> str:
+    """Tag and push one tag through the engine, and the digest the registry serves for it, which
+    must be the one the engine pushed."""
+    engine.tag(engine_id, repository, tag)
+    say(f"pushing {repository}:{tag}")
+    engine_digest = _engine_push_retrying(engine, repository, tag, credentials, secrets,
+                                          tries=api.tries, backoff=api.backoff, sleep=api._sleep)
+    engine_digest = engine_digest or _engine_repo_digest(engine, repository, local_ref)
+    if engine_digest is None:
+        raise RegistryError(f"the engine reported no digest for {repository}:{tag}")
+    try:
+        registry_digest = api.manifest_digest(repository_path, tag)
+    except RegistryUnavailable:
+        raise
+    except RegistryError as exc:     # it answered, and the answer does not hold up
+        raise RegistryError(f"{exc.message}; the engine pushed {engine_digest}; floating tags "
+                            "were not moved") from None
+    if registry_digest != engine_digest:
+        raise RegistryError(
+            f"registry {target.host} holds {registry_digest or 'nothing'} for {repository_path}:{tag}, "
+            f"the engine pushed {engine_digest}; floating tags were not moved")
+    say(f"verified {repository}:{tag} {engine_digest}")
+    return engine_digest
+
+
 def publish_image(engine, *, image_id: str, local_ref: str, tags: list[str], target: Target,
                   report: dict, report_source: str = "report", credentials: Credentials | None = None,
                   api: RegistryAPI | None = None,
@@ -858,9 +893,11 @@ def publish_image(engine, *, image_id: str, local_ref: str, tags: list[str], tar
 
     ``engine`` is an imagebuild Engine; ``report`` the smoke report of the image (checked against the
     engine's image id before anything happens); ``api`` the registry HTTP API used to read digests
-    back (built from ``target`` and ``credentials`` when None). ``after_dated(digest)`` runs once the
-    dated tag is verified and before any floating tag moves (the SBOM referrer and the signature go
-    there, so a floating tag never names an image without them); when it raises, nothing floats.
+    back (built from ``target`` and ``credentials`` when None). ``after_dated(digest)`` attaches the
+    SBOM referrer and the signatures. The engine can push only a tag, so with ``after_dated`` the
+    image is first pushed under STAGING_TAG, verified, given its attachments, and only then tagged
+    with the release's tags: no release tag, dated or floating, ever names an image without them.
+    When ``after_dated`` raises, no release tag was pushed and publishing again completes it.
     """
     say = progress or (lambda _msg: None)
     secrets = [credentials.password] if credentials else []
@@ -885,40 +922,24 @@ def publish_image(engine, *, image_id: str, local_ref: str, tags: list[str], tar
 
     pushed: list[PushedTag] = []
     digest_of_image: str | None = None
-    for tag in ordered:
-        engine.tag(engine_id, repository, tag)
-        say(f"pushing {repository}:{tag}")
-        engine_digest = _engine_push_retrying(engine, repository, tag, credentials, secrets,
-                                              tries=api.tries, backoff=api.backoff, sleep=api._sleep)
-        engine_digest = engine_digest or _engine_repo_digest(engine, repository, local_ref)
-        if engine_digest is None:
-            raise RegistryError(f"the engine reported no digest for {repository}:{tag}")
+    if after_dated is not None:
+        digest_of_image = _push_verified(engine, api, engine_id, local_ref, repository, repository_path,
+                                         STAGING_TAG, credentials, secrets, target, say)
         try:
-            registry_digest = api.manifest_digest(repository_path, tag)
-        except RegistryUnavailable:
-            raise
-        except RegistryError as exc:     # it answered, and the answer does not hold up
-            raise RegistryError(f"{exc.message}; the engine pushed {engine_digest}; floating tags "
-                                "were not moved") from None
-        if registry_digest != engine_digest:
-            raise RegistryError(
-                f"registry {target.host} holds {registry_digest or 'nothing'} for {repository_path}:{tag}, "
-                f"the engine pushed {engine_digest}; floating tags were not moved")
+            after_dated(digest_of_image)
+        except RegistryError as exc:
+            cls = RegistryUnavailable if isinstance(exc, RegistryUnavailable) else RegistryError
+            raise cls(f"{exc.message}; the image is pushed only as {repository}:{STAGING_TAG} "
+                      f"({digest_of_image}), no tag of this release was pushed: publishing again "
+                      "completes it") from None
+    for tag in ordered:
+        engine_digest = _push_verified(engine, api, engine_id, local_ref, repository, repository_path, tag,
+                                       credentials, secrets, target, say)
         if digest_of_image is not None and engine_digest != digest_of_image:
-            raise RegistryError(f"{repository}:{tag} got digest {engine_digest}, the first tag "
-                                f"{digest_of_image}")
+            raise RegistryError(f"{repository}:{tag} got digest {engine_digest}, the first "
+                                f"{'push' if after_dated is not None else 'tag'} {digest_of_image}")
         digest_of_image = engine_digest
         pushed.append(PushedTag(f"{repository}:{tag}", engine_digest))
-        say(f"verified {repository}:{tag} {engine_digest}")
-        if after_dated is not None and tag == dated:
-            try:
-                after_dated(engine_digest)
-            except RegistryError as exc:
-                # the engine pushes a tag, so the dated tag exists before what is attached to its
-                # digest: say so, and that a second run (the same image, the same tags) completes it
-                cls = RegistryUnavailable if isinstance(exc, RegistryUnavailable) else RegistryError
-                raise cls(f"{exc.message}; {repository}:{tag} is pushed ({engine_digest}) without "
-                          "it, floating tags were not moved: publishing again attaches it") from None
     assert digest_of_image is not None
     return PublishResult(image_id=image_id, engine_image_id=engine_id, repository=repository,
                          digest=digest_of_image, tags=tuple(pushed))
