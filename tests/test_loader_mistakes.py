@@ -38,17 +38,6 @@ def _refused(capsys, argv, path: str, line: int | None, words: str):
     assert where in err[0] and words in err[0], err[0]
 
 
-def test_as_of_outside_any_source_date_is_refused(tmp_path, capsys):
-    path, line = _edit(tmp_path, r'^as_of: "2026-11-21"', 'as_of: "0001-01-01"')
-    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line, "outside 1980-01-01")
-
-
-def test_two_tarballs_under_one_cache_file_name_are_refused(tmp_path, capsys):
-    path, line = _edit(tmp_path, r'file: "openmpi-5\.0\.10-git\.tar\.gz"', 'file: "ucx-1.22.0-git.tar.gz"')
-    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
-             "the source cache file 'ucx-1.22.0-git.tar.gz' is also ucx.releases")
-
-
 def test_sources_git_without_the_release_s_git_archive_is_refused_at_load(tmp_path, capsys):
     path, _ = _edit(tmp_path, r'^\s+git_archive: \{file: "ucx-1\.22\.0-git\.tar\.gz".*$', "      # (no git archive)")
     family_line = next(i + 1 for i, text in enumerate(open(path).read().splitlines())
@@ -86,20 +75,23 @@ def test_a_tarball_size_that_is_no_byte_count_is_refused(tmp_path, capsys, size,
     _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line, words)
 
 
-def test_a_git_archive_size_is_checked_too(tmp_path, capsys):
-    path, line = _edit(tmp_path, r"size: 3591357,", "size: -1,")
-    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
-             "ucx.releases[0].git_archive.size -1 must be a whole number of bytes")
+# one line of the real matrix edited, refused at that line: (what, pattern, replacement, words)
+ONE_LINE = [
+    ("as_of out of range", r'^as_of: "2026-11-21"', 'as_of: "0001-01-01"', "outside 1980-01-01"),
+    ("two tarballs under one cache file name", r'file: "openmpi-5\.0\.10-git\.tar\.gz"',
+     'file: "ucx-1.22.0-git.tar.gz"', "the source cache file 'ucx-1.22.0-git.tar.gz' is also ucx.releases"),
+    ("a git archive's size", r"size: 3591357,", "size: -1,",
+     "ucx.releases[0].git_archive.size -1 must be a whole number of bytes"),
+    ("a lifecycle_source without type or eol", r'branch: 615, newest_cuda',
+     'branch: 615, lifecycle_source: S6, newest_cuda',
+     "lifecycle_source names the source of type and eol, and neither is given"),
+    ("a platforms_source without platforms",
+     r'(cuda: "12\.8", cudnn: "9\.7\.1\.26", verified: false, arch: \[[^]]*\]), platforms: \[x86_64, aarch64\],',
+     r'\1,', "platforms_source names the source of platforms, which are not given"),
+]
 
 
-def test_a_lifecycle_source_without_type_or_eol_is_refused(tmp_path, capsys):
-    path, line = _edit(tmp_path, r'branch: 615, newest_cuda', 'branch: 615, lifecycle_source: S6, newest_cuda')
-    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
-             "lifecycle_source names the source of type and eol, and neither is given")
-
-
-def test_a_platforms_source_without_platforms_is_refused(tmp_path, capsys):
-    path, line = _edit(tmp_path, r'(cuda: "12\.8", cudnn: "9\.7\.1\.26", verified: false, arch: \[[^]]*\]), platforms: \[x86_64, aarch64\],',
-                       r'\1,')
-    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
-             "platforms_source names the source of platforms, which are not given")
+@pytest.mark.parametrize("what, pattern, replacement, words", ONE_LINE, ids=[row[0] for row in ONE_LINE])
+def test_a_mistake_on_one_line_is_refused_at_that_line(tmp_path, capsys, what, pattern, replacement, words):
+    path, line = _edit(tmp_path, pattern, replacement)
+    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line, words)
