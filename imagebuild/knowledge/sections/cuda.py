@@ -40,8 +40,15 @@ def _modes(c: _Ctx, cuda, sources) -> list[Mode]:
             c.mapping(branch, f"{w}.branch", required=(), optional=("supported", "listed"))
             for key in branch:
                 c.flag(branch, key, f"{w}.branch", False)
+        package = c.text(m, "package", w, True)
+        if package is not None:
+            # a package name template: {major} and {minor} are the only fields it may name
+            try:
+                package.format(major=0, minor=0)
+            except (KeyError, IndexError, ValueError):
+                c.fail(f"{w}: package {package!r} may name only {{major}} and {{minor}}", m, "package")
         modes.append(Mode(c.text(m, "id", w), floor, tuple(sorted(gpu_req.items())),
-                          bool(branch.get("supported", False)), c.text(m, "package", w, True),
+                          bool(branch.get("supported", False)), package,
                           c.text(m, "caveat", w, True), c.source(m, sources, w),
                           bool(branch.get("listed", False))))
     return modes
