@@ -96,7 +96,10 @@ def test_plan_fails_on_broken_images_when_asked(capsys):
 # -- a GPU host with no PyTorch ----------------------------------------------------------------
 
 def test_a_gpu_host_without_pytorch_is_told_why_and_the_nearest_driver(k, capsys):
-    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "550.127.05",
+    # GH200 on R550 gets torch 2.9.1+cu128 since 2.9's aarch64 builds are recorded (PT29), through
+    # CUDA minor-version compatibility; on R520 no torch build runs
+    assert R.resolve(k, R.Host(driver="550.127.05", gpu="GH200")).stack["pytorch"] == "2.9.1"
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "520.61.05",
                         "--gpu", "GH200", "--json")
     doc = json.loads(out)
     assert code == 0 and doc["stack"]["pytorch"] == "none"
@@ -107,7 +110,7 @@ def test_a_gpu_host_without_pytorch_is_told_why_and_the_nearest_driver(k, capsys
     res = R.resolve(k, R.Host(driver=m.group(1), gpu="GH200"))
     assert res.ok and res.stack["pytorch"] == m.group(2)
     # asked for no PyTorch, nothing is said
-    res = R.resolve(k, R.Host(driver="550.127.05", gpu="GH200"), {"pytorch": "none"})
+    res = R.resolve(k, R.Host(driver="520.61.05", gpu="GH200"), {"pytorch": "none"})
     assert not any(w.startswith("no PyTorch") for w in res.warnings)
 
 

@@ -45,7 +45,9 @@ def _build(client, context: Path | None, tag: str, dockerfile_text: str | None =
 def _leftovers(client, token: str | None = None) -> set[str]:
     """Containers and networks created by imagebuild test (one run's, given its token)."""
     label = "io.imagebuild.smoke" + (f"={token}" if token else "")
-    names = {c.name for c in client.containers.list(all=True, filters={"label": label})}
+    # sparse: the listing's own names, no inspect per container (one removed in between is NotFound)
+    names = {name.lstrip("/") for c in client.containers.list(all=True, filters={"label": label}, sparse=True)
+             for name in c.attrs.get("Names") or []}
     names |= {n.name for n in client.networks.list(filters={"label": label})}
     return names
 
