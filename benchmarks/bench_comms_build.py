@@ -58,7 +58,7 @@ def build(code_root: Path, image: str, sources: Path, ca_bundle: Path, work: Pat
     if proc.returncode != 0:
         sys.exit(f"bench_comms_build: the build in {code_root} failed: "
                  f"{(proc.stderr.strip().splitlines() or ['?'])[-1]} (log: {logs / (image + '.log')})")
-    (row,) = [r for r in json.loads(proc.stdout) if r["image"] == image]
+    (row,) = [r for r in json.loads(proc.stdout)["result"] if r["image"] == image]   # the --json envelope
     log = (logs / f"{image}.log").read_text(errors="replace")
     return {"seconds": seconds, "image_id": row["image_id"], "ref": row["ref"], "steps": step_seconds(log)}
 

@@ -51,7 +51,7 @@ def build(image: str, normalize: bool, logs: Path) -> tuple[float, str]:
     seconds = time.monotonic() - start
     if proc.returncode != 0:
         sys.exit(f"bench_reproducible: build failed: {proc.stderr.strip().splitlines()[-1:]}")
-    report = {r["image"]: r for r in json.loads(proc.stdout)}
+    report = {r["image"]: r for r in json.loads(proc.stdout)["result"]}   # the --json envelope
     drop_chain(logs / f"{image}.log", {report[image]["image_id"]})
     return seconds, report[image]["image_id"]
 

@@ -17,6 +17,18 @@ RECIPES = ROOT / "imagebuild" / "recipes"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def answer(stdout: str, command: str | None = None, *, code: int = 0):
+    """The `result` of a `--json` envelope (README, "Output"), once the envelope itself has been
+    checked: its schema, the command, the exit code and `ok` agreeing with it."""
+    import json
+
+    doc = json.loads(stdout)
+    assert doc["schema"] == "imagebuild.result/1", doc
+    assert doc["exit_code"] == code and doc["ok"] is (code == 0), doc
+    assert command is None or doc["command"] == command, doc
+    return doc["result"]
+
+
 def default_signals() -> None:
     """A child's SIGINT and SIGTERM at their defaults, as a shell in a terminal starts a command
     (Popen's preexec_fn). A job that a non-interactive shell put in the background (some CI

@@ -23,7 +23,7 @@ from imagebuild.render import images as I
 from imagebuild.resolve import solver as R
 from imagebuild.workspace import PACKAGED_MATRIX, locate_matrix
 
-from conftest import ROOT
+from conftest import ROOT, answer
 
 MATRIX = str(ROOT / "matrix.yaml")
 
@@ -73,7 +73,7 @@ def test_plan_needs_the_gpu_or_says_it_checked_none(capsys):
     assert code == 0 and "GPU: any (not checked)" in out
     code, out, _ = _cli(capsys, "plan", "--matrix", MATRIX, "--driver-from", "535.104.05",
                         "--driver-to", "580.95.05", "--gpu", "any", "--json")
-    assert json.loads(out)["gpu"] == "any"
+    assert answer(out, "plan")["gpu"] == "any"
 
 
 def test_plan_fails_on_broken_images_when_asked(capsys):
@@ -82,7 +82,7 @@ def test_plan_fails_on_broken_images_when_asked(capsys):
     code, out, _ = _cli(capsys, *down)
     assert code == 0 and " broken" in out            # reported, exit 0 without --fail-on
     code, out, err = _cli(capsys, *down, "--fail-on", "broken", "--json")
-    doc = json.loads(out)
+    doc = answer(out, "plan", code=1)
     broken = [v["image"] for v in doc["images"] if v["status"] == "broken"]
     assert code == 1 and broken and doc["failed"] == broken
     assert json.loads(err.strip().splitlines()[-1])["event"] == "error"
@@ -101,7 +101,7 @@ def test_a_gpu_host_without_pytorch_is_told_why_and_the_nearest_driver(k, capsys
     assert R.resolve(k, R.Host(driver="550.127.05", gpu="GH200")).stack["pytorch"] == "2.9.1"
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "520.61.05",
                         "--gpu", "GH200", "--json")
-    doc = json.loads(out)
+    doc = answer(out, "resolve")
     assert code == 0 and doc["stack"]["pytorch"] == "none"
     warning = next(w for w in doc["warnings"] if w.startswith("no PyTorch fits this GPU host"))
     m = re.search(r"a driver >= ([0-9.]+) \(R[0-9]+\) gives torch ([0-9.]+)", warning)
@@ -231,7 +231,7 @@ def test_every_passed_over_reason_is_true(k):
 def test_the_answer_names_the_best_declared_image(k, capsys):
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05",
                         "--gpu", "H100", "--json")
-    doc = json.loads(out)
+    doc = answer(out, "resolve")
     specs, _ = I.expand(k)
     good, _ = hostfit.fits(k, specs, R.Host(driver="580.95.05", gpu="H100"))
     assert code == 0 and doc["image"]["id"] == good[0].spec.id      # what doctor and find name
@@ -294,6 +294,9 @@ def test_a_family_that_matches_nothing_is_named(tmp_path, capsys):
     (["knowledge", "show", "gpus", "--jsn"], "did you mean --json?"),
     (["knowledge", "shw"], "did you mean 'show'?"),
     (["resolve", "--torch", "=2.8"], "argument --torch: malformed specifier"),
+    # spelt right but after the action: said so, not "did you mean --matrix?"
+    (["sources", "list", "--matrix", "matrix.yaml"], "(--matrix goes before the action: "
+                                                     "sources --matrix ... ACTION)"),
 ])
 def test_argument_errors_name_what_was_typed(capsys, argv, want):
     code, _, err = _cli(capsys, *argv)
@@ -320,9 +323,10 @@ def _imagebuild(cwd: Path, *argv, env=None) -> subprocess.CompletedProcess:
 
 def test_with_no_matrix_here_the_packaged_one_answers(tmp_path):
     which = _imagebuild(tmp_path, "knowledge", "which", "--json")
-    doc = json.loads(which.stdout)
+    doc = answer(which.stdout, "knowledge which")
     assert which.returncode == 0 and doc["origin"] == "packaged"
-    assert doc["sha256"] == json.loads(_imagebuild(ROOT, "knowledge", "which", "--json").stdout)["sha256"]
+    here = json.loads(_imagebuild(ROOT, "knowledge", "which", "--json").stdout)
+    assert doc["sha256"] == here["result"]["sha256"] == here["knowledge"]["sha256"]
     res = _imagebuild(tmp_path, "resolve", "--driver", "580.95.05", "--gpu", "H100")
     assert res.returncode == 0 and "(packaged with imagebuild" in res.stdout.splitlines()[-1]
     # writing the packaged knowledge is refused; a copy is the way to edit it

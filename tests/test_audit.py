@@ -5,14 +5,13 @@ tests skip locally and fail under CI=true (conftest.need)."""
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, need
+from conftest import ROOT, answer, need
 
 # pycrypto 2.6.1 (its last release, abandoned) has public advisories with no fixed release:
 # PYSEC-2017-94 (CVE-2013-7459) and PYSEC-2018-97 (CVE-2018-6594). The sha256 is the index's.
@@ -44,7 +43,7 @@ def test_known_vulnerable_release_fails_with_its_advisory(tmp_path):
     # the index's records carry no severity: they fail at every --fail-on level
     proc = cli("--lock", str(lock), "--json", "--fail-on", "critical")
     assert proc.returncode == 1, proc.stderr
-    doc = json.loads(proc.stdout)
+    doc = answer(proc.stdout, "audit", code=proc.returncode)
     assert doc["vulnerable"] == ["pycrypto"] and doc["exit_code"] == 1
     ids = {v["id"] for f in doc["findings"] for v in f["vulnerabilities"]}
     assert {"PYSEC-2017-94", "PYSEC-2018-97"} <= ids
@@ -63,7 +62,7 @@ def test_real_lock_of_smoke_cpu_against_the_index():
     proc = cli("smoke-cpu", "--json", "--allow-partial")
     reachable_or_need(proc)
     assert proc.returncode in (0, 1), proc.stderr
-    doc = json.loads(proc.stdout)
+    doc = answer(proc.stdout, "audit", code=proc.returncode)
     assert [f["name"] for f in doc["findings"]] == sorted(lock.entries)
     assert all(f["status"] in STATUSES for f in doc["findings"])
     assert doc["audited"] >= 1 and doc["exit_code"] == proc.returncode
@@ -150,7 +149,7 @@ def test_publish_gate_refuses_a_vulnerable_lock(tmp_path):
 def test_publish_fail_on_stops_before_anything_is_pushed(tmp_path):
     audit = cli("smoke-cpu", "--json", "--allow-partial")
     reachable_or_need(audit)
-    doc = json.loads(audit.stdout)
+    doc = answer(audit.stdout, "audit", code=audit.returncode)
     # 1: refused; 3: data missing for some wheels; 2: the gate passed and the next check (the smoke
     # report, here an empty folder) refused: in no case is the registry (a closed port) contacted
     expected = 1 if doc["vulnerable"] else 3 if doc["not_audited"] else 2

@@ -7,14 +7,13 @@ in the fast tier (tests/test_render.py)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import CA_BUNDLE, ROOT, SHARED_SOURCES, drop_image, engine_time, need
+from conftest import CA_BUNDLE, ROOT, SHARED_SOURCES, answer, drop_image, engine_time, need
 
 IMAGE = "comms-cu130-nccl2.30.7-debian12-runtime"
 OFF = "build: {gda: false, fortran: false, romio: false, oshmem: false,"
@@ -36,7 +35,7 @@ def test_fortran_turned_on_in_the_matrix_builds_the_bindings(docker_client, tmp_
                            "--sources", str(SHARED_SOURCES), "--ca-bundle", str(CA_BUNDLE), "--json", "--quiet"],
                           cwd=site, capture_output=True, text=True, timeout=3 * 3600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = [r for r in json.loads(proc.stdout) if r["image"] == IMAGE]
+    (row,) = [r for r in answer(proc.stdout, "build") if r["image"] == IMAGE]
     try:
         image = docker_client.images.get(row["ref"])
         assert image.labels["io.imagebuild.build"].startswith("fortran=on,")

@@ -15,7 +15,7 @@ from imagebuild.deliver.referrers import EMPTY_BLOB, OCI_MANIFEST, canonical_jso
 from imagebuild.digests import sha256_digest
 from imagebuild.render import images
 
-from conftest import ROOT
+from conftest import ROOT, answer
 from test_publish import PASSWORD, USER, registry  # noqa: F401 - fixture
 from test_publish_referrers import write_key
 
@@ -73,7 +73,7 @@ def test_find_reads_the_index_from_an_empty_folder(api, registry, env, tmp_path,
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("IMAGEBUILD_MATRIX", raising=False)
     code = cli.main(["find", "--registry", f"{registry}/cat-b", "--gpu", "none", "--json"])
-    doc = json.loads(capsys.readouterr().out)
+    doc = answer(capsys.readouterr().out, "find", code=1)
     assert code == 1 and doc["lock"] == f"{registry}/cat-b/imagebuild-index"
     assert [(r["image"], r["registry"]["status"]) for r in doc["not_offered"]] == [(CPU, "not-in-registry")]
     assert list(tmp_path.iterdir()) == []
@@ -145,6 +145,6 @@ def test_with_a_key_only_signed_entries_are_believed(api, registry, tmp_path, en
     # through find: the refused entry is named among the left out
     code = cli.main(["find", "--matrix", MATRIX, "--registry", f"{registry}/cat-d", "--key", str(pub),
                      "--gpu", "none", "--json"])
-    doc = json.loads(capsys.readouterr().out)
+    doc = answer(capsys.readouterr().out, "find", code=1)
     left = {x["image"]: x["why"] for x in doc["left_out"]}
     assert code == 1 and "index entry is refused" in left[unsigned]

@@ -29,7 +29,7 @@ import tarfile
 
 import pytest
 
-from conftest import (CA_BUNDLE, ROOT, SHARED_SOURCES as SHARED, build_debian_image, engine_time,
+from conftest import (CA_BUNDLE, ROOT, SHARED_SOURCES as SHARED, answer, build_debian_image, engine_time,
                       prune_build_cache_since)
 from imagebuild import cli, knowledge
 from imagebuild.render import images, renderer as render
@@ -263,7 +263,7 @@ def test_its_context_built_by_plain_docker_build_normalises_to_the_same_image_id
     `imagebuild normalize` gives it the image ID `imagebuild build` gave."""
     from imagebuild.engines.buildkit_cli import docker_cli
     assert cli.main(["context", IMAGE, "--output", str(tmp_path), "--sources", str(SHARED), "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)["contexts"][0]
+    doc = answer(capsys.readouterr().out, "context")["contexts"][0]
     ctx = tmp_path / IMAGE
     assert doc["ref"] == comms_image and doc["same_id_as"] == "imagebuild build"
     assert sorted(p.name for p in (ctx / "sources").iterdir()) == [
@@ -276,7 +276,7 @@ def test_its_context_built_by_plain_docker_build_normalises_to_the_same_image_id
     plain = docker_client.images.get(ref).id
     try:
         assert cli.main(["normalize", ref, "--context", str(ctx), "--json"]) == 0
-        out = json.loads(capsys.readouterr().out)
+        out = answer(capsys.readouterr().out, "normalize")
         assert out["image_id"] == docker_client.images.get(ref).id == docker_client.images.get(comms_image).id
         assert plain != out["image_id"]
     finally:
@@ -418,7 +418,7 @@ def test_a_second_cold_build_gives_the_same_image_id(comms_image, docker_client,
                            "--output", str(tmp_path / "build"), "--log-dir", str(tmp_path / "logs")],
                           cwd=ROOT, capture_output=True, text=True, timeout=3 * 3600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (row,) = [r for r in json.loads(proc.stdout) if r["image"] == IMAGE]
+    (row,) = [r for r in answer(proc.stdout, "build") if r["image"] == IMAGE]
     second = row["image_id"]
     try:
         assert second == docker_client.images.get(comms_image).id

@@ -20,7 +20,7 @@ from imagebuild.smoke import gdr
 from imagebuild.smoke.report import CheckResult, Report
 from imagebuild.versions import version_key
 
-from conftest import ROOT
+from conftest import ROOT, answer
 
 TREES = ROOT / "tests" / "fixtures" / "doctor"
 DGX, ROCE, CPU = (str(TREES / n) for n in ("dgx-h100-ib", "roce-h100-open", "cpu-node"))
@@ -223,7 +223,7 @@ def test_doctor_command_text_and_json(capsys):
     code, first, _ = run_cli(capsys, "doctor", "--matrix", MATRIX, "--root", DGX, "--json")
     code2, second, _ = run_cli(capsys, "doctor", "--matrix", MATRIX, "--root", DGX, "--json")
     assert code == code2 == 0 and first == second                   # deterministic
-    data = json.loads(first)
+    data = answer(first, "doctor")
     assert data["host"]["gpu"] == H100 and data["best"]["image"] == data["runs"][0]["image"]
     assert data["node"]["gpudirect"]["path"] == "nvidia-peermem"
 
@@ -335,7 +335,7 @@ def test_find_lists_published_images_best_first(lock, capsys):
                              "--driver", "580.159.04", "--gpu", H100, "--no-check",
                              "--registry", "registry.example.org:5000/hpc")   # no such registry here
     assert code == 0 and err == ""
-    data = json.loads(out)
+    data = answer(out, "find")
     ids = [i["image"] for i in data["images"]]
     assert set(ids) <= set(lockfile.read_lock(lock)) and FAILED not in ids
     assert ids == list(PUBLISHED)            # newest PyTorch first, the CPU image last
@@ -363,12 +363,12 @@ def test_find_from_doctor_equals_flags(lock, capsys, tmp_path):
     code, doc, _ = run_cli(capsys, "doctor", "--matrix", MATRIX, "--root", ROCE, "--json")
     report = tmp_path / "doctor.json"
     report.write_text(doc)
-    flags = json.loads(doc)["resolve_flags"]
+    flags = answer(doc, "doctor")["resolve_flags"]   # the envelope is what --from-doctor reads
     _, via_file, _ = run_cli(capsys, "find", "--matrix", MATRIX, "--lock", str(lock), "--json",
                              "--from-doctor", str(report))
     _, via_flags, _ = run_cli(capsys, "find", "--matrix", MATRIX, "--lock", str(lock), "--json",
                               *flags)
-    assert json.loads(via_file)["images"] == json.loads(via_flags)["images"] != []
+    assert answer(via_file, "find")["images"] == answer(via_flags, "find")["images"] != []
 
 
 def test_find_from_a_real_hosts_doctor_output(lock, capsys):
@@ -378,14 +378,14 @@ def test_find_from_a_real_hosts_doctor_output(lock, capsys):
     assert data["node"]["gpu_source"] == "nvml" and data["host"]["gpu"] == H100
     code, out, _ = run_cli(capsys, "find", "--matrix", MATRIX, "--lock", str(lock), "--json",
                            "--from-doctor", str(real))
-    assert code == 0 and json.loads(out)["host"]["open_kernel_modules"] is True
-    assert [i["image"] for i in json.loads(out)["images"]] == list(PUBLISHED)
+    assert code == 0 and answer(out, "find")["host"]["open_kernel_modules"] is True
+    assert [i["image"] for i in answer(out, "find")["images"]] == list(PUBLISHED)
 
 
 def test_find_cpu_host_and_no_fit(lock, capsys, tmp_path):
     code, out, _ = run_cli(capsys, "find", "--matrix", MATRIX, "--lock", str(lock), "--json",
                            "--gpu", "none")
-    assert code == 0 and [i["image"] for i in json.loads(out)["images"]] == ["smoke-cpu"]
+    assert code == 0 and [i["image"] for i in answer(out, "find")["images"]] == ["smoke-cpu"]
     entries = lockfile.read_lock(lock)
     gpu_only = tmp_path / "images.lock"
     lockfile.write_lock(gpu_only, {i: e for i, e in entries.items() if i != "smoke-cpu"})
@@ -400,7 +400,7 @@ def test_find_leaves_out_a_drifted_entry(lock, capsys, tmp_path):
     lockfile.write_lock(drifted, entries)
     code, out, _ = run_cli(capsys, "find", "--matrix", MATRIX, "--lock", str(drifted), "--json",
                            "--driver", "580.159.04", "--gpu", H100)
-    data = json.loads(out)
+    data = answer(out, "find")
     assert PUBLISHED[1] not in [i["image"] for i in data["images"]]
     why = {i["image"]: i["why"] for i in data["left_out"]}[PUBLISHED[1]]
     assert "nccl 2.20.5 ->" in why and "imagebuild lock" in why

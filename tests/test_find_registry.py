@@ -22,7 +22,7 @@ from imagebuild.render import images
 from imagebuild.deliver import lockfile, publish
 from imagebuild.render.images import ImageSpec
 
-from conftest import ROOT
+from conftest import ROOT, answer
 from test_publish import (PASSWORD, USER, build_small, engine, free_port,  # noqa: F401 - fixtures
                           passing_report, registry)
 
@@ -181,7 +181,7 @@ def test_lock_keeps_the_record_for_the_same_image_and_drops_it_for_a_new_one(pro
     # find: the registry still serves the old smoke-cpu under its dated tag, but nothing in the
     # lock says that is the image now locked and tested: not offered
     code, out, _ = project.find("keep")
-    data = json.loads(out)
+    data = answer(out, "find")
     assert code == 0 and [i["image"] for i in data["images"]] == [GPU]
     (refused,) = data["not_offered"]
     assert refused["image"] == CPU and refused["registry"]["status"] == "unrecorded"
@@ -210,7 +210,7 @@ def test_find_checks_each_tag_and_offers_the_digest(project):
     project.do_publish("ok")
     code, out, err = project.find("ok")
     assert code == 0 and err == ""
-    data = json.loads(out)
+    data = answer(out, "find")
     assert [i["image"] for i in data["images"]] == [GPU, CPU] and data["not_offered"] == []
     entries = lockfile.read_lock(project.lock)
     reg = project.registry
@@ -249,7 +249,7 @@ def test_find_does_not_offer_an_image_whose_dated_tag_moved(project, engine, reg
     recorded = lockfile.read_lock(project.lock)[GPU]["published"][repo]["digest"]
     assert moved_to != recorded
     code, out, _ = project.find("moved")
-    data = json.loads(out)
+    data = answer(out, "find")
     assert code == 0 and [i["image"] for i in data["images"]] == [CPU]
     (refused,) = data["not_offered"]
     assert refused["image"] == GPU and refused["registry"]["status"] == "moved"
@@ -274,7 +274,7 @@ def test_find_says_not_in_registry_for_a_deleted_or_never_pushed_image(project, 
                               timeout=10)
     assert deleted.status_code == 202, deleted.text
     code, out, _ = project.find("gone")
-    data = json.loads(out)
+    data = answer(out, "find")
     assert code == 0 and [i["image"] for i in data["images"]] == [GPU]
     (refused,) = data["not_offered"]
     assert refused["registry"]["status"] == "not-in-registry" and refused["registry"]["serves"] is None

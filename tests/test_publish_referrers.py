@@ -15,6 +15,8 @@ import threading
 import types
 
 import pytest
+
+from conftest import answer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -215,7 +217,7 @@ def test_sbom_referrer_is_read_back_byte_identical_beside_an_earlier_referrer(en
     capfd.readouterr()
     assert cli_publish(engine, registry, ref, name, tmp_path, monkeypatch, "--json", sbom=sbom) == 0
     out, err = capfd.readouterr()
-    result = json.loads(out)[0]
+    result = answer(out, "publish")[0]
     attached = result["sbom"]
     assert result["digest"] == first.digest
     assert attached["layer_digest"] == "sha256:" + hashlib.sha256(sbom).hexdigest()  # = the lock's sbom_sha256
@@ -237,7 +239,7 @@ def test_sbom_referrer_is_read_back_byte_identical_beside_an_earlier_referrer(en
     # a second publish adds nothing: same referrer, same index bytes, one entry each
     capfd.readouterr()
     assert cli_publish(engine, registry, ref, name, tmp_path, monkeypatch, "--json", sbom=sbom) == 0
-    again = json.loads(capfd.readouterr()[0])[0]["sbom"]
+    again = answer(capfd.readouterr()[0], "publish")[0]["sbom"]
     assert again["digest"] == attached["digest"] and again["added"] is False
     assert _index(api, repo, first.digest).body == index.body
 

@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 
 from conftest import ROOT
-from imagebuild import cli
+from imagebuild import __version__, cli
 from imagebuild.render.images import load_images
-from imagebuild.cli.reporter import Reporter, dumps
+from imagebuild.cli.reporter import SCHEMA, Reporter, dumps
 
 MATRIX = str(ROOT / "matrix.yaml")
 DGX = str(ROOT / "tests" / "fixtures" / "doctor" / "dgx-h100-ib")
@@ -149,15 +149,32 @@ def test_for_args_reads_json_and_quiet():
 
 
 def _json_run(capsys, *argv: str, code: int = 0) -> tuple[dict, list[dict]]:
-    """Run a command with --json: its exit code, one document on stdout in the standard
-    rendering, and stderr made only of JSON event lines."""
+    """Run a command with --json: its exit code, one envelope on stdout in the standard rendering
+    (README, "Output"), and stderr made only of JSON event lines. Returns the envelope's result."""
     assert cli.main([*argv, "--json"]) == code
     out, err = capsys.readouterr()
-    doc = json.loads(out)                       # one document: json.loads refuses two
-    assert out == dumps(doc) + "\n"
+    envelope = json.loads(out)                  # one document: json.loads refuses two
+    assert out == dumps(envelope) + "\n"
     events = [json.loads(line) for line in err.splitlines()]
     assert all(e["event"] in ("progress", "warning", "error") and e["command"] == argv[0] for e in events)
-    return doc, events
+    command = " ".join(argv[:2]) if argv[0] in ("knowledge", "wheels") else argv[0]
+    if argv[0] == "sources":
+        command = "sources " + next(a for a in argv[1:] if a in ("list", "fetch"))
+    assert set(envelope) == ENVELOPE_KEYS and envelope["schema"] == SCHEMA
+    assert envelope["command"] == command and envelope["exit_code"] == code and envelope["ok"] is (code == 0)
+    assert envelope["imagebuild"] == __version__
+    # what went to stderr as a warning or error is in the envelope too (an answer may add its own)
+    said = {e["message"] for e in events if e["event"] == "warning"}
+    assert said <= {w["message"] for w in envelope["warnings"]}
+    assert [e["message"] for e in events if e["event"] == "error"] == [e["message"] for e in envelope["errors"]]
+    if "--matrix" in argv:
+        assert envelope["knowledge"]["path"] == str(Path(argv[argv.index("--matrix") + 1]).resolve())
+        assert envelope["knowledge"]["origin"] == "--matrix" and envelope["knowledge"]["as_of"]
+    return envelope["result"], events
+
+
+ENVELOPE_KEYS = {"schema", "imagebuild", "command", "exit_code", "ok", "result", "warnings", "errors",
+                 "knowledge"}
 
 
 def _text_run(capsys, *argv: str, code: int = 0) -> str:
@@ -202,7 +219,7 @@ def test_generate_writes_and_says_what_changed(capsys, tmp_path):
 def test_plan_json_is_format_json(capsys):
     argv = ["plan", "--matrix", MATRIX, "--driver-from", "550.54.15", "--driver-to", "580.95.05", "--gpu", "H100"]
     doc, _ = _json_run(capsys, *argv)
-    assert _text_run(capsys, *argv, "--format", "json") == dumps(doc) + "\n"
+    assert json.loads(_text_run(capsys, *argv, "--format", "json"))["result"] == doc
     assert doc["driver_to"] == "580.95.05" and doc["images"]
     assert {v["image"] for v in doc["images"]} <= set(load_images(MATRIX))
 
@@ -269,10 +286,34 @@ def test_doctor_capture(capsys, tmp_path):
     assert doc["files"] and all((tmp_path / "c" / f).is_file() for f in doc["files"])
 
 
-def test_an_error_with_json_is_the_usual_line(capsys):
+def test_an_error_with_json_is_the_usual_line_and_an_envelope(capsys):
+    """A fatal error: its one line on stderr as ever, and on stdout the envelope saying so, with
+    no result; an argument argparse refuses, too (the rendering is read from the typed words)."""
     assert cli.main(["images", "--matrix", str(ROOT / "no-such-matrix.yaml"), "--json"]) == 2
     out, err = capsys.readouterr()
-    assert out == "" and len(err.splitlines()) == 1 and err.startswith("imagebuild images: ")
+    assert len(err.splitlines()) == 1 and err.startswith("imagebuild images: ")
+    envelope = json.loads(out)
+    assert set(envelope) == ENVELOPE_KEYS and envelope["ok"] is False and envelope["exit_code"] == 2
+    assert envelope["result"] is None and envelope["knowledge"] is None and envelope["warnings"] == []
+    assert envelope["errors"] == [{"message": err.strip().split(": ", 1)[1], "fatal": True}]
+    assert cli.main(["resolve", "--drvier", "550.54.15", "--json"]) == 2
+    out, err = capsys.readouterr()
+    envelope = json.loads(out)
+    assert envelope["command"] == "resolve" and envelope["exit_code"] == 2 and "did you mean --driver" in err
+    assert envelope["errors"][0]["message"] in err
+    # without --json a fatal error leaves stdout empty
+    assert cli.main(["images", "--matrix", str(ROOT / "no-such-matrix.yaml")]) == 2
+    assert capsys.readouterr().out == ""
+
+
+def test_the_answers_own_warnings_are_the_envelopes(capsys):
+    """resolve's end-of-life warning, in its answer, is in the envelope's warnings: CI reads one
+    place whatever the command."""
+    doc, _ = _json_run(capsys, "resolve", "--matrix", MATRIX, "--driver", "535.104.05", "--gpu", "H100")
+    cli.main(["resolve", "--matrix", MATRIX, "--driver", "535.104.05", "--gpu", "H100", "--json"])
+    envelope = json.loads(capsys.readouterr().out)
+    assert any("end of life" in w for w in doc["warnings"])
+    assert [w["message"] for w in envelope["warnings"]] == doc["warnings"]
 
 
 def test_test_json_without_an_engine(capsys, tmp_path, monkeypatch):

@@ -4,7 +4,6 @@ the same recipe on the real engine giving one image ID."""
 from __future__ import annotations
 
 import io
-import json
 import random
 import re
 import secrets
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild.build import reproducible as rp
-from conftest import build_cold_twice
+from conftest import answer, build_cold_twice
 from imagebuild import dockerfile, sourcedate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -356,7 +355,7 @@ def test_smoke_cpu_two_cold_builds_give_one_id_that_lock_check_accepts(docker_cl
         proc = _cli("build", "smoke-cpu", "--no-cache", "--json", "--quiet", "--output", str(tmp_path / "build"),
                     "--log-dir", str(logs))
         assert proc.returncode == 0, proc.stderr[-3000:]
-        (row,) = [r for r in json.loads(proc.stdout) if r["image"] == "smoke-cpu"]
+        (row,) = [r for r in answer(proc.stdout, "build") if r["image"] == "smoke-cpu"]
         assert row["image_id"] == docker_client.images.get(row["ref"]).id
         _drop_build_chain(docker_client, logs / "smoke-cpu.log", keep={base_image.id, row["image_id"]})
         return row["image_id"]

@@ -10,7 +10,7 @@ from imagebuild import cli, knowledge
 from imagebuild.resolve import solver as R
 from imagebuild.errors import UsageError
 
-from conftest import ROOT
+from conftest import ROOT, answer
 
 MATRIX = str(ROOT / "matrix.yaml")
 
@@ -120,7 +120,7 @@ def test_bad_arguments_are_one_line_exit_2(capsys, args, where):
 def test_json_document(capsys):
     assert cli.main(["resolve", "--matrix", MATRIX, "--driver", "535.104.05", "--gpu", "H100",
                      "--torch", ">=2.4", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = answer(capsys.readouterr().out, "resolve")
     assert doc["ok"] is True
     assert set(doc["stack"]) == {"driver", "gpu", "os", "platform", "python", "cuda", "cudnn", "nccl", "ucx",
                                  "openmpi", "pytorch"}

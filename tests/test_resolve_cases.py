@@ -6,10 +6,11 @@ of facts, with sources, that rules them out.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+
+from conftest import answer
 
 from imagebuild import cli, knowledge
 from imagebuild.resolve import solver as R
@@ -216,7 +217,7 @@ H100_HOST = ["--driver", "580.159.04", "--gpu", "H100", "--torch", "2.11.0", "--
 def test_check_a_real_h100_host_with_system_copies(capsys):
     rc = cli.main(["check", "--matrix", MATRIX, *H100_HOST, "--system-nccl", "2.28.3",
                    "--system-cudnn", "9.14.0", "--ucx", "1.16.0", "--openmpi", "4.1.6", "--json"])
-    doc = json.loads(capsys.readouterr().out)
+    doc = answer(capsys.readouterr().out, "check")
     assert rc == 0 and doc["ok"], doc["explanation"]
     assert doc["stack"]["system_cudnn"] == "9.14.0" and doc["stack"]["system_nccl"] == "2.28.3"
     assert any("ucx >=1.20" in w for w in doc["warnings"])   # Ubuntu's UCX: not CUDA-aware

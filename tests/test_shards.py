@@ -5,7 +5,6 @@ no engine."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -14,7 +13,7 @@ from imagebuild.build import shards
 from imagebuild.deliver import lockfile
 from imagebuild.render import images as I
 
-from conftest import ROOT
+from conftest import ROOT, answer
 
 MATRIX = str(ROOT / "matrix.yaml")
 
@@ -74,7 +73,7 @@ def test_shard_arguments_are_checked(capsys):
 
 def test_images_lists_one_shard(k, specs, capsys):
     assert cli.main(["images", "--matrix", MATRIX, "--shard", "2/3", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = answer(capsys.readouterr().out, "images")
     assert [i["id"] for i in doc["images"]] == [s for s in specs if s in shards.shard_of(k, specs, 2, 3)]
     assert doc["shard"] == {"shard": 2, "of": 3, "weight": shards.loads(k, specs, 3)[2]}
 

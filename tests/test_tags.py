@@ -3,9 +3,8 @@ enroot/pyxis take (pyxis's srun --container-image needs HOST#NS/IMAGE:TAG)."""
 
 from __future__ import annotations
 
-import json
 
-from conftest import ROOT
+from conftest import ROOT, answer
 from imagebuild import cli
 from imagebuild.render import images
 
@@ -29,7 +28,7 @@ def test_registry_gives_docker_and_pyxis_references_side_by_side(capsys):
 
 def test_json_and_an_ipv6_registry(capsys):
     assert cli.main(["tags", "smoke-cpu", "--matrix", MATRIX, "--registry", "[::1]:5000/hpc/team", "--json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = answer(capsys.readouterr().out, "tags")
     assert doc["image"] == "smoke-cpu" and [r["tag"] for r in doc["tags"]] == list(_spec().tags)
     assert doc["tags"][0]["enroot"] == f"[::1]:5000#hpc/team/smoke-cpu:{_spec().tags[0]}"
 

@@ -20,7 +20,7 @@ import pytest
 
 from imagebuild import cli
 
-from conftest import RECIPES, ROOT
+from conftest import RECIPES, ROOT, answer
 
 IMAGES = ("smoke-cpu", "pytorch-2.13.0-cu130-ubuntu24.04-runtime")
 
@@ -140,11 +140,13 @@ def test_the_wheel_answers_with_its_own_knowledge(installed, tmp_path):
     assert {f"imagebuild/data/locks/wheels/{p.name}" for p in (ROOT / "locks" / "wheels").iterdir()} <= names
     packaged = site / "imagebuild" / "data" / "matrix.yaml"
     assert not packaged.is_symlink() and packaged.read_bytes() == (ROOT / "matrix.yaml").read_bytes()
-    which = json.loads(_run([exe, "knowledge", "which", "--json"], cwd=tmp_path).stdout)
+    which = answer(_run([exe, "knowledge", "which", "--json"], cwd=tmp_path).stdout, "knowledge which")
     assert which["origin"] == "packaged" and Path(which["path"]) == packaged
     out = _run([exe, "resolve", "--driver", "580.95.05", "--gpu", "H100", "--json"], cwd=tmp_path).stdout
-    doc = json.loads(out)
-    assert doc["ok"] and doc["knowledge"]["origin"] == "packaged" and doc["image"]["id"]
+    envelope = json.loads(out)                              # what every command's --json holds
+    assert envelope["knowledge"]["origin"] == "packaged" and envelope["knowledge"]["as_of"]
+    doc = answer(out, "resolve")
+    assert doc["ok"] and doc["image"]["id"]
     _run([exe, "generate", "smoke-cpu"], cwd=tmp_path)      # the state goes here, not to site
     assert (tmp_path / "Dockerfiles" / "smoke-cpu" / "Dockerfile").is_file()
     assert not (site / "imagebuild" / "data" / "Dockerfiles").exists()

@@ -34,7 +34,7 @@ import yaml
 
 from imagebuild.deliver.lockfile import read_lock
 
-from conftest import ROOT
+from conftest import ROOT, answer
 from test_publish import PASSWORD, USER, engine, registry  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
@@ -223,7 +223,7 @@ def test_the_images_job_publishes_and_keeps_its_artifacts(workspace, workflow, r
                             "--json"], cwd=node, env=env, capture_output=True, text=True, timeout=300)
     assert found.returncode == 0, found.stderr
     assert sorted(p.name for p in node.iterdir()) == ["node.json"]       # nothing written there
-    doc = json.loads(found.stdout)
+    doc = answer(found.stdout, "find")
     assert doc["lock"] == f"{registry}/ci/imagebuild-index"
     best = doc["images"][0]
     assert best["image"] == "smoke-cpu" and best["registry"]["status"] == "ok"

@@ -91,8 +91,14 @@ def parser_error(parser: argparse.ArgumentParser, message: str):
         hints = []
         for word in message.split(":", 1)[1].split():
             if word.startswith("-"):
-                near = difflib.get_close_matches(word.split("=", 1)[0], options, n=1, cutoff=0.6)
-                if near:
+                typed = word.split("=", 1)[0]
+                near = difflib.get_close_matches(typed, options, n=1, cutoff=0.6)
+                if typed in parser._option_string_actions:  # noqa: SLF001 - spelt right, placed wrong
+                    hints.append(f"{typed} goes before the action: "
+                                 f"{parser.prog.split(' ', 1)[-1]} {typed} ... ACTION")
+                elif near and near[0] == typed:
+                    hints.append(f"{typed} belongs to another action")
+                elif near:
                     hints.append(f"{word.split('=', 1)[0]}: did you mean {near[0]}?")
         if hints:
             message += " (" + "; ".join(hints) + ")"
@@ -134,24 +140,52 @@ def main(argv: list[str] | None = None) -> int:
         print(f"imagebuild: unknown command {name!r} (one of: {', '.join(COMMANDS)})", file=sys.stderr)
         return 2
     modname, helptext = COMMANDS[name]
+    from . import reporter
+    # the rendering before parsing, for an argument error: --json (or plan's --format json) typed
+    json_mode = "--json" in rest or "--format=json" in rest or any(
+        a == "--format" and b == "json" for a, b in zip(rest, rest[1:]))
+    reporter.begin(name, json_mode)
+    args = None
+    code, fatal = 0, None
     try:
         module = importlib.import_module(f"imagebuild.cli.commands.{modname}")
         parser = _Parser(prog=f"imagebuild {name}", description=helptext)
         module.configure(parser)
         args = parser.parse_args(rest)
+        action = getattr(args, "action", None)
+        reporter.rename(f"{name} {action}" if isinstance(action, str) else name,
+                        bool(getattr(args, "json", False)) or getattr(args, "format", None) == "json")
         if hasattr(args, "matrix"):
             from ..workspace import locate_matrix
             args.matrix, args.matrix_origin = locate_matrix(args.matrix)
-        return int(module.run(args) or 0)
+        code = int(module.run(args) or 0)
     except ImagebuildError as exc:
         print(f"imagebuild {name}: {exc}", file=sys.stderr)
-        return exc.exit_code
+        code, fatal = exc.exit_code, str(exc)
     except KeyboardInterrupt:
         print(f"imagebuild {name}: interrupted", file=sys.stderr)
-        return 130
+        code, fatal = 130, "interrupted"
     except BrokenPipeError:
+        reporter.forget()
         return 0
+    _finish(reporter, args, code, fatal)
+    return code
 
+
+def _finish(reporter, args, code: int, fatal: str | None) -> None:
+    """Print the --json envelope: the knowledge the command read, where it has a matrix."""
+    from .. import __version__
+    if not reporter.json_mode():
+        reporter.forget()
+        return
+    knowledge = None
+    if args is not None and isinstance(getattr(args, "matrix", None), str):
+        from .commands import knowledge_of
+        knowledge = knowledge_of(args)
+    try:
+        reporter.finish(code, version=__version__, fatal=fatal, knowledge=knowledge)
+    except BrokenPipeError:
+        reporter.forget()
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -17,9 +17,16 @@ Renderings:
 
 - text (the default): progress, warnings and errors are plain lines on stderr, warnings as
   `imagebuild CMD: warning: ...`, errors as `imagebuild CMD: ...`; the answer is `text` on stdout.
-- json (`--json`): stdout gets exactly one JSON document, `document` (sorted keys, indent 2).
-  Everything else is one JSON object a line on stderr: {"event": "progress" | "warning" |
-  "error", "command": CMD, "message": ..., and the call's fields}.
+- json (`--json`): stdout gets exactly one JSON document, the same envelope from every command
+  (`envelope()`): the command, its exit code, `ok`, `result` (the command's `document`, or null
+  when it stopped before answering), every warning and error it said (with the answer's own
+  `warnings`, such as resolve's end-of-life notes), and the knowledge it read.
+  cli.main() opens the run (`begin()`) and prints the envelope when the command has returned or
+  failed (`finish()`), since only then is the exit code known. Meanwhile everything else is one
+  JSON object a line on stderr: {"event": "progress" | "warning" | "error", "command": CMD,
+  "message": ..., and the call's fields}, to be watched as it comes.
+
+Without an open run (library use, a unit test) `result()` prints `document` itself at once.
 
 `--quiet` (where a command has it) drops progress in both renderings; warnings, errors and the
 answer stay. There is no terminal rendering that rewrites a status line: every progress line here
@@ -34,10 +41,76 @@ import json
 import sys
 
 
+# the envelope's `schema`: a consumer checks it before reading the rest; a change to the
+# envelope's keys or their meaning gets a new number (README, "Output: stdout, stderr and --json")
+SCHEMA = "imagebuild.result/1"
+
+
 def dumps(document) -> str:
-    """The one JSON rendering of a command's answer (what the --json commands printed before the
-    reporter, byte for byte)."""
-    return json.dumps(document, indent=2, sort_keys=True)
+    """The one JSON rendering of a command's answer (sorted keys, indent 2)."""
+    return json.dumps(document, indent=2, sort_keys=True, default=str)
+
+
+def envelope(command: str, exit_code: int, result, *, version: str, warnings=(), errors=(),
+             knowledge=None) -> dict:
+    """What `--json` prints, for every command: the same keys whatever the command and however it
+    ended, so that CI reads `ok` and `exit_code` without knowing the command's own document."""
+    return {"schema": SCHEMA, "imagebuild": version, "command": command, "exit_code": exit_code,
+            "ok": exit_code == 0, "result": result, "warnings": list(warnings),
+            "errors": list(errors), "knowledge": knowledge}
+
+
+class _Run:
+    """One command's run as cli.main() sees it: what its reporters were told, for the envelope."""
+
+    def __init__(self, command: str, json_mode: bool) -> None:
+        self.command = command
+        self.json = json_mode
+        self.result = None
+        self.warnings: list[dict] = []
+        self.errors: list[dict] = []
+
+
+_run: _Run | None = None
+
+
+def begin(command: str, json_mode: bool) -> None:
+    """Open a command's run (cli.main): from here a JSON result waits for finish()."""
+    global _run
+    _run = _Run(command, json_mode)
+
+
+def rename(command: str, json_mode: bool) -> None:
+    """The run's full command (`knowledge which`) and rendering, once its arguments are parsed."""
+    if _run is not None:
+        _run.command, _run.json = command, json_mode
+
+
+def json_mode() -> bool:
+    """Whether the open run prints an envelope."""
+    return _run is not None and _run.json
+
+
+def forget() -> None:
+    """Close the run printing nothing (text mode, a closed pipe)."""
+    global _run
+    _run = None
+
+
+def finish(exit_code: int, *, version: str, fatal: str | None = None, knowledge=None) -> None:
+    """Close the run: in JSON mode print its envelope (``fatal``: the error that stopped it)."""
+    global _run
+    run, _run = _run, None
+    if run is None or not run.json:
+        return
+    errors = run.errors + ([{"message": fatal, "fatal": True}] if fatal is not None else [])
+    # an answer's own warnings (resolve's end of life, an unverified rule) are the run's too
+    said = {w["message"] for w in run.warnings}
+    own = run.result.get("warnings") if isinstance(run.result, dict) else None
+    if isinstance(own, list):
+        run.warnings += [{"message": w} for w in own if isinstance(w, str) and w not in said]
+    print(dumps(envelope(run.command, exit_code, run.result, version=version,
+                         warnings=run.warnings, errors=errors, knowledge=knowledge)), flush=True)
 
 
 class Reporter:
@@ -71,13 +144,19 @@ class Reporter:
         else:
             print(message, file=sys.stderr, flush=True)
 
+    def _keep(self, kind: list | None, message: str, fields: dict) -> None:
+        if kind is not None:
+            kind.append({**fields, "message": str(message)})
+
     def warn(self, message: str, **fields) -> None:
+        self._keep(_run.warnings if _run else None, message, fields)
         if self.json:
             self._event("warning", message, fields)
         else:
             print(f"imagebuild {self.command}: warning: {message}", file=sys.stderr, flush=True)
 
     def error(self, message: str, **fields) -> None:
+        self._keep(_run.errors if _run else None, message, fields)
         if self.json:
             self._event("error", message, fields)
         else:
@@ -94,8 +173,11 @@ class Reporter:
             print(text, flush=True)
 
     def result(self, document, text: str | None = None, *, end: str = "\n") -> None:
-        """The command's answer: ``document`` with --json, else ``text`` (nothing when None)."""
-        if self.json:
+        """The command's answer: ``document`` with --json (kept for the envelope while a run is
+        open), else ``text`` (nothing when None)."""
+        if self.json and _run is not None:
+            _run.result = document
+        elif self.json:
             print(dumps(document), flush=True)
         elif text is not None:
             print(text, end=end, flush=True)

@@ -18,6 +18,29 @@ def knowledge_used(args, k) -> dict:
             **({"imagebuild": __version__} if origin == "packaged" else {})}
 
 
+def knowledge_of(args) -> dict | None:
+    """`knowledge_used` for the --json envelope of any command with --matrix, read again from
+    the file (the command's own Knowledge is not at hand there): None when it cannot be read or
+    has no `as_of`, the error having been said already."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from ...errors import ImagebuildError
+    from ...knowledge import load_yaml
+
+    try:
+        doc = load_yaml(Path(args.matrix))
+    except (ImagebuildError, OSError):
+        return None
+    as_of = doc.get("as_of") if isinstance(doc, dict) else None
+    if as_of is None:
+        return None
+    try:
+        return knowledge_used(args, SimpleNamespace(path=args.matrix, as_of=str(as_of)))
+    except OSError:
+        return None
+
+
 def knowledge_line(info: dict) -> str:
     """One line of text for `knowledge_used`'s answer."""
     where = {"--matrix": "given by --matrix", "$IMAGEBUILD_MATRIX": "from $IMAGEBUILD_MATRIX",

@@ -29,7 +29,7 @@ import json
 
 from .. import add_matrix_option
 from ...errors import UsageError
-from ..reporter import Reporter
+from ..reporter import SCHEMA, Reporter
 from .resolve import add_host_options
 
 SHOWN = 10
@@ -77,6 +77,8 @@ def facts_from_doctor(path: str) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         where = f" at line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") else ""
         raise UsageError(f"{path}: malformed JSON{where}", argument="--from-doctor") from None
+    if isinstance(data, dict) and data.get("schema") == SCHEMA:     # the --json envelope
+        data = data.get("result")
     host = data.get("host") if isinstance(data, dict) else None
     if not isinstance(host, dict) or not set(_FACTS) <= set(host):
         raise UsageError(f"{path}: not `imagebuild doctor --json` output (no host object with "

@@ -60,7 +60,7 @@ def run(args) -> int:
         Reporter("plan", json_mode=True).result(
             {"driver_from": args.driver_from, "driver_to": args.driver_to, "gpu": gpu or "any",
              "images": [v.to_json() for v in verdicts], "fail_on": fail_on,
-             "failed": [v.image for v in failing], "knowledge": knowledge_used(args, k)})
+             "failed": [v.image for v in failing]})
     else:
         width = max((len(v.image) for v in verdicts), default=5)
         print(f"{'IMAGE':<{width}}  {'STATUS':<12}  {'BEFORE':<14}  {'AFTER':<14}  DETAIL")

@@ -109,7 +109,7 @@ def run(args) -> int:
         groups = R.enumerate_stacks(k, host, wishes, args.allow_unverified)
         if args.json:
             rep.result({"ok": bool(groups), "count": sum(len(g.tails) for g in groups),
-                        "stacks": [g.to_json() for g in groups], "knowledge": knowledge_used(args, k)})
+                        "stacks": [g.to_json() for g in groups]})
         else:
             _print_table(groups)
         return 0 if groups else 1
@@ -117,8 +117,7 @@ def run(args) -> int:
     used = knowledge_used(args, k)
     declared = None if args.why_not else declared_image(k, host, wishes, res, args.allow_unverified)
     if args.json:
-        rep.result({**res.to_json(), "knowledge": used,
-                    **({"image": declared} if declared is not None else {})})
+        rep.result({**res.to_json(), **({"image": declared} if declared is not None else {})})
     elif args.why_not:
         if res.ok:
             print(f"{args.why_not} fits: " + ", ".join(f"{c} {v}" for c, v in res.stack.items()))
