@@ -150,6 +150,17 @@ def test_check_reads_an_images_labels(tmp_path, capsys):
                      "--gpu", "A100"]) == 0
 
 
+def test_check_reads_what_resolve_json_printed(tmp_path, capsys):
+    """resolve --json's envelope, saved, is a stack check reads back (README: --from-json)."""
+    host = ["--driver", "550.54.15", "--gpu", "A100"]
+    assert cli.main(["resolve", "--matrix", MATRIX, *host, "--json"]) == 0
+    f = tmp_path / "resolved.json"
+    f.write_text(capsys.readouterr().out)
+    assert cli.main(["check", "--matrix", MATRIX, "--from-json", str(f), *host, "--json"]) == 0
+    checked = answer(capsys.readouterr().out, "check")
+    assert checked["ok"] and checked["stack"] == answer(f.read_text(), "resolve")["stack"]
+
+
 def test_unknown_component_in_check_is_refused(k):
     with pytest.raises(UsageError):
         R.check(k, R.Host(), {"pytorch": "2.4.1", "tensorflow": "2.15"})

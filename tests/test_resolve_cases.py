@@ -236,3 +236,60 @@ def test_check_refuses_a_system_cudnn_not_built_for_the_stacks_cuda(capsys):
 def test_check_refuses_an_unknown_system_copy_version(capsys):
     rc = cli.main(["check", "--matrix", MATRIX, *H100_HOST, "--system-nccl", "2.99.1"])
     assert rc == 1 and "not a nccl release the knowledge names" in capsys.readouterr().out
+
+
+# --- resolve on a machine built like NGC's: the host's own cuDNN and NCCL ----------------------------
+
+def _system_ok(k, system, wishes=None, **host):
+    res = R.resolve(k, R.Host(**host), wishes or {}, system=system)
+    assert res.ok, res.explanation
+    return res
+
+
+def test_resolve_keeps_a_system_cudnn_beside_the_best_stack(k):
+    """cuDNN 9.14 is published for CUDA 12 and 13 [S10] and no support-matrix line binds it: the
+    best stack is the one without the system copy, which the answer names beside its own."""
+    host = {"driver": "580.95.05", "gpu": "H100"}
+    plain = R.resolve(k, R.Host(**host))
+    res = _system_ok(k, {"cudnn": "9.14.0"}, **host)
+    assert res.stack == {**plain.stack, "system_cudnn": "9.14.0"}
+    assert res.explanation[-1].startswith(f"system cudnn 9.14.0: consistent with CUDA {plain.stack['cuda']}")
+
+
+def test_a_system_cudnn_8_9_narrows_cuda_to_what_it_was_built_for(k):
+    """cuDNN 8.9.x runs with CUDA 11.0-11.8 or 12.0-12.2 [S9]: the stack's CUDA is one of those,
+    whatever newer release the host's driver could run."""
+    res = _system_ok(k, {"cudnn": "8.9.7"}, driver="580.95.05", gpu="H100")
+    cuda = res.stack["cuda"]
+    assert cuda.startswith("11.") or cuda.split(".")[:2] in (["12", "0"], ["12", "1"], ["12", "2"]), cuda
+    assert res.stack["system_cudnn"] == "8.9.7"
+    # every stack --all lists keeps to those CUDA releases too
+    groups = R.enumerate_stacks(k, R.Host(driver="580.95.05", gpu="H100"), system={"cudnn": "8.9.7"})
+    assert groups and all(g.head["cuda"].startswith(("11.", "12.0", "12.1", "12.2")) for g in groups)
+
+
+def test_a_wish_the_system_copy_cannot_sit_beside_is_refused_with_the_fact(k):
+    res = R.resolve(k, R.Host(driver="580.95.05", gpu="H100"), {"pytorch": "2.9"}, system={"cudnn": "8.9.7"})
+    text = "\n".join(res.explanation)
+    assert not res.ok
+    assert "system cudnn 8.9.7: cuDNN >=8.9,<8.10 runs with cuda >=12.0,<12.3" in text and "[S9]" in text
+    assert "pytorch 2.9 (your wish)" in text
+
+
+def test_a_system_nccl_built_for_cuda_11_only_keeps_cuda_11(k):
+    """NCCL 2.13.4 has wheels for CUDA 11 only [S10] (its CUDA 12 builds start at 2.16.2)."""
+    res = _system_ok(k, {"nccl": "2.13.4"}, driver="580.95.05", gpu="H100")
+    assert res.stack["cuda"].startswith("11.") and res.stack["system_nccl"] == "2.13.4"
+
+
+def test_resolve_takes_system_copies_on_the_command_line(capsys):
+    rc = cli.main(["resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu", "H100",
+                   "--system-cudnn", "8.9.7", "--system-nccl", "2.18.3", "--json"])
+    doc = answer(capsys.readouterr().out, "resolve")
+    assert rc == 0 and doc["stack"]["system_cudnn"] == "8.9.7" and doc["stack"]["system_nccl"] == "2.18.3"
+    assert doc["stack"]["cuda"].startswith(("11.", "12.0", "12.1", "12.2"))   # cuDNN 8.9's lines [S9]
+    assert cli.main(["resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu", "H100",
+                     "--system-cudnn", "7.6"]) == 1
+    assert "system cudnn 7.6: not a cudnn release the knowledge names" in capsys.readouterr().out
+    assert cli.main(["resolve", "--matrix", MATRIX, "--gpu", "H100", "--system-nccl", "2.x"]) == 2
+    assert "argument --system-nccl" in capsys.readouterr().err

@@ -95,7 +95,8 @@ class Problem:
 
     def __init__(self, k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
                  allow_unverified: bool = False, repo_cuda: bool = False,
-                 skip_tags: frozenset[str] = frozenset(), compat_package: bool = True):
+                 skip_tags: frozenset[str] = frozenset(), compat_package: bool = True,
+                 system: dict[str, str] | None = None):
         self.k = k
         self.host = host
         self.date = host.date or k.as_of
@@ -108,6 +109,10 @@ class Problem:
         self.compat_package = compat_package
         self.skip_tags = skip_tags
         self.facts_host: dict[str, str] = self._host_facts(host)
+        # system copies (NGC-style: cuDNN or NCCL the host provides beside the stack's own):
+        # library -> (as given, the releases it can be); they narrow CUDA (_build_domains)
+        self.system = {comp: (val, system_releases(k, comp, val))
+                       for comp, val in sorted((system or {}).items())}
         self.wishes = {c: self._wish(c, s) for c, s in (wishes or {}).items()}
         self.rules = [r for r in k.rules if (r.verified or allow_unverified)
                       and r.tag not in skip_tags and _tag_applies(r.tag, repo_cuda, allow_unverified)]
@@ -184,6 +189,16 @@ class Problem:
             return version_matcher(spec)
         except VersionSyntaxError as exc:
             raise UsageError(str(exc), argument=f"--{comp}") from None
+
+    def _system_conflict(self, cuda: str) -> str:
+        """Why the host's system copies cannot sit beside CUDA ``cuda`` ('' when they can)."""
+        if cuda == NONE:
+            return ""
+        out = []
+        for comp, (val, matches) in self.system.items():
+            out += system_copy_problems(self, comp, val, matches, cuda) if matches else [
+                f"system {comp} {val}: not a {comp} release the knowledge names"]
+        return "; ".join(out)
 
     # -- CUDA modes (interpreted from the cuda.modes data)
 
@@ -286,6 +301,10 @@ class Problem:
                         self.pruned[comp][val] = Fact(f"mode:{val}", "; ".join(reasons), None)
                         continue
                     self.modes[val] = mode
+                    why = self._system_conflict(val)
+                    if why:
+                        self.pruned[comp][val] = Fact(f"system:{val}", why, None)
+                        continue
                 kept.append(val)
             if comp == "cuda":
                 # Within a major.minor, releases with a confirmed repository (and Table 3 driver)
@@ -508,13 +527,16 @@ def _first(p: Problem, disabled=frozenset(), domains=None) -> dict[str, str] | N
 def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
             allow_unverified: bool = False, explain: bool = True,
             repo_cuda: bool = False, skip_tags: frozenset[str] = frozenset(),
-            compat_package: bool = True) -> Resolution:
+            compat_package: bool = True, system: dict[str, str] | None = None) -> Resolution:
     """The best stack, or (explain=True) the minimal chain of facts that rules every stack out.
     `repo_cuda`: CUDA must come from NVIDIA's repository for the OS (as image recipes install it).
     `skip_tags`: rules with these tags are not applied (see knowledge.RULE_TAGS).
     `compat_package`: forward compatibility (a cuda-compat package) is possible; an image whose
-    CUDA comes from torch's wheels has none."""
-    p = Problem(k, host, wishes, allow_unverified, repo_cuda, skip_tags, compat_package)
+    CUDA comes from torch's wheels has none.
+    `system`: cuDNN or NCCL the host provides (library -> version, NGC-style), beside the stack's
+    own: only a CUDA they are built for and whose support matrix they meet on the host is chosen,
+    and the answer names them (`system_cudnn`, `system_nccl`)."""
+    p = Problem(k, host, wishes, allow_unverified, repo_cuda, skip_tags, compat_package, system)
     passed: list = []
     trace = Trace()
     sol = None
@@ -526,6 +548,14 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
         return Resolution(ok=False, explanation=why,
                           warnings=_unverified_warning(p) + _end_of_life(p))
     res = _describe(p, sol, passed[0] if passed else None, brief=not explain)
+    for comp, (val, _) in p.system.items():
+        if sol["cuda"] == NONE:
+            res.warnings.append(f"system {comp} {val}: not used by a stack without CUDA")
+            continue
+        res.stack[f"system_{comp}"] = val
+        if explain:
+            res.explanation.append(f"system {comp} {val}: consistent with CUDA {sol['cuda']} and "
+                                   f"the host (beside the stack's own {comp} {sol[comp]})")
     if explain:
         res.warnings += _end_of_life(p, res.mode) + _unverified_against(p, sol)
         if sol["pytorch"] == NONE and p.gpu_host() and "pytorch" not in (wishes or {}):
@@ -617,11 +647,12 @@ class StackGroup:
 
 
 def enumerate_stacks(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
-                     allow_unverified: bool = False, repo_cuda: bool = False) -> list[StackGroup]:
+                     allow_unverified: bool = False, repo_cuda: bool = False,
+                     system: dict[str, str] | None = None) -> list[StackGroup]:
     """Every consistent stack, best first, grouped by everything but the tail components.
     The tail's consistent values depend only on the head components its rules mention, so they
-    are computed once per distinct value of those (memoised)."""
-    p = Problem(k, host, wishes, allow_unverified, repo_cuda)
+    are computed once per distinct value of those (memoised). `system` as for resolve()."""
+    p = Problem(k, host, wishes, allow_unverified, repo_cuda, system=system)
     split = len(p.order) - len(TAIL)
     assert tuple(p.order[split:]) == TAIL
     deps = sorted({c for level in p.by_depth[split:] for r, _ in level for c in r.components
@@ -713,6 +744,15 @@ def check_system_copy(k: Knowledge, host: Host, comp: str, val: str,
     """The facts a system copy of cuDNN or NCCL violates (empty: none). The copy must be a release
     the knowledge knows, built for the stack's CUDA major, and meet its support matrix on this
     host; rules that tie a component to PyTorch's bundled copy do not bind it."""
+    matches = system_releases(k, comp, val)
+    if not matches:
+        return [f"system {comp} {val}: not a {comp} release the knowledge names"]
+    return system_copy_problems(Problem(k, host, {}, False), comp, val, matches, stack.get("cuda"))
+
+
+def system_releases(k: Knowledge, comp: str, val: str) -> list[str]:
+    """The releases the knowledge names that a system copy given as ``val`` (9.14.0: any
+    9.14.0.x) can be; a malformed version or an unmodelled library is the user's mistake."""
     if comp not in SYSTEM_COPIES:
         raise UsageError(f"no system copy of {comp!r} is modelled (only {', '.join(SYSTEM_COPIES)})",
                          argument=f"--system-{comp}")
@@ -721,11 +761,13 @@ def check_system_copy(k: Knowledge, host: Host, comp: str, val: str,
     except VersionSyntaxError as exc:
         raise UsageError(str(exc), argument=f"--system-{comp}") from None
     known = k.cudnn_releases if comp == "cudnn" else k.domain("nccl", True)
-    matches = [v for v in known if v != NONE and spec(v)]
-    if not matches:
-        return [f"system {comp} {val}: not a {comp} release the knowledge names"]
-    p = Problem(k, host, {}, False)
-    cuda = stack.get("cuda")
+    return [v for v in known if v != NONE and spec(v)]
+
+
+def system_copy_problems(p: Problem, comp: str, val: str, matches: list[str],
+                         cuda: str | None) -> list[str]:
+    """check_system_copy's rules, with the problem's own rules and host facts: the text of each
+    rule no release in ``matches`` satisfies beside CUDA ``cuda`` on the host."""
     out = []
     for rule in p.rules:
         comps = rule.components
@@ -943,7 +985,10 @@ def explain_failure(p: Problem, trace: Trace) -> list[str]:
     # for deletion first, so that a chain keeps the CUDA-mode facts a reader expects to see.
     items = sorted({r.id for level in p.by_depth for r, _ in level},
                    key=lambda rid: (rid not in trace.fired, rid))
-    mode_items = sorted(f"mode:{v}" for v, f in p.pruned["cuda"].items() if f.key.startswith("mode:"))
+    # CUDA releases ruled out by the host (no compatibility mode, or its system cuDNN/NCCL not
+    # built for them) take part in the chain as facts, like the rules
+    mode_items = sorted(f"mode:{v}" for v, f in p.pruned["cuda"].items()
+                        if f.key.startswith(("mode:", "system:")))
     core = list(items) + mode_items
 
     def solvable(active: list[str]) -> bool:
@@ -1012,15 +1057,16 @@ def _host_text(p: Problem) -> str:
 
 
 def _group_modes(p: Problem, versions: list[str]) -> list[str]:
-    """One line per CUDA major: what each compatibility mode would need."""
-    by_major: dict[int, list[str]] = {}
+    """One line per CUDA major and reason: what each compatibility mode would need, or what the
+    host's system copies rule out."""
+    by_major: dict[tuple[int, str], list[str]] = {}
     for v in versions:
-        by_major.setdefault(parse_version(v).major, []).append(v)
+        by_major.setdefault((parse_version(v).major, p.pruned["cuda"][v].text), []).append(v)
     lines = []
-    for major, vs in sorted(by_major.items()):
+    for (_, reasons), vs in sorted(by_major.items(), key=lambda kv: (kv[0][0], parse_version(
+            min(kv[1], key=parse_version)))):
         vs.sort(key=parse_version)
         label = vs[0] if len(vs) == 1 else f"{vs[0]} to {vs[-1]}"
-        reasons = p.pruned["cuda"][vs[0]].text
         lines.append(f"CUDA {label}: {reasons}")
     return lines
 

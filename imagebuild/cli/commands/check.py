@@ -10,7 +10,8 @@ import json
 from .. import add_matrix_option
 from ...errors import UsageError
 from ..reporter import Reporter
-from .resolve import WISH_FLAGS, add_host_options, host_from, print_resolution, wishes_from
+from .resolve import (WISH_FLAGS, add_host_options, add_system_options, host_from, print_resolution,
+                      system_from, wishes_from)
 
 LABEL_PREFIX = "io.imagebuild.stack."
 
@@ -21,10 +22,7 @@ def configure(parser) -> None:
     g = parser.add_argument_group("the stack (exact versions, 'none' for absent)")
     for flag in WISH_FLAGS:
         g.add_argument(f"--{flag}", dest=f"wish_{flag}", metavar="VERSION")
-    g.add_argument("--system-cudnn", metavar="VERSION",
-                   help="a system cuDNN installed beside the one torch's wheels bring (NGC-style)")
-    g.add_argument("--system-nccl", metavar="VERSION",
-                   help="a system NCCL installed beside the one torch's wheels bring")
+    add_system_options(g)
     parser.add_argument("--from-json", metavar="FILE",
                         help="a resolve --json document, a {component: version} mapping, or labels")
     parser.add_argument("--image", metavar="REF", help="read the stack from a built image's labels")
@@ -37,6 +35,9 @@ def stack_from_mapping(data: dict, origin: str) -> dict[str, str]:
         data = data[0]
     if not isinstance(data, dict):
         raise UsageError("expected a JSON object", argument=origin)
+    from ..reporter import SCHEMA
+    if data.get("schema") == SCHEMA and isinstance(data.get("result"), dict):   # a --json envelope
+        data = data["result"]
     if isinstance(data.get("stack"), dict):
         data = data["stack"]
     labels = data.get("Config", {}).get("Labels") if isinstance(data.get("Config"), dict) else None
@@ -111,9 +112,7 @@ def run(args) -> int:
     if stack.get("driver") and not args.driver:
         args.driver = stack["driver"]
     k = knowledge.load(args.matrix)
-    system = {comp: getattr(args, f"system_{comp}") for comp in ("cudnn", "nccl")
-              if getattr(args, f"system_{comp}", None)}
-    res = R.check(k, host_from(args), stack, args.allow_unverified, system=system, image=image,
+    res = R.check(k, host_from(args), stack, args.allow_unverified, system=system_from(args), image=image,
                   cuda_from=cuda_from)
     if args.json:
         Reporter.for_args("check", args).result(res.to_json())

@@ -48,6 +48,20 @@ class _Tristate:
         return Action(option_strings, dest, nargs="?", default=None, **kw)
 
 
+def add_system_options(group) -> None:
+    """--system-cudnn / --system-nccl: libraries the host provides (NGC-style machines)."""
+    group.add_argument("--system-cudnn", metavar="VERSION",
+                       help="a system cuDNN the host provides beside the one torch's wheels bring "
+                            "(NGC-style), e.g. 9.14.0")
+    group.add_argument("--system-nccl", metavar="VERSION",
+                       help="a system NCCL the host provides beside the one torch's wheels bring")
+
+
+def system_from(args) -> dict[str, str]:
+    return {comp: getattr(args, f"system_{comp}") for comp in ("cudnn", "nccl")
+            if getattr(args, f"system_{comp}", None)}
+
+
 def host_from(args):
     from ...resolve.solver import Host
     return Host(driver=args.driver, gpu=args.gpu, kernel=args.kernel, ofed=args.ofed,
@@ -60,6 +74,7 @@ def configure(parser) -> None:
     g = parser.add_argument_group("wishes (a version or specifier: '>=2.4', '12.4', 'none')")
     for flag in WISH_FLAGS:
         g.add_argument(f"--{flag}", dest=f"wish_{flag}", metavar="SPEC")
+    add_system_options(parser.add_argument_group("libraries the host provides (NGC-style)"))
     parser.add_argument("--all", action="store_true", help="list every consistent stack")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
     parser.add_argument("--why-not", metavar="WISH",
@@ -102,18 +117,19 @@ def run(args) -> int:
     k = knowledge.load(args.matrix)
     host = host_from(args)
     wishes = wishes_from(args)
+    system = system_from(args)
     if args.why_not:
         comp, spec = parse_wish(args.why_not)
         wishes[comp] = spec
     if args.all:
-        groups = R.enumerate_stacks(k, host, wishes, args.allow_unverified)
+        groups = R.enumerate_stacks(k, host, wishes, args.allow_unverified, system=system)
         if args.json:
             rep.result({"ok": bool(groups), "count": sum(len(g.tails) for g in groups),
                         "stacks": [g.to_json() for g in groups]})
         else:
             _print_table(groups)
         return 0 if groups else 1
-    res = R.resolve(k, host, wishes, args.allow_unverified)
+    res = R.resolve(k, host, wishes, args.allow_unverified, system=system)
     used = knowledge_used(args, k)
     declared = None if args.why_not else declared_image(k, host, wishes, res, args.allow_unverified)
     if args.json:
