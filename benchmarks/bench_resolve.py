@@ -3,7 +3,8 @@
 
 - process: a whole `imagebuild resolve` process vs a process that only loads matrix.yaml with PyYAML
   (yaml.safe_load, what a user's own script would do). Target: ratio <= 2.
-- query: one resolve() on an already loaded knowledge base. Target: < 20 ms.
+- query: one resolve() on an already loaded knowledge base. Target: < 20 ms. (Repeated queries
+  reuse the specifiers' verdicts, versions.Spec; the first query of a process is in "process".)
 - enumerate: every consistent stack of the whole knowledge base (no host facts). Target: < 1 s.
 Prints medians of N runs; run from the repository root.
 """
@@ -39,6 +40,8 @@ def main() -> None:
                                 "--gpu", "H100", "--torch", ">=2.4"]))
     proc_fail = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "470.82.01",
                                      "--gpu", "A100", "--why-not", "torch==2.9.1"]))
+    proc_sys = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "580.95.05",
+                                    "--gpu", "H100", "--system-cudnn", "8.9.7", "--system-nccl", "2.18.3"]))
     proc_all = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--all"]), max(3, N // 3))
     # the longest explanation known: every torch release rules itself out on an aarch64 host
     proc_arm = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "550.54.15",
@@ -57,6 +60,10 @@ def main() -> None:
     for host, wishes in hosts:
         t = median(lambda: _time(lambda: R.resolve(k, host, wishes)), 25)
         per_query[f"{host.driver}/{host.gpu} {wishes or ''}"] = t
+    system = {"cudnn": "8.9.7", "nccl": "2.18.3"}      # an NGC-style machine's own libraries
+    host = R.Host(driver="580.95.05", gpu="H100")
+    per_query["580.95.05/H100 system cuDNN 8.9.7, NCCL 2.18.3"] = median(
+        lambda: _time(lambda: R.resolve(k, host, {}, system=system)), 25)
     load_in = median(lambda: _time(lambda: knowledge.load(MATRIX)), 10)
     enum = median(lambda: _time(lambda: R.enumerate_stacks(k, R.Host())), 5)
     groups = R.enumerate_stacks(k, R.Host())
@@ -66,6 +73,7 @@ def main() -> None:
     print(f"        (same with the C loader, for reference)            {anchor_cload*1000:8.1f} ms")
     print(f"process imagebuild resolve (a stack found)                {proc*1000:8.1f} ms  ratio {proc/anchor_load:5.2f}  (target <= 2)")
     print(f"process imagebuild resolve --why-not (no stack, chain)    {proc_fail*1000:8.1f} ms  ratio {proc_fail/anchor_load:5.2f}")
+    print(f"process imagebuild resolve --system-cudnn --system-nccl    {proc_sys*1000:8.1f} ms  ratio {proc_sys/anchor_load:5.2f}  (target <= 2)")
     print(f"process imagebuild resolve --all (whole table)            {proc_all*1000:8.1f} ms  ratio {proc_all/anchor_load:5.2f}")
     print(f"process imagebuild resolve, no stack on GH200/R550 (40-line chain) {proc_arm*1000:8.1f} ms  ratio {proc_arm/anchor_load:5.2f}")
     print(f"in-process load + validate + compile of matrix.yaml       {load_in*1000:8.1f} ms")

@@ -11,7 +11,7 @@ are compared as tuples of integers; their branch is the first field (R535).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -91,13 +91,23 @@ class Spec:
     text: str
     specset: SpecifierSet | None  # None for "none"
     none: bool = False
+    # value -> verdict: the resolver asks the same few hundred versions of each specifier over
+    # and over (packaging's contains() is most of a query's time); bounded, cleared when full
+    _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def contains(self, value: str) -> bool:
-        if value == NONE:
-            return self.none
-        if self.none:
-            return False
-        return self.specset.contains(parse_version(value), prereleases=True)
+        verdict = self._memo.get(value)
+        if verdict is None:
+            if value == NONE:
+                verdict = self.none
+            elif self.none:
+                verdict = False
+            else:
+                verdict = self.specset.contains(parse_version(value), prereleases=True)
+            if len(self._memo) >= 4096:
+                self._memo.clear()
+            self._memo[value] = verdict
+        return verdict
 
     def __str__(self) -> str:
         return self.text

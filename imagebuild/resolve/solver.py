@@ -769,12 +769,13 @@ def system_copy_problems(p: Problem, comp: str, val: str, matches: list[str],
     """check_system_copy's rules, with the problem's own rules and host facts: the text of each
     rule no release in ``matches`` satisfies beside CUDA ``cuda`` on the host."""
     out = []
-    for rule in p.rules:
-        comps = rule.components
-        if comp not in comps or "pytorch" in comps or not comps <= (
-                {comp, "cuda", "driver", "gpu", "gpu.cc", "gpu.datacenter"}):
-            continue
-        if "cuda" in comps and (cuda is None or cuda == NONE):
+    cache = p.__dict__.setdefault("_system_rules", {})
+    if comp not in cache:       # the rules about this library alone: once per query, not per CUDA
+        allowed = {comp, "cuda", "driver", "gpu", "gpu.cc", "gpu.datacenter"}
+        cache[comp] = [r for r in p.rules if comp in r.components and "pytorch" not in r.components
+                       and r.components <= allowed]
+    for rule in cache[comp]:
+        if "cuda" in rule.components and (cuda is None or cuda == NONE):
             continue
 
         def holds(pairs, value):
