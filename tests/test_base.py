@@ -32,6 +32,7 @@ def _cli(*args, env=None, cwd=None, timeout=60):
     (["debian-bookworm", "--mirror", "http://mirror.example;rm -rf /"], "invalid mirror"),
     (["debian-bookworm", "--mirror", "ftp://x/"], "invalid mirror"),
     (["debian-bookworm", "--ref", "Base:$(id)"], "invalid image reference"),
+    (["debian-bookworm", "--platform", "linux/riscv64"], "unknown platform 'linux/riscv64'"),
 ])
 def test_bad_input_is_one_line_before_anything_runs(args, want, tmp_path):
     env = dict(os.environ, DOCKER_HOST=f"unix://{tmp_path}/no.sock")   # must not even be asked
@@ -202,6 +203,44 @@ def test_debootstrap_end_to_end(engine, tmp_path):
         again = _cli("debian-bookworm", "--ref", ref)
         assert again.returncode == 0 and "already exists" in again.stdout
         assert engine.inspect(ref).id == info.id
+    finally:
+        if engine.exists(ref):
+            engine.remove(ref, force=True)
+
+
+@pytest.mark.heavy
+def test_an_arm64_base_under_emulation(engine, tmp_path):
+    """Issue 29: the same base for linux/arm64 on this x86_64 host, debootstrap's second stage run
+    by QEMU through binfmt_misc. Its programs run in a container (uname says aarch64), its config
+    says arm64/v8, and the host platform's base of the same name is refused over it. Heavy tier:
+    emulated dpkg takes minutes (docs/benchmarks.md)."""
+    from conftest import answer
+    from imagebuild.build.emulation import PLATFORMS, check_emulation
+
+    if not shutil.which("debootstrap") or os.geteuid() != 0:
+        need("debootstrap as root", "apt-get install debootstrap and run the tests as root")
+    try:
+        check_emulation(PLATFORMS["linux/arm64"])
+    except ImagebuildError as exc:
+        need("arm64 emulation", str(exc))
+    ref = f"imagebuild/test-base-arm64:{secrets.token_hex(4)}"
+    proc = _cli("debian-bookworm", "--platform", "linux/arm64", "--ref", ref, "--workdir", str(tmp_path),
+                "--log", str(tmp_path / "debootstrap.log"), "--json", timeout=3600)
+    try:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        doc = answer(proc.stdout, "base")
+        assert doc["platform"] == "linux/arm64" and doc["created"] and doc["ref"] == ref
+        assert "under emulation (" in proc.stderr and "flags " in proc.stderr
+        assert "Valid Release signature" in (tmp_path / "debootstrap.log").read_text()
+        info = engine.inspect(ref)
+        assert info.architecture == "arm64" and info.id == doc["image_id"] and len(info.layers) == 1
+        out = engine.run(ref, ["sh", "-c", "uname -m; dpkg --print-architecture; cat /etc/debian_version"],
+                         timeout=300)
+        machine, arch, version = out.output.split()
+        assert out.ok and (machine, arch) == ("aarch64", "arm64") and version.startswith("12.")
+        # the host platform's base under the same name is refused, not silently "already there"
+        again = _cli("debian-bookworm", "--ref", ref, "--platform", "linux/amd64")
+        assert again.returncode == 2 and f"{ref} exists for arm64, not amd64" in again.stderr
     finally:
         if engine.exists(ref):
             engine.remove(ref, force=True)

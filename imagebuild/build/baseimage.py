@@ -36,9 +36,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from ..digests import sha256_file
 from ..engines import check_ref
 from ..errors import ImagebuildError, UsageError
-from ..digests import sha256_file
+from .emulation import Platform, check_emulation, host_platform
 
 
 @dataclass(frozen=True)
@@ -107,18 +108,38 @@ def check_tools(spec: BaseSpec) -> str:
     return tool
 
 
+def default_ref(name: str, target: Platform | None = None) -> str:
+    """imagebuild/base:NAME for x86_64, imagebuild/base:NAME-arm64 for arm64: a local engine
+    holds one image per tag (no index), so each platform's base has its own."""
+    return DEFAULT_REF.format(name=name) + (target.suffix if target else "")
+
+
 def create_base(name: str, *, engine, ref: str | None = None, mirror: str | None = None,
                 force: bool = False, workdir: Path | None = None, log: Path | None = None,
-                progress: Callable[[str], None] | None = None) -> BaseResult:
+                progress: Callable[[str], None] | None = None,
+                target: Platform | None = None) -> BaseResult:
+    """Make the base NAME for ``target`` (default: this host's platform): under emulation for
+    another architecture (emulation.check_emulation says first what is missing)."""
     spec = base_spec(name)
-    ref = check_ref(ref or DEFAULT_REF.format(name=name))
+    target = target or host_platform()
+    if target is None:
+        raise ImagebuildError(f"this host's architecture ({platform.machine()}) is not one "
+                              "imagebuild builds for: give --platform")
+    ref = check_ref(ref or default_ref(name, target))
     if mirror is not None:
         check_mirror(mirror)
     say = progress or (lambda _l: None)
     if not force and engine.exists(ref):
         info = engine.inspect(ref)
+        arch = info.architecture
+        if arch and arch != target.architecture:
+            raise UsageError(f"{ref} exists for {arch}, not {target.architecture}: give another "
+                             "--ref, or --force to recreate it", argument="--ref")
         return BaseResult(ref, info.id, False, "", info.size, 0.0)
     tool = check_tools(spec)
+    how = check_emulation(target)
+    if how:
+        say(f"{target.oci} under emulation ({how})")
     t0 = time.monotonic()
     parent = Path(workdir) if workdir else Path(os.environ.get("TMPDIR", "/var/tmp"))
     parent.mkdir(parents=True, exist_ok=True)
@@ -126,11 +147,11 @@ def create_base(name: str, *, engine, ref: str | None = None, mirror: str | None
     try:
         rootfs = tmp / "rootfs"
         argv = [tool, "--force-check-gpg", f"--keyring={spec.keyring}", f"--variant={spec.variant}",
-                spec.suite, str(rootfs)]
+                f"--arch={target.debian}", spec.suite, str(rootfs)]
         if mirror:
             argv.append(mirror)
         log_path = Path(log) if log else parent / f"imagebuild-base-{name}.log"
-        say(f"{spec.tool} --variant={spec.variant} {spec.suite} (log: {log_path})")
+        say(f"{spec.tool} --variant={spec.variant} --arch={target.debian} {spec.suite} (log: {log_path})")
         _run_logged(argv, log_path, say)
         say("normalizing the root file system")
         normalize_rootfs(rootfs, spec.epoch)
@@ -140,7 +161,7 @@ def create_base(name: str, *, engine, ref: str | None = None, mirror: str | None
         shutil.rmtree(rootfs)
         say(f"loading {ref} (layer {diff_id[:19]})")
         image_tar = tmp / "image.tar"
-        config_id = write_image_tar(layer, diff_id, image_tar, ref=ref, spec=spec)
+        config_id = write_image_tar(layer, diff_id, image_tar, ref=ref, spec=spec, target=target)
         engine.load(image_tar)
         info = engine.inspect(ref)
         if info.id != config_id:
@@ -238,11 +259,14 @@ def pack_rootfs(rootfs: Path, dest: Path, epoch: int) -> str:
     return "sha256:" + sha256_file(dest)
 
 
-def image_config(diff_id: str, spec: BaseSpec) -> bytes:
-    """The image config: same layer, same base -> same bytes -> same image id."""
+def image_config(diff_id: str, spec: BaseSpec, target: Platform | None = None) -> bytes:
+    """The image config: same layer, same base, same platform -> same bytes -> same image id."""
     created = datetime.fromtimestamp(spec.epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    target = target or host_platform()
     config = {
-        "architecture": _ARCH.get(platform.machine(), platform.machine()),
+        "architecture": target.architecture if target else _ARCH.get(platform.machine(),
+                                                                      platform.machine()),
+        **({"variant": target.variant} if target and target.variant else {}),
         "os": "linux",
         "created": created,
         "config": {
@@ -258,14 +282,16 @@ def image_config(diff_id: str, spec: BaseSpec) -> bytes:
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},
         "history": [{"created": created,
                      "created_by": f"imagebuild base {spec.name}: {spec.tool} "
-                                   f"--variant={spec.variant} {spec.suite}"}],
+                                   f"--variant={spec.variant} {spec.suite}"
+                                   + (f" --arch={target.debian}" if target and target.suffix else "")}],
     }
     return json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
 
 
-def write_image_tar(layer: Path, diff_id: str, dest: Path, *, ref: str, spec: BaseSpec) -> str:
+def write_image_tar(layer: Path, diff_id: str, dest: Path, *, ref: str, spec: BaseSpec,
+                    target: Platform | None = None) -> str:
     """A `docker save` layout tar holding one layer; returns the image id (sha256 of the config)."""
-    config = image_config(diff_id, spec)
+    config = image_config(diff_id, spec, target)
     config_hex = hashlib.sha256(config).hexdigest()
     layer_dir = diff_id.removeprefix("sha256:")
     manifest = json.dumps([{"Config": f"{config_hex}.json", "RepoTags": [ref],

@@ -151,6 +151,7 @@ class ImageInfo:
     # the image's config as the engine reports it (Env, Entrypoint, Cmd, WorkingDir, User, ...)
     config: Mapping[str, Any] = field(default_factory=dict, compare=False)
     tags: tuple[str, ...] = ()       # the repository:tag names it has now (none: dangling)
+    architecture: str = ""           # the config's architecture (amd64, arm64; "" not reported)
 
 
 @dataclass(frozen=True)

@@ -366,7 +366,8 @@ class DockerEngine:
             id=str(data["Id"]), repo_digests=tuple(sorted(data.get("RepoDigests") or ())),
             size=int(data.get("Size") or 0), labels=dict(sorted((cfg.get("Labels") or {}).items())),
             env=env, layers=tuple((data.get("RootFS") or {}).get("Layers") or ()), config=dict(cfg),
-            tags=tuple(sorted(t for t in data.get("RepoTags") or () if t != "<none>:<none>")))
+            tags=tuple(sorted(t for t in data.get("RepoTags") or () if t != "<none>:<none>")),
+            architecture=str(data.get("Architecture") or ""))
 
     def exists(self, ref: str) -> bool:
         import docker.errors

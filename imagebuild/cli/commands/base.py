@@ -10,7 +10,12 @@ from ..reporter import Reporter
 def configure(parser) -> None:
     from ...build.baseimage import BASES, DEFAULT_REF
     parser.add_argument("name", metavar="NAME", help=f"the base to create (one of: {', '.join(sorted(BASES))})")
-    parser.add_argument("--ref", help=f"the image reference to create (default: {DEFAULT_REF.format(name='NAME')})")
+    parser.add_argument("--ref", help=f"the image reference to create (default: {DEFAULT_REF.format(name='NAME')}, "
+                                      "with -arm64 appended for linux/arm64)")
+    parser.add_argument("--platform", metavar="OS/ARCH",
+                        help="the platform to make it for: linux/amd64 or linux/arm64 (arm64, aarch64; "
+                             "default: this host's); another architecture runs under emulation "
+                             "(binfmt_misc and qemu-user-static, checked first)")
     parser.add_argument("--mirror", help="the Debian mirror URL debootstrap uses (default: its own)")
     parser.add_argument("--force", action="store_true", help="recreate the image even if the ref exists")
     parser.add_argument("--workdir", type=Path, help="where the temporary root file system goes "
@@ -23,8 +28,10 @@ def configure(parser) -> None:
 
 def run(args) -> int:
     from ...build.baseimage import base_spec, check_mirror, create_base
+    from ...build.emulation import platform_of
     from ...engines import check_ref, get_engine
     base_spec(args.name)                 # unknown names and bad input fail before the engine is asked
+    target = platform_of(args.platform) if args.platform else None
     if args.ref:
         check_ref(args.ref)
     if args.mirror:
@@ -32,9 +39,10 @@ def run(args) -> int:
     engine = get_engine("docker")
     rep = Reporter.for_args("base", args)
     res = create_base(args.name, engine=engine, ref=args.ref, mirror=args.mirror, force=args.force,
-                      workdir=args.workdir, log=args.log,
+                      workdir=args.workdir, log=args.log, target=target,
                       progress=None if args.quiet else lambda line: rep.progress(f"base {args.name}: {line}"))
     doc = {"name": args.name, "ref": res.ref, "image_id": res.image_id, "created": res.created,
+           "platform": (target.oci if target else None) or _host_oci(),
            "layer": res.layer or None, "size_bytes": res.size_bytes, "seconds": round(res.seconds, 3)}
     if not res.created:
         rep.result(doc, f"{res.ref} already exists ({res.image_id}); nothing done (use --force to recreate it)")
@@ -42,3 +50,9 @@ def run(args) -> int:
     rep.result(doc, f"created {res.ref} {res.image_id} (layer {res.layer}, {res.size_bytes / 1e6:.1f} MB) "
                     f"in {res.seconds:.1f} s")
     return 0
+
+
+def _host_oci() -> str | None:
+    from ...build.emulation import host_platform
+    host = host_platform()
+    return host.oci if host else None

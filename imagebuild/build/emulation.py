@@ -1,0 +1,107 @@
+"""Target platforms, and the emulation a build for another CPU architecture needs on this host.
+
+A Grace (GH200, GB200, GB300) node is aarch64; an x86_64 builder makes its images under
+emulation: the kernel's `binfmt_misc` hands each aarch64 program to QEMU's user-mode emulator
+(Debian: qemu-user-static). For containers the emulator must be registered with the F
+(fix-binary) flag: the kernel then opens it once, when it is registered, so a container's root
+file system need not hold a copy. Nothing else is needed: debootstrap's second stage and every
+RUN step of a build run through it.
+
+`platform_of()` reads what users type (linux/arm64, arm64, aarch64, amd64, x86_64);
+`check_emulation()` says in one line what is missing, with the fix, before any work starts.
+The names are the tools' own (OCI, Debian, the kernel, QEMU), not compatibility facts.
+"""
+
+from __future__ import annotations
+
+import platform as _platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ImagebuildError, UsageError
+
+
+@dataclass(frozen=True)
+class Platform:
+    oci: str            # linux/arm64: what engines and registries call it
+    architecture: str   # arm64: the image config's `architecture`
+    variant: str        # v8: the image config's `variant` ("" where OCI names none)
+    debian: str         # arm64: debootstrap --arch
+    machine: str        # aarch64: `uname -m`, and the matrix's platform id
+    qemu: str           # aarch64: the binfmt_misc entry is qemu-<this>
+
+    @property
+    def suffix(self) -> str:
+        """The tag suffix of a local base for this platform ('' for x86_64, the default)."""
+        return "" if self.machine == "x86_64" else f"-{self.architecture}"
+
+
+PLATFORMS: dict[str, Platform] = {
+    "linux/amd64": Platform("linux/amd64", "amd64", "", "amd64", "x86_64", "x86_64"),
+    "linux/arm64": Platform("linux/arm64", "arm64", "v8", "arm64", "aarch64", "aarch64"),
+}
+_ALIASES = {"amd64": "linux/amd64", "x86_64": "linux/amd64", "linux/x86_64": "linux/amd64",
+            "arm64": "linux/arm64", "aarch64": "linux/arm64", "linux/aarch64": "linux/arm64",
+            "linux/arm64/v8": "linux/arm64", "sbsa": "linux/arm64"}
+
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+BINFMT_D = Path("/usr/lib/binfmt.d")      # where Debian's qemu-user-static puts its entries
+
+
+def platform_of(text: str, argument: str = "--platform") -> Platform:
+    """linux/arm64, arm64, aarch64, sbsa -> linux/arm64; amd64, x86_64 -> linux/amd64."""
+    key = (text or "").strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in PLATFORMS:
+        raise UsageError(f"unknown platform {text!r} (one of: {', '.join(PLATFORMS)}; arm64, "
+                         "aarch64 and amd64, x86_64 are read as those)", argument=argument)
+    return PLATFORMS[key]
+
+
+def host_platform() -> Platform | None:
+    """This machine's platform, or None for an architecture imagebuild does not build for."""
+    return next((p for p in PLATFORMS.values() if p.machine == _platform.machine()), None)
+
+
+def is_native(target: Platform) -> bool:
+    host = host_platform()
+    return host is not None and host.machine == target.machine
+
+
+def check_emulation(target: Platform, binfmt: Path = BINFMT) -> str:
+    """'' when programs for ``target`` run here natively; else how they run ("qemu-aarch64 via
+    binfmt_misc, flags F"), or one line naming what is missing and the fix (ImagebuildError)."""
+    if is_native(target):
+        return ""
+    host = _platform.machine()
+    if not (binfmt / "status").is_file():
+        raise ImagebuildError(
+            f"building for {target.oci} on this {host} host needs the kernel's binfmt_misc, and "
+            f"{binfmt} is not mounted: as root, `mount -t binfmt_misc binfmt_misc {binfmt}`, then "
+            "install QEMU's user-mode emulators (Debian, Ubuntu: apt-get install qemu-user-static)")
+    if (binfmt / "status").read_text(errors="replace").strip() != "enabled":
+        raise ImagebuildError(f"building for {target.oci} on this {host} host needs binfmt_misc, "
+                              f"which is disabled: as root, `echo 1 > {binfmt / 'status'}`")
+    entry = binfmt / f"qemu-{target.qemu}"
+    if not entry.is_file():
+        conf = BINFMT_D / f"qemu-{target.qemu}.conf"
+        fix = (f"qemu-user-static is installed but its entry was not registered (systemd-binfmt "
+               f"does that at boot): as root, `cat {conf} > {binfmt / 'register'}`"
+               if conf.is_file() else
+               "install QEMU's user-mode emulators (Debian, Ubuntu: apt-get install "
+               f"qemu-user-static, whose entry for {target.machine} carries the F flag)")
+        raise ImagebuildError(f"no emulator for {target.machine} is registered with binfmt_misc, "
+                              f"so {target.oci} programs cannot run on this {host} host: {fix}")
+    lines = entry.read_text(errors="replace").splitlines()
+    fields = dict(line.split(" ", 1) for line in lines[1:] if " " in line)
+    if not lines or lines[0].strip() != "enabled":
+        raise ImagebuildError(f"the {target.machine} emulator is registered but disabled: as root, "
+                              f"`echo 1 > {entry}`")
+    flags = fields.get("flags:", "").strip()
+    if "F" not in flags:
+        raise ImagebuildError(
+            f"the {target.machine} emulator ({fields.get('interpreter', '?').strip()}) is registered "
+            f"without the F (fix-binary) flag, so it cannot be found inside a container or a "
+            f"chroot: register it again with F (Debian: apt-get install --reinstall "
+            "qemu-user-static, whose binfmt entries carry it)")
+    return f"{Path(fields.get('interpreter', 'qemu').strip()).name} via binfmt_misc, flags {flags}"
