@@ -105,7 +105,7 @@ def fits(k: Knowledge, specs: list[ImageSpec], host: Host, platform: str | None 
             bad.append(Misfit(spec, f"built for {built_for}, the host is {platform}"))
             continue
         res = check(k, host, dict(spec.stack), allow_unverified, image=True,
-                    cuda_from=spec.cuda_from)
+                    cuda_from=spec.cuda_from, warnings=False)     # the verdict and mode only
         if not res.ok:
             bad.append(Misfit(spec, "; ".join(res.explanation[-2:]) or "inconsistent"))
             continue

@@ -527,7 +527,8 @@ def _first(p: Problem, disabled=frozenset(), domains=None) -> dict[str, str] | N
 def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
             allow_unverified: bool = False, explain: bool = True,
             repo_cuda: bool = False, skip_tags: frozenset[str] = frozenset(),
-            compat_package: bool = True, system: dict[str, str] | None = None) -> Resolution:
+            compat_package: bool = True, system: dict[str, str] | None = None,
+            warnings: bool = True) -> Resolution:
     """The best stack, or (explain=True) the minimal chain of facts that rules every stack out.
     `repo_cuda`: CUDA must come from NVIDIA's repository for the OS (as image recipes install it).
     `skip_tags`: rules with these tags are not applied (see knowledge.RULE_TAGS).
@@ -535,7 +536,9 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
     CUDA comes from torch's wheels has none.
     `system`: cuDNN or NCCL the host provides (library -> version, NGC-style), beside the stack's
     own: only a CUDA they are built for and whose support matrix they meet on the host is chosen,
-    and the answer names them (`system_cudnn`, `system_nccl`)."""
+    and the answer names them (`system_cudnn`, `system_nccl`).
+    `warnings=False`: leave out the warnings (end of life, unverified facts against the answer,
+    why no PyTorch fits), for callers that only want the verdict: each costs a Problem of its own."""
     p = Problem(k, host, wishes, allow_unverified, repo_cuda, skip_tags, compat_package, system)
     passed: list = []
     trace = Trace()
@@ -556,7 +559,7 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
         if explain:
             res.explanation.append(f"system {comp} {val}: consistent with CUDA {sol['cuda']} and "
                                    f"the host (beside the stack's own {comp} {sol[comp]})")
-    if explain:
+    if explain and warnings:
         res.warnings += _end_of_life(p, res.mode) + _unverified_against(p, sol)
         if sol["pytorch"] == NONE and p.gpu_host() and "pytorch" not in (wishes or {}):
             res.warnings.append(_no_pytorch(k, host, wishes or {}, allow_unverified, repo_cuda,
@@ -676,7 +679,7 @@ SYSTEM_COPIES = ("cudnn", "nccl")
 def check(k: Knowledge, host: Host, stack: dict[str, str],
           allow_unverified: bool = False,
           system: dict[str, str] | None = None, image: bool = False,
-          cuda_from: str = "repository") -> Resolution:
+          cuda_from: str = "repository", warnings: bool = True) -> Resolution:
     """Is this stack consistent on this host? Each named component is a wish for that version
     (a less precise version matches its patch releases: cuDNN 9.14.0 is 9.14.0.x); a component
     not named is "any". `system` names copies installed beside the stack's own (NGC-style: a
@@ -696,9 +699,11 @@ def check(k: Knowledge, host: Host, stack: dict[str, str],
     # An existing machine's UCX/Open MPI may be built without CUDA: the rules about CUDA-aware
     # builds become warnings (when the stack breaks them) instead of ruling the machine out.
     if image:
-        res = resolve(k, host, wishes, allow_unverified, **image_reading(k, cuda_from, wishes))
+        res = resolve(k, host, wishes, allow_unverified, warnings=warnings,
+                      **image_reading(k, cuda_from, wishes))
     else:
-        res = resolve(k, host, wishes, allow_unverified, skip_tags=frozenset({"cuda-aware"}))
+        res = resolve(k, host, wishes, allow_unverified, skip_tags=frozenset({"cuda-aware"}),
+                      warnings=warnings)
     if res.ok and not image:
         for rule in k.rules:
             if rule.tag == "cuda-aware" and (rule.verified or allow_unverified) and \
