@@ -113,6 +113,7 @@ class Problem:
         # library -> (as given, the releases it can be); they narrow CUDA (_build_domains)
         self.system = {comp: (val, system_releases(k, comp, val))
                        for comp, val in sorted((system or {}).items())}
+        self.system_rules: dict[str, list[Rule]] = {}    # system_copy_problems' rules per library
         self.wishes = {c: self._wish(c, s) for c, s in (wishes or {}).items()}
         self.rules = [r for r in k.rules if (r.verified or allow_unverified)
                       and r.tag not in skip_tags and _tag_applies(r.tag, repo_cuda, allow_unverified)]
@@ -774,7 +775,7 @@ def system_copy_problems(p: Problem, comp: str, val: str, matches: list[str],
     """check_system_copy's rules, with the problem's own rules and host facts: the text of each
     rule no release in ``matches`` satisfies beside CUDA ``cuda`` on the host."""
     out = []
-    cache = p.__dict__.setdefault("_system_rules", {})
+    cache = p.system_rules
     if comp not in cache:       # the rules about this library alone: once per query, not per CUDA
         allowed = {comp, "cuda", "driver", "gpu", "gpu.cc", "gpu.datacenter"}
         cache[comp] = [r for r in p.rules if comp in r.components and "pytorch" not in r.components

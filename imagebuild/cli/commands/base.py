@@ -28,10 +28,10 @@ def configure(parser) -> None:
 
 def run(args) -> int:
     from ...build.baseimage import base_spec, check_mirror, create_base
-    from ...build.emulation import platform_of
+    from ...build.emulation import host_platform, platform_of
     from ...engines import check_ref, get_engine
     base_spec(args.name)                 # unknown names and bad input fail before the engine is asked
-    target = platform_of(args.platform) if args.platform else None
+    target = platform_of(args.platform) if args.platform else host_platform()
     if args.ref:
         check_ref(args.ref)
     if args.mirror:
@@ -42,7 +42,7 @@ def run(args) -> int:
                       workdir=args.workdir, log=args.log, target=target,
                       progress=None if args.quiet else lambda line: rep.progress(f"base {args.name}: {line}"))
     doc = {"name": args.name, "ref": res.ref, "image_id": res.image_id, "created": res.created,
-           "platform": (target.oci if target else None) or _host_oci(),
+           "platform": target.oci if target else None,
            "layer": res.layer or None, "size_bytes": res.size_bytes, "seconds": round(res.seconds, 3)}
     if not res.created:
         rep.result(doc, f"{res.ref} already exists ({res.image_id}); nothing done (use --force to recreate it)")
@@ -51,8 +51,3 @@ def run(args) -> int:
                     f"in {res.seconds:.1f} s")
     return 0
 
-
-def _host_oci() -> str | None:
-    from ...build.emulation import host_platform
-    host = host_platform()
-    return host.oci if host else None
