@@ -79,6 +79,8 @@ def bad_char(text: str, multiline: bool = False) -> tuple[int, str] | None:
     zero-width characters, BOM). With `multiline`, LF and tab are allowed (prose)."""
     if text.isprintable():  # fast path: no Cc, Cf, Zl, Zp (nor Zs other than space, allowed below)
         return None
+    if multiline and text.replace("\n", "").replace("\t", "").isprintable():
+        return None         # the same fast path for prose and rendered recipes (many lines)
     for i, ch in enumerate(text):
         if multiline and ch in "\n\t":
             continue
