@@ -385,3 +385,76 @@ def test_lock_check_sees_another_image_under_the_tag(smoke_cpu_image, docker_cli
         assert f"smoke-cpu: image {first[:19]} -> {base_image.id[:19]}" in check.stdout.splitlines()
     finally:
         docker_client.images.get(first).tag(repo, tag)
+
+
+# --------------------------------------------------------------------------------------------------
+# a rebuild the builder's cache serves whole is not normalised again (NormalizeMemo)
+
+
+def test_a_memo_file_that_is_not_ours_is_no_memo(tmp_path):
+    memo = rp.NormalizeMemo("imagebuild/x:1", tmp_path)
+    assert memo.read() == {}                                   # none yet
+    a, b = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    memo.write(a, b, a)
+    assert memo.read() == {"ref": "imagebuild/x:1", "built": a, "key": b, "image": a}
+    assert rp.NormalizeMemo("imagebuild/x:2", tmp_path).read() == {}          # another ref's file
+    for text in ("{", "[]", '{"ref": "imagebuild/x:1", "built": "x", "key": "y", "image": "z"}',
+                 '{"ref": "imagebuild/x:2", "built": "%s", "key": "%s", "image": "%s"}' % (a, b, a),
+                 " " * 5000):
+        memo.path.write_text(text)
+        assert memo.read() == {}, text
+    # the key covers everything normalising depends on besides the builder's image
+    keys = {rp.NormalizeMemo.key(a, EPOCH, None, None), rp.NormalizeMemo.key(b, EPOCH, None, None),
+            rp.NormalizeMemo.key(a, EPOCH + 1, None, None), rp.NormalizeMemo.key(a, EPOCH, b, None),
+            rp.NormalizeMemo.key(a, EPOCH, None, {"k": "v"})}
+    assert len(keys) == 5
+
+
+@pytest.mark.parametrize("builder", ["classic", "buildkit"])
+def test_an_unchanged_rebuild_is_tagged_not_normalised_again(docker_client, base_image, tmp_path,
+                                                             monkeypatch, cleanup, builder):
+    from imagebuild.build.reproducible import BuildTimeEngine
+    from imagebuild.build.scheduler import BuildJob, build_all
+    from imagebuild.engines import get_engine
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    token = secrets.token_hex(4)
+    ctx = tmp_path / "ctx"
+    ctx.mkdir()
+    run = "RUN --mount=type=tmpfs,target=/scratch" if builder == "buildkit" else "RUN"
+    (ctx / "Dockerfile").write_text(f"FROM {BASE}\n{run} echo {token} > /opt/token && date +%s%N > /opt/when\n")
+    ref = f"imagebuild/test-memo-{token}:local"
+    cleanup.append(ref)
+    engine = BuildTimeEngine(get_engine("docker", client=docker_client), {ref: EPOCH})
+    said: list[str] = []
+
+    def build():
+        said.clear()
+        (out,) = build_all([BuildJob(image_id="memo", context=ctx, ref=ref)], engine=engine,
+                           log_dir=tmp_path / "logs", progress=said.append)
+        assert out.ok, out.error
+        return out.result.image_id
+
+    first = build()
+    assert any("normalised to" in s for s in said), said
+    memo = rp.NormalizeMemo(ref).read()
+    assert memo["image"] == first and memo["built"] != first
+    # the builder's image stays (its last step stays cached), untagged
+    raw = docker_client.images.get(memo["built"])
+    assert raw.tags == []
+
+    second = build()                     # the builder's cache serves it whole: tagged, not normalised
+    assert second == first == docker_client.images.get(ref).id
+    assert any("normalised before" in s for s in said) and not any("normalised to" in s for s in said), said
+
+    # the normalised image gone (a prune): normalised again, to the same ID, from the same files
+    docker_client.images.remove(ref, force=True)
+    third = build()
+    assert third == first and any("normalised to" in s for s in said), said
+    # a changed recipe: a new builder's image, normalised; the old builder's image is removed
+    (ctx / "Dockerfile").write_text((ctx / "Dockerfile").read_text().replace(f"echo {token}", "echo changed"))
+    fourth = build()
+    assert fourth != first and rp.NormalizeMemo(ref).read()["built"] != memo["built"]
+    assert memo["built"] not in {im.id for im in docker_client.images.list(all=True)}
+    out = docker_client.containers.run(fourth, ["cat", "/opt/token"], remove=True).decode()
+    assert out == "changed\n"

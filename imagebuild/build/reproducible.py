@@ -30,6 +30,17 @@ same ID. The source date is the matrix's ``as_of`` day at 00:00:00 UTC: a fact o
 same date the ``org.opencontainers.image.created`` label states (SOURCE_DATE_EPOCH is not read:
 it would make an image depend on the caller's environment rather than on the matrix).
 
+Normalising reads and writes the whole image three times (a minute for a 1.4 GB image, three for
+5.5 GB on these machines), so it is done once per builder's image: when the builder's cache serves
+a whole build again it hands back the same image (same config, same ID), and :class:`NormalizeMemo`
+remembers which normalised image that one became (a file per reference in the user's cache
+folder). The next build of the same, unchanged recipe only moves its tag, once the engine is seen
+to still hold that normalised image with the builder's labels and layer count. The builder's own
+image is then kept, untagged (the classic builder caches a step by its result image: removing
+the last one made every rebuild redo the last step and hand back a new ID); the one an earlier
+build of the same reference left is removed when the new one differs. ``--no-cache`` builds
+neither read nor keep anything.
+
 The alternative was buildah (``bud --timestamp``), which MACHINE.md saw give identical IDs: it
 would add a second image store (vfs, copied into the engine afterwards), a package to every
 machine, and it does not remove logs and caches or fix ``.pyc`` headers, which differ between two
@@ -272,19 +283,108 @@ def _load(engine, folder: Path, ref: str) -> None:
         raise ImagebuildError(f"image {ref}: writing the normalised image failed ({failed[0]})")
 
 
+#: bumped whenever normalising changes what it makes from the same image: a memo of an older
+#: normaliser is then never taken for this one's
+NORMALIZER = 1
+
+
+def _memo_folder() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imagebuild" / "normalized"
+
+
+class NormalizeMemo:
+    """Which normalised image a builder's image became, one small JSON file per image reference:
+    ``{"ref", "built", "key", "image"}``. Reading never fails (a missing, unreadable or foreign
+    file is no memo); writing is atomic and best effort (a read-only home only costs the time)."""
+
+    def __init__(self, ref: str, folder: Path | None = None):
+        self.ref = ref
+        self.path = (folder or _memo_folder()) / (hashlib.sha256(ref.encode()).hexdigest()[:32] + ".json")
+
+    @staticmethod
+    def key(built_id: str, epoch: int, base_id: str | None, labels: dict[str, str] | None) -> str:
+        text = json.dumps([NORMALIZER, built_id, int(epoch), base_id or "", dict(sorted((labels or {}).items()))],
+                          separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+    def read(self) -> dict:
+        try:
+            if self.path.stat().st_size > 4096:
+                return {}
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        ok = (isinstance(doc, dict) and doc.get("ref") == self.ref
+              and all(isinstance(doc.get(k), str) and _IMAGE_ID.fullmatch(doc[k]) for k in ("built", "key", "image")))
+        return doc if ok else {}
+
+    def write(self, built_id: str, key: str, image_id: str) -> None:
+        doc = {"ref": self.ref, "built": built_id, "key": key, "image": image_id}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:
+            pass
+
+
+_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _split_ref(ref: str) -> tuple[str, str]:
+    """repository and tag of ``ref`` (``latest`` when it names none)."""
+    last = ref.rsplit("/", 1)[-1]
+    if ":" in last:
+        repo, _, tag = ref.rpartition(":")
+        return repo, tag
+    return ref, "latest"
+
+
+def _reuse(engine, ref: str, built, memo: NormalizeMemo, key: str,
+           labels: dict[str, str] | None) -> str | None:
+    """The normalised image the memo names for this very build, when the engine still holds it
+    as normalising would make it (the builder's labels, as many layers); None otherwise."""
+    doc = memo.read()
+    if doc.get("key") != key or doc.get("built") != built.id:
+        return None
+    image = engine.lookup(doc["image"])
+    if image is None or image.id != doc["image"]:
+        return None
+    if image.labels != {**built.labels, **(labels or {})} or len(image.layers) != len(built.layers):
+        return None
+    engine.tag(image.id, *_split_ref(ref))
+    return image.id
+
+
 def normalize_image(engine, ref: str, epoch: int, *, base: str | None = None,
                     workdir: str | os.PathLike | None = None,
                     progress: Callable[[str], None] | None = None,
-                    labels: dict[str, str] | None = None) -> str:
+                    labels: dict[str, str] | None = None, reuse: bool = False,
+                    memo: NormalizeMemo | None = None) -> str:
     """Rewrite the engine's image ``ref`` into its normalised form and move ``ref`` to it; returns
     the new image ID (``sha256:<hex>`` of its config). ``engine`` is an imagebuild Engine.
 
     The layers of ``base`` (the image the last stage starts from), when they are the image's
     lowest, are kept byte for byte: the base is an input, named by its own digest, and an SBOM or
-    a registry can still see the image is built on it."""
+    a registry can still see the image is built on it.
+
+    With ``reuse`` (a build the builder's cache may have served), a builder's image normalised
+    before is not normalised again (see :class:`NormalizeMemo`), and the builder's image is kept."""
     built = engine.lookup(ref)
     if built is None:
         raise ImagebuildError(f"image {ref} is not in the engine")
+    key = ""
+    if reuse:
+        memo = memo or NormalizeMemo(ref)
+        base_image = engine.lookup(base) if base else None
+        key = NormalizeMemo.key(built.id, epoch, base_image.id if base_image else None, labels)
+        again = _reuse(engine, ref, built, memo, key, labels)
+        if again is not None:
+            if progress:
+                progress(f"{ref}: the builder's cache served the image normalised before: "
+                         f"{again[:19]}, not normalised again")
+            return again
     where = Path(workdir) if workdir else Path(tempfile.gettempdir())
     where.mkdir(parents=True, exist_ok=True)
     _check_free(where, ref, int(built.size or 0))
@@ -297,6 +397,16 @@ def normalize_image(engine, ref: str, epoch: int, *, base: str | None = None,
             f"image {ref}: normalising it filled the disk under {where} (it needs about twice the "
             f"image's {_gb(built.size)} there, and the engine as much again for the load); free "
             f"some space, or give `imagebuild build --output` a folder on a larger disk") from None
+    if reuse:
+        previous = memo.read().get("built")
+        memo.write(built.id, key, new_id)
+        if previous and previous != built.id:
+            # an earlier build of this reference left its builder's image: it names nothing now
+            gone = engine.lookup(previous)
+            if gone is not None and not gone.tags:
+                with contextlib.suppress(ImagebuildError):
+                    engine.remove(previous, prune=False)
+        return new_id
     old = engine.lookup(built.id) if built.id != new_id else None
     if old is not None and not old.tags:
         # the unnormalised image is left with no name: its record goes, but not its parents. The
@@ -462,7 +572,8 @@ class BuildTimeEngine:
                 return result
             start = time.monotonic()
             new_id = normalize_image(self._engine, ref, epoch, base=final_base(text),
-                                     workdir=self._workdir, progress=kwargs.get("progress"))
+                                     workdir=self._workdir, progress=kwargs.get("progress"),
+                                     reuse=not kwargs["no_cache"])
         finally:
             if pinned is not None:
                 from .pinning import unpin
