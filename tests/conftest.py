@@ -53,16 +53,18 @@ SERVICE_FIXTURES = {"docker_client": "engine", "smoke_cpu_image": "engine", "reg
                     "slurm_cluster": "slurm"}
 
 
-# The modules that build the biggest images run last, in this order. The communication image
-# compiles for a quarter of an hour on two cores, so it is built in the background from the start
-# of the session (PREBUILD: `imagebuild build` in a process of its own, warming the engine's build
-# cache) while every other module runs; its module then builds it through the real path again,
-# from that cache, and the devel image after it. The PyTorch CUDA-wheels image (5.5 GB, and as
-# much again in build cache, about three times that while it is normalised) comes last and frees
-# all it made when its module ends; its pruning names only the records made since that module
-# began, so the communication image's cache is never among them.
+# The modules that build the biggest images run last, in this order. Both Debian CUDA images are
+# built in the background from the start of the session (PREBUILD: `imagebuild build` in a process
+# of its own) while every other module runs: the communication image compiles for a quarter of an
+# hour on two cores, the PyTorch CUDA-wheels image (5.5 GB) mostly waits on the package index and
+# the disk (its wheels, then normalising). Each module then builds its image through the real
+# path again, in its own process: the builder's cache serves every step and `build` tags the image
+# the prebuild normalised (reproducible.NormalizeMemo), or rebuilds with the real error if the
+# prebuild failed. The CUDA-wheels module comes last and drops its image and the build cache made
+# since that module began (the prebuild's stays: the session ends there).
 LATE = ("test_comms_wheels_image.py", "test_devel_image.py", "test_cuda_wheels_image.py")
-PREBUILD = {"comms-cu130-nccl2.30.7-debian12-runtime": ("test_comms_wheels_image.py", "test_devel_image.py")}
+PREBUILD = {"comms-cu130-nccl2.30.7-debian12-runtime": ("test_comms_wheels_image.py", "test_devel_image.py"),
+            "pytorch-2.13.0-cu130-debian12-runtime": ("test_cuda_wheels_image.py",)}
 _PREBUILDS: dict[str, "subprocess.Popen"] = {}
 
 
