@@ -54,17 +54,20 @@ SERVICE_FIXTURES = {"docker_client": "engine", "smoke_cpu_image": "engine", "reg
 
 
 # The modules that build the biggest images run last, in this order. Both Debian CUDA images are
-# built in the background from the start of the session (PREBUILD: `imagebuild build` in a process
-# of its own) while every other module runs: the communication image compiles for a quarter of an
-# hour on two cores, the PyTorch CUDA-wheels image (5.5 GB) mostly waits on the package index and
-# the disk (its wheels, then normalising). Each module then builds its image through the real
-# path again, in its own process: the builder's cache serves every step and `build` tags the image
-# the prebuild normalised (reproducible.NormalizeMemo), or rebuilds with the real error if the
-# prebuild failed. The CUDA-wheels module comes last and drops its image and the build cache made
-# since that module began (the prebuild's stays: the session ends there).
+# built in the background (PREBUILD: `imagebuild build` in a process of its own). The
+# communication image compiles for a quarter of an hour on two cores: it starts with the session
+# and is the session's longest path. The PyTorch CUDA-wheels image (5.5 GB) mostly waits on the
+# package index and the disk (its wheels, then normalising): it starts when the late modules do
+# (after the tests that need a quiet engine), so that it neither slows the compile nor keeps those
+# tests waiting, and it is done while the communication and devel modules run. Each module then
+# builds its image through the real path again, in this process: the builder's cache serves every
+# step and `build` tags the image the prebuild normalised (reproducible.NormalizeMemo), or rebuilds
+# with the real error if the prebuild failed. The CUDA-wheels module comes last and drops its
+# image and the build cache made since that module began (the prebuild's stays: the session ends).
 LATE = ("test_comms_wheels_image.py", "test_devel_image.py", "test_cuda_wheels_image.py")
-PREBUILD = {"comms-cu130-nccl2.30.7-debian12-runtime": ("test_comms_wheels_image.py", "test_devel_image.py"),
-            "pytorch-2.13.0-cu130-debian12-runtime": ("test_cuda_wheels_image.py",)}
+PREBUILD = {"comms-cu130-nccl2.30.7-debian12-runtime": ("session", ("test_comms_wheels_image.py", "test_devel_image.py")),
+            "pytorch-2.13.0-cu130-debian12-runtime": ("late", ("test_cuda_wheels_image.py",))}
+_PREBUILD_LATE: list[str] = []
 _PREBUILDS: dict[str, "subprocess.Popen"] = {}
 
 
@@ -99,9 +102,20 @@ def pytest_collection_modifyitems(config, items):
     if late or quiet:
         items[:] = [i for i in items if i.path.name not in LATE and i not in quiet] + quiet + late
     modules = {i.path.name for i in items}
-    for image_id, users in PREBUILD.items():
+    for image_id, (when, users) in PREBUILD.items():
         if modules & set(users) and not config.getoption("collectonly"):
+            if when == "session":
+                _start_prebuild(image_id)
+            else:
+                _PREBUILD_LATE.append(image_id)
+
+
+def pytest_runtest_setup(item):
+    """The late prebuilds start with the first test of a late module."""
+    if _PREBUILD_LATE and item.path.name in LATE:
+        for image_id in _PREBUILD_LATE:
             _start_prebuild(image_id)
+        _PREBUILD_LATE.clear()
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for fixture, marker in SERVICE_FIXTURES.items():
