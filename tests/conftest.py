@@ -108,6 +108,11 @@ def pytest_collection_modifyitems(config, items):
                 _start_prebuild(image_id)
             else:
                 _PREBUILD_LATE.append(image_id)
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in SERVICE_FIXTURES.items():
+            if fixture in used and item.get_closest_marker(marker) is None:
+                item.add_marker(getattr(pytest.mark, marker))
 
 
 def pytest_runtest_setup(item):
@@ -116,11 +121,6 @@ def pytest_runtest_setup(item):
         for image_id in _PREBUILD_LATE:
             _start_prebuild(image_id)
         _PREBUILD_LATE.clear()
-    for item in items:
-        used = set(getattr(item, "fixturenames", ()))
-        for fixture, marker in SERVICE_FIXTURES.items():
-            if fixture in used and item.get_closest_marker(marker) is None:
-                item.add_marker(getattr(pytest.mark, marker))
 
 
 @pytest.fixture(autouse=True)
