@@ -174,6 +174,9 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int) 
     return "sha256:" + digest.hexdigest()
 
 
+#: where BuildKit keeps an image's inline cache records in its config
+INLINE_CACHE_KEY = "moby.buildkit.cache.v0"
+
 _COPY_SOURCE = re.compile(r"\b(dir|file|multi):[0-9a-f]{64}\b")
 
 
@@ -182,7 +185,10 @@ def normalize_config(config: dict, diff_ids: list[str], epoch: int,
     """The image config with fixed times, the rewritten layers' diff ids, and no build-host noise;
     ``labels`` are set as a builder's ``--label`` sets them (over the Dockerfile's, no history)."""
     created = rfc3339(epoch)
-    out = {k: v for k, v in config.items() if k not in ("container", "container_config", "docker_version")}
+    # the classic builder's step container and client version, and BuildKit's inline cache
+    # records (`build --cache-to`): facts of one build, not of the image
+    out = {k: v for k, v in config.items()
+           if k not in ("container", "container_config", "docker_version", INLINE_CACHE_KEY)}
     if isinstance(out.get("config"), dict) and out["config"].get("Image"):
         out["config"] = dict(out["config"], Image="")   # the classic builder's parent image id
     if labels:
@@ -532,8 +538,10 @@ class BuildTimeEngine:
 
     def __init__(self, engine, epochs: dict[str, int], *, no_cache: bool = False,
                  pins: dict[str, dict[str, dict]] | None = None,
-                 workdir: str | os.PathLike | None = None):
+                 workdir: str | os.PathLike | None = None,
+                 cache: "SharedCache | None" = None):
         self._engine = engine
+        self._cache = cache
         # where normalising unpacks an image (the build's output folder: a disk the user chose,
         # not a /tmp that may be a small tmpfs)
         self._workdir = workdir
@@ -566,7 +574,11 @@ class BuildTimeEngine:
             extra = pinned.labels if pinned and pinned.labels else base_labels(self._engine, text)
             if extra:
                 kwargs["labels"] = {**extra, **dict(kwargs.get("labels") or {})}
+            if self._cache is not None:
+                kwargs["cache"] = self._cache.for_build(ref)
             result = self._engine.build(context, ref, **kwargs)
+            if self._cache is not None and self._cache.to:
+                self._cache.push(self._engine, ref, result.image_id, kwargs.get("progress"))
             epoch = self._epochs.get(ref)
             if epoch is None:
                 return result
@@ -581,3 +593,56 @@ class BuildTimeEngine:
         size = int(self._engine.inspect(ref).size or result.size_bytes)
         return dataclasses.replace(result, image_id=new_id, size_bytes=size,
                                    seconds=result.seconds + (time.monotonic() - start))
+
+
+class SharedCache:
+    """``build --cache-from PREFIX --cache-to PREFIX``: the layer cache shared through a registry.
+    Each image's cache is the image ``PREFIX/<name>:buildcache`` (``<name>`` the last part of its
+    repository: the matrix image's id), the builder's own image as built with BuildKit's inline
+    cache records, pushed before it is normalised: BuildKit can reuse the records of that image
+    only (the normalised image's layers are other bytes). Another engine building the same
+    image with ``--cache-from`` takes every step the records cover from the registry instead of
+    running it; its builder's image is then the same bytes, so it normalises to the same ID."""
+
+    TAG = "buildcache"
+
+    def __init__(self, cache_from: str | None, cache_to: str | None, *,
+                 docker_config: Path | None = None, auth: dict[str, str] | None = None):
+        self.sources, self.to = cache_from, cache_to
+        self.docker_config, self._auth = docker_config, auth
+
+    def ref(self, prefix: str, ref: str) -> str:
+        name = _split_ref(ref)[0].rsplit("/", 1)[-1]
+        return f"{prefix}/{name}:{self.TAG}"
+
+    def for_build(self, ref: str):
+        from ..engines.base import BuildCache
+        sources = tuple(dict.fromkeys(self.ref(p, ref) for p in (self.sources, self.to) if p))
+        return BuildCache(cache_from=sources, inline=bool(self.to), docker_config=self.docker_config)
+
+    def push(self, engine, ref: str, built_id: str, progress) -> None:
+        """Push the builder's image ``built_id`` of ``ref`` as its cache image (a temporary tag,
+        removed after). BuildError when the registry refuses it: a builder that was asked to fill
+        the cache and did not would leave every other builder compiling again, unseen."""
+        from ..errors import BuildError
+        target = self.ref(self.to, ref)
+        repo, tag = _split_ref(target)
+        engine.tag(built_id, repo, tag)
+        try:
+            pushed = engine.push(repo, tag, auth=self._auth)
+        except ImagebuildError as exc:
+            pushed = None
+            error = str(exc)
+        finally:
+            with contextlib.suppress(ImagebuildError):
+                engine.untag(target)
+        if pushed is not None:
+            error = pushed.error
+        if error:
+            secret = (self._auth or {}).get("password")
+            if secret:
+                error = error.replace(secret, "***")
+            raise BuildError(f"{ref}: built, but pushing its build cache to {target} failed: "
+                             f"{' '.join(error.split())[:300]}")
+        if progress:
+            progress(f"{ref}: build cache pushed to {target}")

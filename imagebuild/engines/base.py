@@ -109,6 +109,19 @@ class BuildResult:
 
 
 @dataclass(frozen=True)
+class BuildCache:
+    """A build's shared layer cache in a registry (BuildKit's inline cache, what Docker 20.10's
+    built-in BuildKit offers): ``cache_from`` the images whose cache records the build may reuse
+    (a missing one is no error: BuildKit says so in the log and builds), ``inline`` whether the
+    built image carries its own cache records (for a later push as a cache image), and
+    ``docker_config`` a folder holding a config.json with the cache registry's credentials for the
+    CLI (None: the user's own Docker config)."""
+    cache_from: tuple[str, ...] = ()
+    inline: bool = False
+    docker_config: Path | None = None
+
+
+@dataclass(frozen=True)
 class RunResult:
     exit_code: int | None   # None when the container was killed on timeout before it exited
     output: str             # stdout and stderr as the engine logged them (each stream in order)
@@ -218,7 +231,8 @@ class Engine(Protocol):
     def build(self, context: Path, ref: str, *, dockerfile: str = "Dockerfile",
               buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
               secrets: Mapping[str, Path] | None = None, log: Path,
-              progress: Progress | None = None, no_cache: bool = False) -> BuildResult: ...
+              progress: Progress | None = None, no_cache: bool = False,
+              cache: BuildCache | None = None) -> BuildResult: ...
 
     def run(self, image: str, command: Sequence[str], *, env: Mapping[str, str] | None = None,
             network: str | None = None, name: str | None = None, hostname: str | None = None,

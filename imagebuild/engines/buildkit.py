@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
-from .base import BuildResult, Progress
+from .base import BuildCache, BuildResult, Progress
 from .buildkit_cli import DEFAULT_CLI, build_with_cli, docker_cli
 from .docker_sdk import DockerEngine
 
@@ -22,7 +22,9 @@ class BuildKitEngine(DockerEngine):
     def build(self, context: Path, ref: str, *, dockerfile: str = "Dockerfile",
               buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
               secrets: Mapping[str, Path] | None = None, log: Path,
-              progress: Progress | None = None, no_cache: bool = False) -> BuildResult:
+              progress: Progress | None = None, no_cache: bool = False,
+              cache: BuildCache | None = None) -> BuildResult:
         return build_with_cli(context, ref, engine_name=self.name, inspect=self.inspect,
                               dockerfile=dockerfile, buildargs=buildargs, labels=labels,
-                              secrets=secrets, log=log, progress=progress, no_cache=no_cache)
+                              secrets=secrets, log=log, progress=progress, no_cache=no_cache,
+                              cache=cache)

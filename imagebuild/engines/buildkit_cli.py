@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from ..errors import EngineError
-from .base import BuildResult, ImageInfo, Progress, check_mapping, check_ref, check_secrets, docker_host
+from .base import BuildCache, BuildResult, ImageInfo, Progress, check_mapping, check_ref, check_secrets, docker_host
 from .common import _one_line, _open_log, cancellable, check_context, step_failure
 
 DEFAULT_CLI = "/usr/bin/docker"   # Debian's client: speaks to the 20.10 engine's built-in BuildKit
@@ -51,7 +51,8 @@ def docker_cli() -> str:
 def build_with_cli(context: Path, ref: str, *, engine_name: str, inspect: Callable[[str], ImageInfo],
                    dockerfile: str = "Dockerfile", buildargs: Mapping[str, str] | None = None,
                    labels: Mapping[str, str] | None = None, secrets: Mapping[str, Path] | None = None,
-                   log: Path, progress: Progress | None = None, no_cache: bool = False) -> BuildResult:
+                   log: Path, progress: Progress | None = None, no_cache: bool = False,
+                   cache: BuildCache | None = None) -> BuildResult:
     """Build ``ref`` with the BuildKit CLI against the engine at DOCKER_HOST (``engine_name``
     "docker" or "podman", which has no BuildKit); ``inspect`` reads the built image back."""
     if engine_name == "podman":
@@ -67,18 +68,11 @@ def build_with_cli(context: Path, ref: str, *, engine_name: str, inspect: Callab
 
     with tempfile.TemporaryDirectory(prefix="imagebuild-bk-") as tmp:
         iidfile = Path(tmp) / "iid"
-        argv = [cli, "build", "--progress=plain", "--iidfile", str(iidfile),
-                "-f", str(dockerfile_path), "-t", ref]
-        for k, v in labels.items():
-            argv += ["--label", f"{k}={v}"]
-        for k, v in buildargs.items():
-            argv += ["--build-arg", f"{k}={v}"]
-        for sid, src in secrets.items():
-            argv += ["--secret", f"id={sid},src={src}"]
-        if no_cache:
-            argv.append("--no-cache")
-        argv.append(str(context))
+        argv = _argv(cli, iidfile, dockerfile_path, ref, context, labels=labels, buildargs=buildargs,
+                     secrets=secrets, no_cache=no_cache, cache=cache)
         env = dict(os.environ, DOCKER_BUILDKIT="1", DOCKER_HOST=docker_host())
+        if cache is not None and cache.docker_config is not None:
+            env["DOCKER_CONFIG"] = str(cache.docker_config)     # the cache registry's credentials
         env.pop("BUILDKIT_PROGRESS", None)
 
         names: dict[str, str] = {}          # vertex -> "2/4 RUN ..."
@@ -162,3 +156,27 @@ def build_with_cli(context: Path, ref: str, *, engine_name: str, inspect: Callab
     info = inspect(image_id)
     return BuildResult(ref=ref, image_id=info.id, size_bytes=info.size, seconds=seconds,
                        steps=len(counted), cached_steps=len(cached_set), log_path=Path(log))
+
+
+def _argv(cli: str, iidfile: Path, dockerfile_path: Path, ref: str, context: Path, *,
+          labels: Mapping[str, str], buildargs: Mapping[str, str], secrets: Mapping[str, Path],
+          no_cache: bool, cache: BuildCache | None) -> list[str]:
+    """The `docker build` command line (values checked by the caller; secrets by path only)."""
+    argv = [cli, "build", "--progress=plain", "--iidfile", str(iidfile), "-f", str(dockerfile_path), "-t", ref]
+    for k, v in labels.items():
+        argv += ["--label", f"{k}={v}"]
+    for k, v in buildargs.items():
+        argv += ["--build-arg", f"{k}={v}"]
+    for sid, src in secrets.items():
+        argv += ["--secret", f"id={sid},src={src}"]
+    if no_cache:
+        argv.append("--no-cache")
+    if cache is not None:
+        for source in cache.cache_from:
+            argv += ["--cache-from", check_ref(source)]
+        if cache.inline:
+            # the built image's config carries its cache records (pushed later as a cache
+            # image); the normalising step drops them from the image it makes
+            argv += ["--build-arg", "BUILDKIT_INLINE_CACHE=1"]
+    argv.append(str(context))
+    return argv

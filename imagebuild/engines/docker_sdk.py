@@ -27,7 +27,7 @@ from ..atomic import atomic_file
 from ..errors import (EngineError, EngineRefused, EngineUnavailable, ImagebuildError, NoSuchImage,
                       UsageError)
 from .base import (
-    SIZE_RE, BuildResult, Container, ImageInfo, Mount, Progress, PushResult, RunResult, RunSpec,
+    SIZE_RE, BuildCache, BuildResult, Container, ImageInfo, Mount, Progress, PushResult, RunResult, RunSpec,
     check_hostname, check_key, check_mapping, check_name, check_ref, check_value, docker_host,
     dockerfile_needs_buildkit,
 )
@@ -153,12 +153,16 @@ class DockerEngine:
     def build(self, context: Path, ref: str, *, dockerfile: str = "Dockerfile",
               buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
               secrets: Mapping[str, Path] | None = None, log: Path,
-              progress: Progress | None = None, no_cache: bool = False) -> BuildResult:
+              progress: Progress | None = None, no_cache: bool = False,
+              cache: BuildCache | None = None) -> BuildResult:
         context, dockerfile_path = check_context(context, dockerfile)
-        if secrets or dockerfile_needs_buildkit(dockerfile_path.read_text(errors="replace")):
+        # a registry cache is BuildKit's (the classic builder's --cache-from only reads images
+        # already in this engine)
+        if secrets or cache or dockerfile_needs_buildkit(dockerfile_path.read_text(errors="replace")):
             return build_with_cli(context, ref, engine_name=self.name, inspect=self.inspect,
                                   dockerfile=dockerfile, buildargs=buildargs, labels=labels,
-                                  secrets=secrets, log=log, progress=progress, no_cache=no_cache)
+                                  secrets=secrets, log=log, progress=progress, no_cache=no_cache,
+                                  cache=cache)
         check_ref(ref)
         buildargs = check_mapping(buildargs, "build argument")
         labels = check_mapping(labels, "label")

@@ -8,6 +8,7 @@ JSON report to <output>/build-report.json. Exit 0 when every image was built, 1 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -54,6 +55,12 @@ def configure(parser) -> None:
                              "URL (default: the tarballs' upstream URLs); every file is checked "
                              "against matrix.yaml's sha256")
     parser.add_argument("--no-cache", action="store_true", help="build every step anew (a cold build)")
+    parser.add_argument("--cache-from", metavar="HOST/REPO",
+                        help="reuse the layer cache other builders pushed to this registry repository "
+                             "prefix (HOST/REPO/<image id>:buildcache; BuildKit's inline cache)")
+    parser.add_argument("--cache-to", metavar="HOST/REPO",
+                        help="push each image's layer cache there after its build (and read it, as "
+                             "--cache-from does); credentials as for publish")
     parser.add_argument("--no-normalize", action="store_true",
                         help="keep the engine's image as built: no clamped times, no fixed file "
                              "order (matrix images are normalised by default: imagebuild/build/reproducible.py)")
@@ -208,6 +215,58 @@ def jobs_for_contexts(contexts: list[Path], *, secrets: dict[str, Path] | None =
     return jobs
 
 
+def check_cache_prefix(text: str | None, argument: str) -> str | None:
+    """A registry repository prefix for the shared cache (HOST[:PORT]/REPO), or one line naming
+    the argument."""
+    if text is None:
+        return None
+    from ...deliver.referrers import parse_reference
+    from ...errors import ImagebuildError
+    try:
+        parse_reference(f"{text.rstrip('/')}/x:buildcache", argument=argument)
+    except ImagebuildError:
+        raise UsageError(f"{text!r} is not a registry repository prefix HOST[:PORT][/REPO] "
+                         "(each image's cache is PREFIX/<image id>:buildcache)", argument=argument) from None
+    return text.rstrip("/")
+
+
+@contextlib.contextmanager
+def shared_cache(args):
+    """The run's SharedCache (None without --cache-from/--cache-to). Credentials for the cache
+    registry come as for publish (IMAGEBUILD_REGISTRY_USER/PASSWORD, else the Docker config): the
+    push gets them from imagebuild; the BuildKit CLI, which reads the cache, reads a Docker config
+    folder, so environment credentials are written to a private one for the run (mode 0600 in a
+    0700 folder, removed after), never to a command line."""
+    import base64
+    import shutil
+    import tempfile
+
+    from ...build.reproducible import SharedCache
+    from ...deliver.publish import find_credentials
+
+    cache_from, cache_to = args.cache_from, args.cache_to      # checked by run()
+    if not (cache_from or cache_to):
+        yield None
+        return
+    hosts = sorted({p.split("/", 1)[0] for p in (cache_from, cache_to) if p})
+    creds = {h: find_credentials(h) for h in hosts}
+    folder = None
+    try:
+        if any(c is not None and c.source == "environment" for c in creds.values()):
+            folder = Path(tempfile.mkdtemp(prefix="imagebuild-cache-auth-"))
+            auths = {h: {"auth": base64.b64encode(f"{c.user}:{c.password}".encode()).decode()}
+                     for h, c in creds.items() if c is not None}
+            fd = os.open(folder / "config.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump({"auths": auths}, fh)
+        push_creds = creds.get(cache_to.split("/", 1)[0]) if cache_to else None
+        yield SharedCache(cache_from, cache_to, docker_config=folder,
+                          auth=push_creds.auth_config() if push_creds else None)
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _write_json(path: Path, data) -> None:
     from ...atomic import write_atomic
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n", perm=0o600, parents=True)
@@ -221,6 +280,13 @@ def run(args) -> int:
         raise UsageError(f"--jobs must be 1 or more, not {args.jobs}", argument="--jobs")
     if args.context and args.images:
         raise UsageError("give either IMAGE names or --context folders, not both", argument="--context")
+    # the shared cache's arguments before the engine is asked for
+    args.cache_from = check_cache_prefix(args.cache_from, "--cache-from")
+    args.cache_to = check_cache_prefix(args.cache_to, "--cache-to")
+    if args.context and (args.cache_from or args.cache_to):
+        raise UsageError("--cache-from and --cache-to build matrix images (their cache is named by "
+                         "image id), not --context folders",
+                         argument="--cache-to" if args.cache_to else "--cache-from")
     ws = Workspace.of(args.matrix)
     output = args.output or ws.build
     log_dir = args.log_dir or ws.logs
@@ -257,10 +323,10 @@ def run(args) -> int:
     epochs = {}
     if not args.no_normalize:
         epochs = {s.local_ref: source_epoch(s.as_of) for s in every.values()}   # empty for --context
-    engine = BuildTimeEngine(engine, epochs, no_cache=args.no_cache, pins=pins,
-                             workdir=Path(output))
     from ...atomic import terminate_as_interrupt
-    with terminate_as_interrupt():  # SIGTERM stops the builds as Ctrl-C does
+    with shared_cache(args) as cache, terminate_as_interrupt():  # SIGTERM stops the builds as Ctrl-C does
+        engine = BuildTimeEngine(engine, epochs, no_cache=args.no_cache, pins=pins,
+                                 workdir=Path(output), cache=cache)
         outcomes = build_all(jobs, engine=engine, jobs_n=args.jobs, keep_going=args.keep_going,
                              log_dir=log_dir, progress=rep.progress)
     _write_json(Path(output) / "build-report.json", outcomes_as_dict(outcomes))
