@@ -5,18 +5,22 @@ facts: the same test `imagebuild plan` and `check --image` make (`resolve.check(
 The CUDA compatibility mode comes from that check. Images are ordered by the matrix's `preference`
 list (README, "Which stack is best"): newest PyTorch, best mode, newest CUDA, newest Python, the
 OS in the matrix's order, newest Open MPI, newest UCX; then runtime before devel, then the id. On a
-host with a GPU, CPU-only images come after every GPU image (a GPU host gets a GPU stack).
+host with a GPU, CPU-only images come after every GPU image (a GPU host gets a GPU stack). `best`
+gives the first of that order alone, checking only as many images as it needs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..knowledge.grammar import FLAVORS
-from ..render.images import ImageSpec
 from ..knowledge import Knowledge
 from ..resolve.solver import MODE_RANK, Host, check
 from ..versions import NONE, version_key
+
+if TYPE_CHECKING:   # only named in annotations: `resolve` reads the images without importing the
+    from ..render.images import ImageSpec   # renderer (and its wheel-lock machinery) when it can
 
 
 @dataclass(frozen=True)
@@ -76,20 +80,36 @@ def platform_id(k: Knowledge, name: str | None) -> str | None:
 
 
 def rank_key(k: Knowledge, fit: Fit, gpu_host: bool):
-    stack = fit.spec.stack
-    key: list = [gpu_host and stack.get("cuda", NONE) == NONE]
+    key = _leading_key(k, fit.spec, gpu_host)
     oses = list(k.os)
-    for comp in k.preference:
+    stack = fit.spec.stack
+    for comp in k.preference[len(key) - 1:]:
         if comp == "mode":
             key.append(MODE_RANK.get(fit.mode, len(MODE_RANK)))
-        elif comp == "os":
-            key.append(oses.index(stack["os"]) if stack.get("os") in oses else len(oses))
         else:
-            key.append(_Desc(version_key(stack.get(comp, NONE))))
+            key.append(_component_key(comp, stack, oses))
     flavor = fit.spec.flavor
     key.append(FLAVORS.index(flavor) if flavor in FLAVORS else len(FLAVORS))
     key.append(fit.spec.id)
     return tuple(key)
+
+
+def _leading_key(k: Knowledge, spec: ImageSpec, gpu_host: bool) -> list:
+    """The start of rank_key that needs no check: a CPU image on a GPU host last, then the
+    preference components before `mode` (which only the check says)."""
+    key: list = [gpu_host and spec.stack.get("cuda", NONE) == NONE]
+    oses = list(k.os)
+    for comp in k.preference:
+        if comp == "mode":
+            break
+        key.append(_component_key(comp, spec.stack, oses))
+    return key
+
+
+def _component_key(comp: str, stack: dict, oses: list[str]):
+    if comp == "os":
+        return oses.index(stack["os"]) if stack.get("os") in oses else len(oses)
+    return _Desc(version_key(stack.get(comp, NONE)))
 
 
 def fits(k: Knowledge, specs: list[ImageSpec], host: Host, platform: str | None = None,
@@ -99,13 +119,19 @@ def fits(k: Knowledge, specs: list[ImageSpec], host: Host, platform: str | None 
     platform = platform_id(k, platform)
     good: list[Fit] = []
     bad: list[Misfit] = []
+    # The verdict depends on the stack and how it is read (cuda_from) only: a family's runtime and
+    # devel images share both, so each distinct pair is checked once.
+    verdicts: dict[tuple, object] = {}
     for spec in specs:
         built_for = spec.stack.get("platform")
         if platform and built_for and built_for != platform:
             bad.append(Misfit(spec, f"built for {built_for}, the host is {platform}"))
             continue
-        res = check(k, host, dict(spec.stack), allow_unverified, image=True,
-                    cuda_from=spec.cuda_from, warnings=False)     # the verdict and mode only
+        key = (tuple(sorted(spec.stack.items())), spec.cuda_from)
+        res = verdicts.get(key)
+        if res is None:     # (read only below: the shared Resolution is never changed)
+            res = verdicts[key] = check(k, host, dict(spec.stack), allow_unverified, image=True,
+                                        cuda_from=spec.cuda_from, warnings=False)  # verdict, mode
         if not res.ok:
             bad.append(Misfit(spec, "; ".join(res.explanation[-2:]) or "inconsistent"))
             continue
@@ -115,6 +141,33 @@ def fits(k: Knowledge, specs: list[ImageSpec], host: Host, platform: str | None 
                         package=mode.package if mode else None,
                         caveat=mode.caveat if mode else None,
                         gpudirect=tuple(res.gpudirect)))
-    gpu_host = (host.gpu.lower() != NONE) if host.gpu is not None else host.driver is not None
+    gpu_host = _gpu_host(host)
     good.sort(key=lambda f: rank_key(k, f, gpu_host))
     return good, bad
+
+
+def _gpu_host(host: Host) -> bool:
+    return (host.gpu.lower() != NONE) if host.gpu is not None else host.driver is not None
+
+
+def best(k: Knowledge, specs: list[ImageSpec], host: Host, platform: str | None = None,
+         allow_unverified: bool = False) -> Fit | None:
+    """The first of fits(...)'s good images (None when none runs), checking only the images it
+    takes: the start of the ranking needs no check (_leading_key: a CPU image on a GPU host last,
+    then the newest PyTorch, as the preference orders), so the images are checked in that order,
+    one group of equal leading keys after another, and the best fit is the best of the first group
+    in which any fits. `resolve` names it for every answer; the newest PyTorch's group usually
+    decides, so a handful of checks instead of one per declared stack."""
+    gpu_host = _gpu_host(host)
+    ordered = sorted(specs, key=lambda s: _leading_key(k, s, gpu_host))
+    i = 0
+    while i < len(ordered):
+        lead = _leading_key(k, ordered[i], gpu_host)
+        j = i
+        while j < len(ordered) and _leading_key(k, ordered[j], gpu_host) == lead:
+            j += 1
+        good, _ = fits(k, ordered[i:j], host, platform, allow_unverified)
+        if good:
+            return good[0]
+        i = j
+    return None

@@ -115,11 +115,12 @@ class Problem:
                        for comp, val in sorted((system or {}).items())}
         self.system_rules: dict[str, list[Rule]] = {}    # system_copy_problems' rules per library
         self.wishes = {c: self._wish(c, s) for c, s in (wishes or {}).items()}
-        self.rules = [r for r in k.rules if (r.verified or allow_unverified)
-                      and r.tag not in skip_tags and _tag_applies(r.tag, repo_cuda, allow_unverified)]
+        # what depends only on the knowledge and the options is shared by every query that has
+        # the same ones (images.expand and hostfit.fits make dozens): see _RuleSet
+        self.ruleset = _RuleSet.of(k, allow_unverified, repo_cuda, skip_tags)
+        self.rules = list(self.ruleset.rules)
         # (pytorch, cuda major.minor) -> the NCCL its wheels bundle: ranked before newer NCCLs
-        self.bundled_nccl = {key: v.nccl for key, v in k.variants.items()
-                             if v.nccl != NONE and (v.verified or allow_unverified)}
+        self.bundled_nccl = self.ruleset.bundled_nccl
         self.order = list(STACK)
         self.domains: dict[str, list[str]] = {}
         self.pruned: dict[str, dict[str, Fact]] = {c: {} for c in STACK}  # value -> why removed
@@ -323,13 +324,14 @@ class Problem:
     def _index_rules(self) -> None:
         # the rule set depends on the options too: they are part of the cache key below
         # The compiled rules depend on the host facts only (allowed sets are computed over whole
-        # domains), so they are built once per host and kept on the knowledge object.
+        # domains), so they are built once per host and kept on the knowledge object, with what
+        # the search memoises about them (_Compiled).
         cache = self.k.__dict__.setdefault("_compiled", {})
-        key = (tuple(sorted(self.facts_host.items())), self.allow_unverified,
-               tuple(r.id for r in self.rules))
+        key = (tuple(sorted(self.facts_host.items())), self.allow_unverified, self.ruleset.ids)
         if key not in cache:
-            cache[key] = self._compile_rules()
-        self.host_violations, self.by_depth = cache[key]
+            cache[key] = _Compiled(self.order, *self._compile_rules())
+        self.compiled = cache[key]
+        self.host_violations, self.by_depth = self.compiled.host_violations, self.compiled.by_depth
 
     def _compile_rules(self):
         pos = {c: i for i, c in enumerate(self.order)}
@@ -348,8 +350,7 @@ class Problem:
                     parts, host_ok = [], True
                     for comp, m in alt:
                         if comp in pos:
-                            parts.append((comp, frozenset(v for v in self._all_values(comp)
-                                                          if m(v))))
+                            parts.append((comp, self._allowed(comp, m)))
                         elif comp in self.facts_host and not m(self.facts_host[comp]):
                             host_ok = False   # an unknown host fact is not checked
                     if host_ok:
@@ -362,8 +363,7 @@ class Problem:
                     if comp not in pos and comp not in self.facts_host:
                         continue
                     if comp in pos:
-                        allowed = frozenset(v for v in self._all_values(comp) if m(v))
-                        compiled.append((part, comp, allowed))
+                        compiled.append((part, comp, self._allowed(comp, m)))
                     else:
                         holds = m(self.facts_host[comp])
                         if part == "when" and not holds:
@@ -385,6 +385,17 @@ class Problem:
 
     def _all_values(self, comp: str) -> list[str]:
         return self.k.domain(comp, True)
+
+    def _allowed(self, comp: str, m: Matcher) -> frozenset[str]:
+        """The values of `comp` (over its whole domain, unverified ones too) that `m` admits. This
+        depends on neither the host nor the options, so it is computed once per knowledge and
+        matcher, not once per compilation (a process compiles the rules for several hosts and
+        rule sets: the image expansion's, hostfit's, the query's own)."""
+        cache = self.k.__dict__.setdefault("_allowed", {})
+        hit = cache.get((comp, id(m)))
+        if hit is None or hit[0] is not m:     # keyed by identity: the matcher is kept to pin it
+            hit = cache[(comp, id(m))] = (m, frozenset(v for v in self._all_values(comp) if m(v)))
+        return hit[1]
 
     @staticmethod
     def violated(compiled, assign: dict[str, str]) -> bool:
@@ -426,6 +437,97 @@ def _tag_applies(tag: str | None, repo_cuda: bool, allow_unverified: bool = Fals
     return True
 
 
+class _RuleSet:
+    """The rules one set of options applies (allow_unverified, repo_cuda, skip_tags), and what
+    derives from them alone, kept on the knowledge object for every Problem with those options: a
+    `resolve` process asks dozens of queries (its declared image expands the matrix's images and
+    checks them against the host), and filtering ~200 rules for each was a measurable share."""
+
+    __slots__ = ("bundled_nccl", "driver_rules", "ids", "rules")
+
+    def __init__(self, k: Knowledge, allow_unverified: bool, repo_cuda: bool,
+                 skip_tags: frozenset[str]):
+        self.rules = tuple(r for r in k.rules if (r.verified or allow_unverified)
+                           and r.tag not in skip_tags
+                           and _tag_applies(r.tag, repo_cuda, allow_unverified))
+        self.ids = tuple(r.id for r in self.rules)
+        # (pytorch, cuda major.minor) -> the NCCL its wheels bundle (read-only: shared)
+        self.bundled_nccl = {key: v.nccl for key, v in k.variants.items()
+                             if v.nccl != NONE and (v.verified or allow_unverified)}
+        # min_driver's rules (those that ask for a driver) and the stack components they mention
+        drules = tuple(r for r in self.rules
+                       if any(comp == "driver" for comp, _ in r.require)
+                       or any(comp == "driver" for alt in r.any_of for comp, _ in alt))
+        comps = tuple(sorted({c for r in drules for c in r.components if c in STACK} | {"cuda"}))
+        self.driver_rules = (drules, comps)
+
+    @classmethod
+    def of(cls, k: Knowledge, allow_unverified: bool, repo_cuda: bool,
+           skip_tags: frozenset[str]) -> _RuleSet:
+        cache = k.__dict__.setdefault("_rulesets", {})
+        key = (allow_unverified, repo_cuda, frozenset(skip_tags))
+        hit = cache.get(key)
+        if hit is None or hit[0] is not k.rules:   # a knowledge given new rules: filter again
+            hit = cache[key] = (k.rules, cls(k, allow_unverified, repo_cuda, frozenset(skip_tags)))
+        return hit[1]
+
+
+class _Compiled:
+    """The rules compiled for one host and rule set (Problem._compile_rules), kept on the knowledge
+    for every query with that host and rule set, with what the search needs of them per depth.
+
+    `guarded[d]`: the rules checked at depth d, in checking order, each with the parts of its
+    `when` on components assigned before depth d. A rule whose such part fails holds whatever the
+    value at depth d (its condition is not met), so the search leaves it out for the whole loop
+    over that depth's candidates instead of testing it against each: most rules at a depth are
+    conditioned on one PyTorch release or CUDA version (27 of the 30 at NCCL's), so a candidate
+    is tested against a few rules instead of all of them. The verdicts are the same ones, found
+    in the same order."""
+
+    #: lists of active rules kept per depth (see active), so that a long-lived process stays
+    #: bounded; past it the list is made anew each time, as it is for searches that disable rules
+    LIMIT = 1 << 14
+
+    def __init__(self, order: list[str], host_violations: list[Rule],
+                 by_depth: list[list[tuple[Rule, list]]]):
+        self.host_violations = host_violations
+        self.by_depth = by_depth
+        pos = {c: i for i, c in enumerate(order)}
+        self.guarded: list[list[tuple[Rule, list, tuple]]] = [
+            [(rule, compiled, tuple((comp, allowed) for part, comp, allowed in compiled
+                                    if part == "when" and comp in pos and pos[comp] < d))
+             for rule, compiled in level]
+            for d, level in enumerate(by_depth)]
+        # the components the guards at each depth read, in the search's order: the memo's key
+        self.guard_comps: list[tuple[str, ...]] = [
+            tuple(sorted({c for _, _, guard in level for c, _ in guard}, key=pos.__getitem__))
+            for level in self.guarded]
+        self.memo: list[dict[tuple, list]] = [{} for _ in by_depth]
+        self.subtree_keys: dict[int, list[tuple[str, ...]]] = {}   # searches that disable nothing
+
+    def active(self, d: int, assign: dict[str, str], disabled: frozenset[str]) -> list[tuple]:
+        """The (rule, compiled) pairs at depth d, in checking order, that are not disabled and
+        whose condition on the components before d holds. For searches that disable nothing the
+        list is memoised on those components' values (the same prefixes recur in every query)."""
+        if not disabled:
+            key = tuple([assign[c] for c in self.guard_comps[d]])
+            hit = self.memo[d].get(key)
+            if hit is not None:
+                return hit
+        out = []
+        for rule, compiled, guard in self.guarded[d]:
+            if rule.id in disabled:
+                continue
+            for comp, allowed in guard:
+                if assign[comp] not in allowed:
+                    break
+            else:
+                out.append((rule, compiled))
+        if not disabled and len(self.memo[d]) < self.LIMIT:
+            self.memo[d][key] = out
+        return out
+
+
 # --------------------------------------------------------------------------------------------------
 # The search
 
@@ -456,6 +558,7 @@ def _search(p: Problem, disabled: frozenset[str] = frozenset(), trace: Trace | N
     # rule-deletion runs many, could take minutes).
     keys = _subtree_keys(p, disabled, n)
     dead: set[tuple] = set()
+    active, violated = p.compiled.active, Problem.violated
 
     def rec(d: int):
         if d == n:
@@ -465,15 +568,14 @@ def _search(p: Problem, disabled: frozenset[str] = frozenset(), trace: Trace | N
             return
         comp = order[d]
         tried[d] = []
+        rules = active(d, assign, disabled)
         for val in p.ordered(comp, assign, doms[comp]):
             assign[comp] = val
             if trace is not None:
                 trace.steps += 1
             bad = None
-            for rule, compiled in p.by_depth[d]:
-                if rule.id in disabled:
-                    continue
-                if Problem.violated(compiled, assign):
+            for rule, compiled in rules:        # the first broken rule, in checking order
+                if violated(compiled, assign):
                     bad = rule
                     break
             if bad is not None:
@@ -499,7 +601,17 @@ def _search(p: Problem, disabled: frozenset[str] = frozenset(), trace: Trace | N
 
 
 def _subtree_keys(p: Problem, disabled: frozenset[str], n: int) -> list[tuple[str, ...]]:
-    """keys[d]: the components before depth d that a rule checked at depth d..n-1 mentions."""
+    """keys[d]: the components before depth d that a rule checked at depth d..n-1 mentions (the
+    same for every search of the compiled rules that disables none: computed once for those)."""
+    if disabled:
+        return _subtree_keys_of(p, disabled, n)
+    keys = p.compiled.subtree_keys.get(n)
+    if keys is None:
+        keys = p.compiled.subtree_keys[n] = _subtree_keys_of(p, disabled, n)
+    return keys
+
+
+def _subtree_keys_of(p: Problem, disabled: frozenset[str], n: int) -> list[tuple[str, ...]]:
     keys: list[tuple[str, ...]] = [()] * (n + 1)
     mentioned: set[str] = set()
     for d in range(n - 1, -1, -1):
@@ -907,13 +1019,11 @@ def min_driver(p: Problem, sol: dict[str, str]) -> str | None:
         return None
     # The rules that ask for a driver, and the stack components they mention, once per problem;
     # the answer is memoised on those components' values (enumerate asks once per group).
+    # (The rules and components come from the rule set, shared by queries with the same options;
+    # the memo is the problem's own: the answer depends on its host facts too.)
     drules = p.__dict__.get("_driver_rules")
     if drules is None:
-        drules = [r for r in p.rules
-                  if any(comp == "driver" for comp, _ in r.require)
-                  or any(comp == "driver" for alt in r.any_of for comp, _ in alt)]
-        comps = sorted({c for r in drules for c in r.components if c in STACK} | {"cuda"})
-        p.__dict__["_driver_rules"] = drules = (drules, comps, {})
+        p.__dict__["_driver_rules"] = drules = (*p.ruleset.driver_rules, {})
     rules, comps, memo = drules
     key = tuple(sol.get(c) for c in comps)
     if key not in memo:
