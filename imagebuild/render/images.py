@@ -11,13 +11,20 @@ the same images (README, "Tags").
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
+import json
+import os
 import re
+import stat
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from .. import __version__
 from ..errors import KnowledgeError, UsageError
 from ..knowledge.grammar import BUILD_SWITCHES, CUDA_FROM, FAMILY_KEYS, FLAVORS, VARIANT_MODES
 from ..knowledge.grammar import check as grammar_check
@@ -25,7 +32,9 @@ from ..knowledge import Knowledge, load, version_matcher
 from ..resolve.solver import Host, image_reading, resolve
 from ..sourcedate import rfc3339, source_epoch
 from ..versions import NONE, major_minor, parse_version
-from .wheellock import LOCK_DIR, lock_root, read_lock, wheel_set
+
+# The wheel-lock module (.wheellock) is imported where it is used: it brings the index-sync
+# machinery with it, which a `resolve` that finds its expansion cached (expand_cached) never needs.
 
 # FLAVORS, VARIANT_MODES (which CUDA builds of each PyTorch release a family takes: every one, the
 # one PyPI serves by default, or that one plus the newest CUDA build) and the family keys are
@@ -366,13 +375,17 @@ class _Expansion:
     """The images of a matrix as its families are expanded one by one: the specs so far (each id
     once), and the combinations that gave none."""
 
-    def __init__(self, k: Knowledge, require_locks: bool, allow_unverified: bool):
+    def __init__(self, k: Knowledge, require_locks: bool, allow_unverified: bool,
+                 lock_digests: dict[str, str | None] | None = None):
         self.k = k
         self.require_locks = require_locks
         self.allow_unverified = allow_unverified
         self.specs: list[ImageSpec] = []
         self.skipped: list[Skipped] = []
         self.seen: dict[str, int] = {}
+        # for expand_cached: the wheel locks read (path -> sha256, None: absent), each hashed
+        # before it is read; None when not asked for, and once a lock cannot be hashed
+        self.lock_digests = lock_digests
 
     def family(self, f: _Family) -> None:
         combos = list(_combinations(self.k, f.raw))
@@ -389,6 +402,7 @@ class _Expansion:
     def combination(self, f: _Family, combo: str, wishes: dict, vtag: str, os_id: str) -> None:
         """One combination of the family on one OS: resolved to a stack and, when it resolves and
         its wheel lock is there, one image per flavor; otherwise one Skipped saying why."""
+        from .wheellock import read_lock, wheel_set
         k, fam, rdma, cuda_from = self.k, f.raw, f.rdma, f.cuda_from
         w = dict(wishes, os=os_id)
         for comp in ("ucx", "openmpi", "python"):
@@ -417,14 +431,27 @@ class _Expansion:
         _check_arch(k, f, stack["cuda"])
         ws = wheel_set(k, stack, k.os[os_id], f.wheels, toolkit=(
             cuda_from == "wheels" and compiles(stack, k.ucx[stack["ucx"]])))
-        if ws is not None and self.require_locks and read_lock(k, ws) is None:
-            self.skipped.append(Skipped(f.name, label, tuple(sorted(w.items())),
-                                        cuda_from=cuda_from, no_lock=True, why=(
-                f"no wheel lock {ws.path} for {' '.join(ws.requirements)} "
-                f"(`imagebuild wheels lock` writes it; it needs "
-                f"{'the host pip' if ws.host else ws.index or 'the configured package index'})")))
-            return
+        if ws is not None and self.require_locks:
+            self.note_lock(ws.path)
+            if read_lock(k, ws) is None:
+                self.skipped.append(Skipped(f.name, label, tuple(sorted(w.items())),
+                                            cuda_from=cuda_from, no_lock=True, why=(
+                    f"no wheel lock {ws.path} for {' '.join(ws.requirements)} "
+                    f"(`imagebuild wheels lock` writes it; it needs "
+                    f"{'the host pip' if ws.host else ws.index or 'the configured package index'})")))
+                return
         self.flavors(f, stack, vtag, os_id, res.min_driver, ws)
+
+    def note_lock(self, rel: Path) -> None:
+        """Hash a wheel lock before read_lock reads it, for expand_cached's key (before, not
+        after: a lock changed in between is then filed under its older bytes, and the next
+        process, seeing other bytes, computes again instead of trusting a stale answer)."""
+        if self.lock_digests is None or rel.as_posix() in self.lock_digests:
+            return
+        try:
+            self.lock_digests[rel.as_posix()] = file_sha256(_lock_folder(self.k) / rel)
+        except _NotCached:
+            self.lock_digests = None     # read_lock says what is wrong with it, if anything
 
     def flavors(self, f: _Family, stack: dict, vtag: str, os_id: str, min_driver,
                 ws) -> None:
@@ -462,6 +489,7 @@ def skipped_summary(k: Knowledge, skipped: list[Skipped]) -> list[str]:
     """The declared combinations that gave no image, told in a few lines: how many, grouped by
     the reasons known without the resolver's costly chain (a missing wheel lock, a family that
     matches nothing), and where the whole list is (`imagebuild images --all`)."""
+    from .wheellock import LOCK_DIR, lock_root
     if not skipped:
         return []
     no_lock = [x for x in skipped if x.no_lock]
@@ -497,15 +525,290 @@ def expand(k: Knowledge, *, require_locks: bool = True,
     as skipped, unless `require_locks` is false (what `imagebuild wheels lock` asks for). Facts
     marked `verified: false` (an unconfirmed PyTorch build, DOCA-OFED's key) are relied on only
     with `allow_unverified`."""
+    out = _expansion(k, require_locks, allow_unverified)
+    return out.specs, out.skipped
+
+
+def _expansion(k: Knowledge, require_locks: bool, allow_unverified: bool,
+               lock_digests: dict | None = None) -> _Expansion:
+    out = _Expansion(k, require_locks, allow_unverified, lock_digests)
     families = k.raw.get("images")
     if families is None:
-        return [], []
+        return out
     if not isinstance(families, list):
         raise KnowledgeError("images: expected a list of families", file=k.path)
-    out = _Expansion(k, require_locks, allow_unverified)
     for fam in families:
         out.family(_read_family(k, fam))
+    return out
+
+
+# -------------------------------------------------------------------------------------------------
+# The expansion remembered across processes
+#
+# `imagebuild resolve` names the best declared image for the host, which needs the whole expansion
+# (~45 resolver runs, the wheel locks read and checked): most of such a process's time, and the
+# same answer every time until the matrix, a lock or imagebuild itself changes. expand_cached keeps
+# it in one JSON file per matrix, options and imagebuild source under $XDG_CACHE_HOME/imagebuild/
+# (default ~/.cache/imagebuild/). Nothing in it is trusted: a file that is not a small regular
+# file, not JSON, of another schema or key, or that names anything the knowledge lacks is not
+# used, and the expansion is computed again (silently: a cache never makes an answer fail). It is
+# JSON, never pickle: reading it runs no code.
+
+#: what a cache file holds; bumped whenever that changes, so an older file is never read as new
+CACHE_SCHEMA = "imagebuild.declared-images/1"
+CACHE_PREFIX = "declared-images-"
+#: the largest cache file read (the project's matrix gives ~50 KB) and the most kept (one per
+#: matrix, options and imagebuild source: the least recently written go first)
+CACHE_MAX_BYTES = 8 << 20
+CACHE_FILES = 8
+#: the largest input (the matrix, a wheel lock) hashed for the key; a larger one is not cached
+INPUT_MAX_BYTES = 64 << 20
+
+# ImageSpec fields that hold an entry of a knowledge table: stored as the entry's key, read back
+# as the knowledge's own entry (the key names the matrix, so it is the same one)
+_TABLE_FIELDS = {"os": "os", "ucx": "ucx", "openmpi": "openmpi", "rdma": "rdma"}
+
+
+class _NotCached(Exception):
+    """An input the cache cannot vouch for: not a regular file, unreadable, too large, or a value
+    the cache has no form for. The expansion is computed (and not stored)."""
+
+
+def _read_regular(path, limit: int) -> bytes | None:
+    """The bytes of a regular file of at most `limit` bytes, None when there is no such path;
+    _NotCached for anything else (a FIFO, a device, a folder, a larger file: never blocks)."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):    # not even opened (a FIFO's writer waits)
+            raise _NotCached(str(path))
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError:
+        raise _NotCached(str(path)) from None
+    with open(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
+            raise _NotCached(str(path))
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise _NotCached(str(path))
+    return data
+
+
+def file_sha256(path) -> str | None:
+    """sha256 of a regular file's bytes (at most INPUT_MAX_BYTES), None when it does not exist;
+    _NotCached when it is anything else."""
+    data = _read_regular(path, INPUT_MAX_BYTES)
+    return None if data is None else hashlib.sha256(data).hexdigest()
+
+
+def matrix_sha256(path) -> str | None:
+    """The matrix's sha256 for expand_cached, taken BEFORE the matrix is loaded: a matrix saved
+    in between is then filed under its older bytes, never the other way round. None when it
+    cannot be taken (not a regular file: the loader says why), which only means no cache."""
+    try:
+        return file_sha256(path)
+    except (_NotCached, OSError, ValueError):
+        return None
+
+
+def _lock_folder(k: Knowledge) -> Path:
+    """Where the matrix's wheel locks are (wheellock.lock_root, without importing it)."""
+    return Path(k.path).resolve().parent
+
+
+@functools.lru_cache(maxsize=1)
+def _source_fingerprint() -> str:
+    """sha256 over the name, size, modification and change times of every module of imagebuild's
+    own source, so that any change to the code that expands, resolves or reads locks (an edit, a
+    checkout, a reinstall: each rewrites the files) gives another cache key. The times, not the
+    bytes: reading and hashing the ~1.1 MB of source cost 5 to 25 ms a process, a tenth of the
+    whole `resolve` target, where stat() costs 1 to 2 ms; and the change time (ctime) cannot be
+    set back by a copy that keeps the modification time."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            st = os.stat(path)
+            rel = os.path.relpath(path, root)
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _cache_key(k: Knowledge, matrix: str, allow_unverified: bool) -> dict:
+    """Everything but the wheel locks that the expansion depends on (the locks' bytes are in the
+    file, checked on every read: which locks are read is known only once expanded)."""
+    libs = {name: str(getattr(sys.modules.get(name), "__version__", ""))
+            for name in ("yaml", "packaging")}
+    return {"imagebuild": __version__, "source": _source_fingerprint(),
+            "python": f"{sys.version_info[0]}.{sys.version_info[1]}", **libs, "matrix": matrix,
+            "folder": str(_lock_folder(k)), "allow_unverified": bool(allow_unverified),
+            "require_locks": True}
+
+
+def _cache_folder() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"   # XDG: a relative one is ignored
+    return base / "imagebuild"
+
+
+def expand_cached(k: Knowledge, matrix: str | None, *,
+                  allow_unverified: bool = False) -> tuple[list[ImageSpec], list[Skipped]]:
+    """expand(k, allow_unverified=...), remembered across processes (see above). `matrix`: the
+    sha256 of the bytes `k` was loaded from, from matrix_sha256() taken before loading; None: no
+    cache, the expansion is computed. The key is that digest, the options, imagebuild's version
+    and source, the library versions that parse the matrix and versions, and the matrix's folder;
+    the file also holds the sha256 of every wheel lock the expansion read (or that it was
+    absent), compared with the locks' bytes on every read."""
+    path = key = None
+    if matrix is not None:
+        try:
+            key = _cache_key(k, matrix, allow_unverified)
+            name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+            path = _cache_folder() / f"{CACHE_PREFIX}{name}.json"
+        except (_NotCached, OSError, RuntimeError, ValueError):   # RuntimeError: no home folder
+            path = None
+    if path is not None:
+        hit = _cache_read(k, path, key)
+        if hit is not None:
+            return hit
+    out = _expansion(k, True, allow_unverified, lock_digests={} if path is not None else None)
+    if path is not None and out.lock_digests is not None:
+        _cache_write(path, k, key, out)
     return out.specs, out.skipped
+
+
+def _cache_read(k: Knowledge, path: Path, key: dict) -> tuple[list, list] | None:
+    try:
+        data = _read_regular(path, CACHE_MAX_BYTES)
+        if data is None:
+            return None
+        doc = json.loads(data)
+        if not (isinstance(doc, dict) and doc.get("schema") == CACHE_SCHEMA
+                and doc.get("key") == key and isinstance(doc.get("locks"), dict)
+                and isinstance(doc.get("specs"), list) and isinstance(doc.get("skipped"), list)):
+            return None
+        folder = _lock_folder(k)
+        for rel, digest in doc["locks"].items():
+            if not (isinstance(rel, str) and not os.path.isabs(rel) and ".." not in rel.split("/")
+                    and (digest is None or isinstance(digest, str))):
+                return None
+            if file_sha256(folder / rel) != digest:
+                return None                       # a lock was written, changed or removed
+        return [_spec_from(k, rec) for rec in doc["specs"]], [_skipped_from(rec) for rec in doc["skipped"]]
+    except (_NotCached, OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None     # (RecursionError: JSON nested deeper than the parser goes)
+
+
+def _cache_write(path: Path, k: Knowledge, key: dict, out: _Expansion) -> None:
+    """Best effort, atomic (a temporary file renamed over the old one: a reader sees the whole
+    old file or the whole new one); the least recently written beyond CACHE_FILES are removed."""
+    from ..atomic import atomic_file
+    try:
+        doc = {"schema": CACHE_SCHEMA, "key": key, "locks": out.lock_digests,
+               "specs": [_spec_record(k, spec) for spec in out.specs],
+               "skipped": [_skipped_record(x) for x in out.skipped]}
+        text = json.dumps(doc, separators=(",", ":"))
+        with atomic_file(path, "w", parents=True) as f:
+            f.write(text)
+        mine = sorted(path.parent.glob(f"{CACHE_PREFIX}*.json"), key=lambda p: p.stat().st_mtime)
+        for old in mine[:-CACHE_FILES]:
+            old.unlink(missing_ok=True)
+    except (_NotCached, OSError, ValueError, TypeError):
+        pass
+
+
+def _spec_record(k: Knowledge, spec: ImageSpec) -> dict:
+    rec = {}
+    for f in dataclasses.fields(ImageSpec):
+        value = getattr(spec, f.name)
+        if f.name in _TABLE_FIELDS:
+            value = None if value is None else _table_key(getattr(k, _TABLE_FIELDS[f.name]), value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif f.name == "build":
+            value = {n: list(v) if isinstance(v, tuple) else v for n, v in value.items()}
+        rec[f.name] = value
+    _spec_from(k, rec)          # what could not be read back is not written
+    return rec
+
+
+def _table_key(table: dict, entry: dict) -> str:
+    for key, value in table.items():
+        if value is entry:
+            return key
+    raise _NotCached("an entry that is not the knowledge's own")
+
+
+def _strs(value, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(what)
+    return tuple(value)
+
+
+def _spec_from(k: Knowledge, rec) -> ImageSpec:
+    """An ImageSpec from its record, every field checked for its type (ValueError otherwise)."""
+    fields = dataclasses.fields(ImageSpec)
+    if not isinstance(rec, dict) or set(rec) != {f.name for f in fields}:
+        raise ValueError("not an image record")
+    kw = {}
+    for f in fields:
+        value = rec[f.name]
+        if f.name in _TABLE_FIELDS:
+            table = getattr(k, _TABLE_FIELDS[f.name])
+            if value is None and f.name == "rdma":
+                kw[f.name] = None
+                continue
+            if not isinstance(value, str) or value not in table:
+                raise ValueError(f.name)
+            value = table[value]
+        elif f.name == "stack":
+            if not isinstance(value, dict) or not all(isinstance(c, str) and isinstance(v, str)
+                                                      for c, v in value.items()):
+                raise ValueError(f.name)
+        elif f.name == "build":
+            if not isinstance(value, dict) or not all(
+                    isinstance(n, str) and isinstance(v, (bool, str, list)) for n, v in value.items()):
+                raise ValueError(f.name)
+            value = {n: _strs(v, n) if isinstance(v, list) else v for n, v in value.items()}
+        elif f.name == "extra":
+            if value != {}:                          # expand() sets none
+                raise ValueError(f.name)
+            value = {}
+        elif f.type == "tuple[str, ...]":
+            value = _strs(value, f.name)
+        elif f.type == "str":
+            if not isinstance(value, str):
+                raise ValueError(f.name)
+        elif f.type == "str | None":
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f.name)
+        else:                                        # a field this reader does not know
+            raise ValueError(f.name)
+        kw[f.name] = value
+    return ImageSpec(**kw)
+
+
+def _skipped_record(x: Skipped) -> dict:
+    return {"family": x.family, "combination": x.combination, "wishes": [list(w) for w in x.wishes],
+            "why": x.why, "cuda_from": x.cuda_from, "no_lock": x.no_lock, "no_match": x.no_match}
+
+
+def _skipped_from(rec) -> Skipped:
+    if not isinstance(rec, dict) or set(rec) != {f.name for f in dataclasses.fields(Skipped)}:
+        raise ValueError("not a skipped record")
+    wishes = rec["wishes"]
+    if not (isinstance(wishes, list) and all(isinstance(w, list) and len(w) == 2 for w in wishes)):
+        raise ValueError("wishes")
+    if not (all(isinstance(rec[n], str) for n in ("family", "combination", "cuda_from"))
+            and (rec["why"] is None or isinstance(rec["why"], str))
+            and isinstance(rec["no_lock"], bool) and isinstance(rec["no_match"], bool)):
+        raise ValueError("skipped")
+    return Skipped(rec["family"], rec["combination"], tuple(_strs(w, "wish") for w in wishes),
+                   why=rec["why"], cuda_from=rec["cuda_from"], no_lock=rec["no_lock"],
+                   no_match=rec["no_match"])
 
 
 SOURCE_LABEL = "org.opencontainers.image.source"

@@ -114,6 +114,12 @@ def run(args) -> int:
     from ...resolve import solver as R
 
     rep = Reporter.for_args("resolve", args)
+    # the matrix's digest for the declared image's cached expansion, taken before it is loaded
+    # (images.matrix_sha256 says why); only the answers that name a declared image need it
+    matrix_sha256 = None
+    if not (args.why_not or args.all):
+        from ...render.images import matrix_sha256 as digest
+        matrix_sha256 = digest(args.matrix)
     k = knowledge.load(args.matrix)
     host = host_from(args)
     wishes = wishes_from(args)
@@ -131,7 +137,8 @@ def run(args) -> int:
         return 0 if groups else 1
     res = R.resolve(k, host, wishes, args.allow_unverified, system=system)
     used = knowledge_used(args, k)
-    declared = None if args.why_not else declared_image(k, host, wishes, res, args.allow_unverified)
+    declared = None if args.why_not else declared_image(k, host, wishes, res, args.allow_unverified,
+                                                        matrix_sha256=matrix_sha256)
     if args.json:
         rep.result({**res.to_json(), **({"image": declared} if declared is not None else {})})
     elif args.why_not:
@@ -149,27 +156,29 @@ def run(args) -> int:
     return 0 if res.ok else 1
 
 
-def declared_image(k, host, wishes: dict, res, allow_unverified: bool) -> dict:
+def declared_image(k, host, wishes: dict, res, allow_unverified: bool,
+                   matrix_sha256: str | None = None) -> dict:
     """The best image the matrix declares for this host and these wishes (what `doctor` and
     `find` would name), and whether it is the stack resolved above: the resolver answers from
-    every fact, the matrix builds only the images its `images:` section declares."""
+    every fact, the matrix builds only the images its `images:` section declares. The matrix's
+    images do not depend on the host: with `matrix_sha256` (images.matrix_sha256, taken before
+    `k` was loaded) their expansion is remembered across processes (images.expand_cached)."""
     from ...deliver import hostfit
     from ...knowledge.matchers import version_matcher
     from ...render import images as I
 
-    specs, _ = I.expand(k, allow_unverified=allow_unverified)
+    specs, _ = I.expand_cached(k, matrix_sha256, allow_unverified=allow_unverified)
     matches = {comp: (frozenset(n.strip() for n in text.split(",")).__contains__
                       if comp in ("os", "platform") else version_matcher(text))
                for comp, text in wishes.items()}
     wanted = [spec for spec in specs
               if all(spec.stack.get(comp) is None or m(spec.stack[comp]) for comp, m in matches.items())]
-    good, _ = hostfit.fits(k, wanted, host, allow_unverified=allow_unverified)
-    if not good:
+    best = hostfit.best(k, wanted, host, allow_unverified=allow_unverified)   # fits()'s first
+    if best is None:
         return {"id": None, "matches_stack": False,
                 "note": f"none of the {len(specs)} declared images runs on this host"
                         + (" with these wishes" if wishes else "")
                         + "; declare one under `images:` in matrix.yaml to build it"}
-    best = good[0]
     same = res.ok and all(res.stack.get(c) == v for c, v in best.spec.stack.items()
                           if c in res.stack and c not in ("driver", "gpu"))
     doc = {"id": best.spec.id, "mode": best.mode, "matches_stack": same,
