@@ -325,14 +325,10 @@ class NormalizeMemo:
         return doc if ok else {}
 
     def write(self, built_id: str, key: str, image_id: str) -> None:
+        from ..atomic import write_atomic
         doc = {"ref": self.ref, "built": built_id, "key": key, "image": image_id}
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-            tmp.write_text(json.dumps(doc, sort_keys=True) + "\n", encoding="utf-8")
-            os.replace(tmp, self.path)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            write_atomic(self.path, json.dumps(doc, sort_keys=True) + "\n", parents=True)
 
 
 _IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")

@@ -241,6 +241,7 @@ def shared_cache(args):
     import shutil
     import tempfile
 
+    from ...atomic import write_atomic
     from ...build.reproducible import SharedCache
     from ...deliver.publish import find_credentials
 
@@ -256,9 +257,7 @@ def shared_cache(args):
             folder = Path(tempfile.mkdtemp(prefix="imagebuild-cache-auth-"))
             auths = {h: {"auth": base64.b64encode(f"{c.user}:{c.password}".encode()).decode()}
                      for h, c in creds.items() if c is not None}
-            fd = os.open(folder / "config.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump({"auths": auths}, fh)
+            write_atomic(folder / "config.json", json.dumps({"auths": auths}), perm=0o600)
         push_creds = creds.get(cache_to.split("/", 1)[0]) if cache_to else None
         yield SharedCache(cache_from, cache_to, docker_config=folder,
                           auth=push_creds.auth_config() if push_creds else None)
