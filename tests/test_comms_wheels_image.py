@@ -84,7 +84,8 @@ def test_the_recipe_compiles_git_archives_against_the_wheels(k, specs):
                "-gencode=arch=compute_100,code=sm_100 -gencode=arch=compute_100,code=compute_100")
     # nvcc compiles nccl-tests and UCX's device code for the family's build.cuda_arch alone
     assert f'NVCC_GENCODE="{gencode}"' in text and f'--with-nvcc-gencode="{gencode}"' in text
-    for flag in ("--without-java", "--without-go", "--disable-examples", "--disable-doxygen-doc"):
+    for flag in ("--without-java", "--without-go", "--disable-examples", "--disable-doxygen-doc",
+                 "--disable-static"):
         assert f" {flag} " in text, flag
     labels = specs[IMAGE].labels
     assert labels["io.imagebuild.sources"] == "git"

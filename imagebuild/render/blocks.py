@@ -58,8 +58,12 @@ class Block:
 def ucx_flags(build: dict, cuda_home: str) -> list[str]:
     """UCX's configure flags: CUDA, gdrcopy, RDMA CM and verbs, and GDA only where chosen; never
     its Java or Go bindings (configure builds them when it finds a JDK or Go), its examples or
-    its documentation."""
-    flags = {"--disable-doxygen-doc", "--disable-examples", "--enable-mt", "--prefix=/opt/ucx",
+    its documentation, and no static archives: libtool would compile every C file twice (PIC for
+    the shared libraries, non-PIC for the archives), and nothing links UCX statically here (Open
+    MPI, nccl-tests and the smoke suite load the shared libraries; the run-time stage copies the
+    prefix whole, so the archives were 56 MB of every image)."""
+    flags = {"--disable-doxygen-doc", "--disable-examples", "--disable-static", "--enable-mt",
+             "--prefix=/opt/ucx",
              f"--with-cuda={cuda_home}", "--with-gdrcopy=/opt/gdrcopy",
              "--with-rdmacm", "--with-verbs", "--without-go", "--without-java"}
     if not build["gda"]:
