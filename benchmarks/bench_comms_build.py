@@ -2,7 +2,7 @@
 """The communication image's cold build, before and after a change to what it compiles.
 
     python benchmarks/bench_comms_build.py --baseline REV [--image ID] [--sources DIR]
-                                           [--ca-bundle FILE] [--order base-first|new-first]
+                                           [--ca-bundle FILE] [--order base-first|new-first] [--keep]
 
 Builds IMAGE (default: the Debian communication image, which compiles gdrcopy, UCX, Open MPI
 and nccl-tests) cold twice on the engine in DOCKER_HOST, one build after the other in the same
@@ -12,7 +12,9 @@ its renderer and recipes are REV's own) and once with this checkout's. Each buil
 folder, default ../shared/sources) and the site's CA bundle for the package index. Prints, per
 build, the wall time of the whole command and of each compiled step (BuildKit's own step
 times, from the build log), the image ID and size, and the ratio of the new build to the anchor.
-The images and the build cache the two builds made are removed afterwards.
+The images and the build cache the two builds made are removed afterwards; with --keep (and the
+default order, so the new build comes last) the new build's image stays, e.g. for
+benchmarks/gpu_proof.sh pack.
 """
 
 from __future__ import annotations
@@ -86,7 +88,10 @@ def main() -> int:
     ap.add_argument("--sources", type=Path, default=ROOT.parent / "shared" / "sources")
     ap.add_argument("--ca-bundle", type=Path, default=Path("/etc/ssl/certs/ca-certificates.crt"))
     ap.add_argument("--order", choices=("base-first", "new-first"), default="base-first")
+    ap.add_argument("--keep", action="store_true", help="keep the new build's image (base-first only)")
     args = ap.parse_args()
+    if args.keep and args.order != "base-first":
+        ap.error("--keep needs --order base-first: both builds tag the same reference")
     rev = subprocess.run(["git", "rev-parse", "--short", args.baseline], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout.strip()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
@@ -108,7 +113,8 @@ def main() -> int:
                 results[name] = build(code_root, args.image, args.sources.resolve(), args.ca_bundle,
                                       Path(tmp) / name)
                 results[name]["size_mb"] = size_mb(results[name]["ref"])
-                cleanup([results[name]["ref"]])
+                if not (args.keep and name == "new"):
+                    cleanup([results[name]["ref"]])
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
     a, n = results["anchor"], results["new"]
