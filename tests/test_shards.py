@@ -78,6 +78,33 @@ def test_images_lists_one_shard(k, specs, capsys):
     assert doc["shard"] == {"shard": 2, "of": 3, "weight": shards.loads(k, specs, 3)[2]}
 
 
+def test_shards_n_is_the_whole_split_and_its_job_matrix(k, specs, capsys):
+    """`images --shards N`: every shard of N with its images, the same as `--shard K/N` gives one
+    by one; `--format github` is the job matrix the shards workflow feeds its build jobs."""
+    assert cli.main(["images", "--matrix", MATRIX, "--shards", "4", "--json"]) == 0
+    parts = answer(capsys.readouterr().out, "images")["shards"]
+    assert [p["shard"] for p in parts] == ["1/4", "2/4", "3/4", "4/4"]
+    for part, p in enumerate(parts, start=1):
+        assert p["images"] == shards.shard_of(k, specs, part, 4) and p["images"]
+        assert p["weight"] == shards.loads(k, specs, 4)[part]
+    assert sorted(i for p in parts for i in p["images"]) == sorted(specs)
+    assert cli.main(["images", "--matrix", MATRIX, "--shards", "4", "--format", "github"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1                  # one line for $GITHUB_OUTPUT
+    import json
+    assert json.loads(out) == {"include": [{"shard": p["shard"], "images": len(p["images"])} for p in parts]}
+    # more builders than chains: the empty shards get no job
+    n = len(shards.chains(k, specs)) + 3
+    assert cli.main(["images", "--matrix", MATRIX, "--shards", str(n), "--format", "github"]) == 0
+    include = json.loads(capsys.readouterr().out)["include"]
+    assert 0 < len(include) < n and sum(e["images"] for e in include) == len(specs)
+    for bad in (["--shards", "0"], ["--shards", "x"], ["--shards", "10000"], ["--shards", "2", "--shard", "1/2"],
+                ["--format", "github"]):
+        assert cli.main(["images", "--matrix", MATRIX, *bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and ("--shards" in err[0] or "--format" in err[0]), err
+
+
 # -- lock --merge ----------------------------------------------------------------------------
 
 def _entry(image: str, published: dict | None = None) -> dict:
@@ -121,3 +148,31 @@ def test_one_image_with_two_ids_is_refused_naming_both(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a.lock records image ID" in err[0] and "b.lock records" in err[0]
     assert not out.exists()                     # nothing half-written
+
+
+def test_a_merged_lock_is_checked_with_no_engine(tmp_path, capsys):
+    """The shards workflow's merge job has no engine: `lock --check --no-engine` compares the
+    recipe, stack, wheel lock and smoke report of every image with the merged lock, and leaves out
+    the image ids the builders' engines recorded."""
+    lock = tmp_path / "images.lock"
+    common = ["--matrix", MATRIX, "--lock", str(lock), "--reports-dir", str(tmp_path / "r"), "--no-engine"]
+    assert cli.main(["lock", "smoke-cpu", *common]) == 0
+    entries = lockfile.read_lock(lock)
+    entry = entries["smoke-cpu"]
+    # what a builder's engine recorded
+    entry["image_id"] = "sha256:" + "a" * 64
+    entry["base_image"] = "sha256:" + "b" * 64
+    entry["bases"] = {ref: {"id": "sha256:" + "b" * 64, "digest": None} for ref in entry["bases"]}
+    entry["provenance"]["base_digest"] = "sha256:" + "b" * 64
+    lockfile.write_lock(lock, entries)
+    capsys.readouterr()
+    assert cli.main(["lock", "smoke-cpu", "--check", *common]) == 0
+    # the same lock checked with the engine (which holds neither) drifts on the image ids
+    assert not lockfile.drift_all(entries, {"smoke-cpu": lockfile.engine_free(entry)}, engine=False)
+    assert lockfile.drift_all(entries, {"smoke-cpu": {**entry, "image_id": None}})
+    # a stack that moved is drift with or without an engine
+    entry["stack"]["python"] = "3.10"
+    lockfile.write_lock(lock, entries)
+    capsys.readouterr()
+    assert cli.main(["lock", "smoke-cpu", "--check", *common]) == 1
+    assert "python" in capsys.readouterr().out

@@ -17,7 +17,9 @@ from imagebuild import cli
 from conftest import ROOT
 
 WORKFLOW = ROOT / ".github" / "workflows" / "images.yml"
-CALL_RE = re.compile(r"(?<![\w./-])imagebuild\s+([a-z][a-z-]*)([^)\n|;&>]*)")
+CALL_RE = re.compile(r"(?<![\w./-])imagebuild\s+([a-z][a-z-]*)([^)\n|;&<>]*)")
+# `${VAR:+words}` gives its words when VAR is set: the arguments checked are those words
+OPTIONAL_RE = re.compile(r"\$\{\w+:\+([^}]*)\}")
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +70,29 @@ def test_secrets_only_reach_the_publish_step(workflow):
             assert "${{" not in step.get("run", ""), step.get("name")
 
 
+def calls(workflow: dict) -> list[tuple[str, str, str]]:
+    """(step name, command, its arguments) of every `imagebuild ...` line the workflow runs."""
+    out = []
+    for _job, name, text in runs(workflow):
+        text = OPTIONAL_RE.sub(r"\1", text)
+        for m in CALL_RE.finditer(text):
+            args = m.group(2)
+            line_start = text.rfind("\n", 0, m.start()) + 1
+            if re.search(r"\bxargs\b", text[line_start:m.start()]):
+                args += " xargs-appends-the-images"     # the names xargs adds from its input
+            out.append((name, m.group(1), args))
+    return out
+
+
 def test_every_imagebuild_call_is_a_real_command_with_valid_arguments(workflow):
-    calls = [(name, cmd, args) for _job, name, text in runs(workflow) for cmd, args in CALL_RE.findall(text)]
-    assert {cmd for _n, cmd, _a in calls} >= {"plan", "base", "build", "test", "publish", "export",
-                                            "slurm-script"}
+    assert {cmd for _n, cmd, _a in calls(workflow)} >= {"plan", "base", "build", "test", "publish", "export",
+                                                      "slurm-script"}
+    check_calls(workflow)
+
+
+def check_calls(workflow: dict) -> None:
     unchecked = []
-    for step, cmd, args in calls:
+    for step, cmd, args in calls(workflow):
         assert cmd in cli.COMMANDS, f"step {step!r} runs unknown command imagebuild {cmd}"
         module_name, _help = cli.COMMANDS[cmd]
         try:
@@ -168,3 +187,74 @@ def test_the_heavy_marker_is_left_out_of_the_default_run_and_selected_by_heavy()
         "tests/test_reproducible.py::test_smoke_cpu_two_cold_builds_give_one_id_that_lock_check_accepts"])
     assert not set(fast_ids) & set(heavy_ids) and len(fast_ids) > 20
     assert " deselected" in fast.stdout and " deselected" in heavy_run.stdout
+
+
+# --- the sharded build of the whole matrix (.github/workflows/shards.yml, issue 27) ----------------
+
+SHARDS = ROOT / ".github" / "workflows" / "shards.yml"
+
+
+@pytest.fixture(scope="module")
+def sharded() -> dict:
+    return yaml.safe_load(SHARDS.read_text())
+
+
+def test_the_split_feeds_one_build_job_per_shard_and_one_merge(sharded):
+    jobs = sharded["jobs"]
+    assert set(jobs) == {"shards", "build", "merge"}
+    split = next(s for s in jobs["shards"]["steps"] if s.get("id") == "split")
+    assert jobs["shards"]["outputs"]["matrix"] == "${{ steps.split.outputs.matrix }}"
+    assert 'imagebuild images --shards "$builders" --format github' in split["run"]
+    assert 'echo "matrix=$matrix" >> "$GITHUB_OUTPUT"' in split["run"]
+    build = jobs["build"]
+    assert build["needs"] == "shards" and build["strategy"]["fail-fast"] is False
+    assert build["strategy"]["matrix"] == "${{ fromJSON(needs.shards.outputs.matrix) }}"
+    assert build["env"]["SHARD"] == "${{ matrix.shard }}"
+    # each builder builds, tests, locks and publishes its own shard, in that order
+    order = [cmd for _n, cmd, _a in calls({"jobs": {"build": build}})]
+    positions = [order.index(c) for c in ("build", "test", "lock", "publish")]
+    assert positions == sorted(positions)
+    (build_call,) = [a for _n, c, a in calls({"jobs": {"build": build}}) if c == "build"]
+    assert '--shard "$SHARD"' in build_call and "--cache-from" in build_call and "--cache-to" in build_call
+    # the merge job runs after every shard: one lock, checked with no engine, kept
+    merge = jobs["merge"]
+    assert merge["needs"] == "build" and "if" not in merge      # a failed shard stops the merge
+    merge_calls = [(c, a) for _n, c, a in calls({"jobs": {"merge": merge}})]
+    assert [c for c, _a in merge_calls] == ["lock", "lock"]
+    assert "--merge shards/*/shard.lock" in merge_calls[0][1]
+    assert "--check" in merge_calls[1][1] and "--no-engine" in merge_calls[1][1]
+    download = next(s for s in merge["steps"] if s.get("uses", "").startswith("actions/download-artifact@"))
+    assert download["with"]["pattern"] == "shard-*"
+    uploads = {s["with"]["name"]: s for j in jobs.values() for s in j["steps"]
+               if s.get("uses", "").startswith("actions/upload-artifact@")}
+    assert set(uploads) == {"shard-${{ strategy.job-index }}", "images-lock"}
+    assert "shard.lock" in uploads["shard-${{ strategy.job-index }}"]["with"]["path"]
+
+
+def test_every_imagebuild_call_of_the_sharded_workflow_is_valid(sharded):
+    assert {cmd for _n, cmd, _a in calls(sharded)} == {"images", "generate", "wheels", "base", "build",
+                                                     "test", "lock", "publish"}
+    check_calls(sharded)
+
+
+def test_sharded_workflow_secrets_reach_only_publish_and_the_cache_push(sharded):
+    for job in sharded["jobs"].values():
+        for step in job.get("steps", []):
+            run = step.get("run", "")
+            if "secrets." in yaml.safe_dump(step):
+                assert "imagebuild publish" in run or "--cache-to" in run, step.get("name")
+            assert "${{" not in run, step.get("name")   # values travel through env, not the shell line
+    uses = [s["uses"] for j in sharded["jobs"].values() for s in j["steps"] if "uses" in s]
+    assert uses and all(re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+@[0-9a-f]{40}", ref) for ref in uses)
+
+
+@pytest.mark.parametrize("path", [WORKFLOW, SHARDS], ids=["images", "shards"])
+def test_artifacts_under_imagebuild_keep_their_hidden_folder(path):
+    """upload-artifact leaves hidden files and folders out since v4.4.0: an artifact that keeps
+    .imagebuild/reports/ (the smoke reports) must say include-hidden-files."""
+    doc = yaml.safe_load(path.read_text())
+    uploads = [s for j in doc["jobs"].values() for s in j["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    hidden = [s for s in uploads if ".imagebuild/" in s["with"]["path"]]
+    assert hidden
+    for step in hidden:
+        assert step["with"].get("include-hidden-files") is True, step.get("name")

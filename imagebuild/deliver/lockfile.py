@@ -453,8 +453,29 @@ def drift(lock_entry: dict, current: dict, *, only: tuple[str, ...] | None = Non
     return out
 
 
-def drift_all(locked: dict[str, dict], current: dict[str, dict]) -> dict[str, list[str]]:
-    """drift per image id over both sides; images only in one side are reported as such."""
+#: what only an engine can say: the built and base images' ids and digests, and the SBOM (recorded
+#: only when it describes the built image id)
+ENGINE_FIELDS = ("image_id", "base_image", "bases")
+ENGINE_PROVENANCE = ("base_digest", "sbom_sha256")
+
+
+def engine_free(entry: dict) -> dict:
+    """``entry`` without what only an engine can say (ENGINE_FIELDS, ENGINE_PROVENANCE): what a
+    machine with no engine compares (`lock --check --no-engine`, e.g. the job that merges the
+    shard locks of several builders)."""
+    out = {k: v for k, v in entry.items() if k not in ENGINE_FIELDS}
+    if isinstance(out.get("provenance"), dict):
+        out["provenance"] = {k: v for k, v in out["provenance"].items() if k not in ENGINE_PROVENANCE}
+    return out
+
+
+def drift_all(locked: dict[str, dict], current: dict[str, dict], *,
+              engine: bool = True) -> dict[str, list[str]]:
+    """drift per image id over both sides; images only in one side are reported as such. With
+    ``engine`` False, what only an engine can say is left out of the comparison (engine_free)."""
+    if not engine:
+        locked = {k: engine_free(v) for k, v in locked.items()}
+        current = {k: engine_free(v) for k, v in current.items()}
     result: dict[str, list[str]] = {}
     for image_id in sorted(set(locked) | set(current)):
         if image_id not in locked:

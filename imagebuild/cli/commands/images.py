@@ -16,14 +16,62 @@ def configure(parser) -> None:
     parser.add_argument("--shard", metavar="K/N",
                         help="only shard K of N: FROM chains kept together, balanced by what they "
                              "compile, stable when images are added (build/shards.py)")
+    parser.add_argument("--shards", metavar="N",
+                        help="the whole split for N builders: each shard's images and weight")
+    parser.add_argument("--format", choices=("text", "github"), default="text",
+                        help="with --shards: `github` prints one line of JSON, a job matrix "
+                             '({"include": [{"shard": "K/N", "images": COUNT}, ...]}, empty shards '
+                             "left out) for $GITHUB_OUTPUT")
+
+
+def _builders(text: str) -> int:
+    import re
+    from ...errors import UsageError
+
+    if not re.fullmatch(r"[1-9][0-9]{0,3}", text):
+        raise UsageError(f"expected a number of builders from 1 to 9999, not {text!r}", argument="--shards")
+    return int(text)
+
+
+def _split(args, k, specs) -> int:
+    """--shards N: every shard of N, in order, each with its images (bases first) and weight."""
+    import json
+    from ...build import shards
+
+    n = args.shards
+    by_id = {s.id: s for s in specs}
+    weights = shards.loads(k, by_id, n)
+    parts = [{"shard": f"{part}/{n}", "weight": weights[part],
+              "images": shards.shard_of(k, by_id, part, n)} for part in range(1, n + 1)]
+    if args.format == "github":
+        print(json.dumps({"include": [{"shard": p["shard"], "images": len(p["images"])}
+                                      for p in parts if p["images"]]}, separators=(",", ":")))
+        return 0
+    if args.json:
+        Reporter.for_args("images", args).result({"shards": parts})
+        return 0
+    for p in parts:
+        print(f"shard {p['shard']}: weight {p['weight']}, {len(p['images'])} images: "
+              + (" ".join(p["images"]) or "(none)"))
+    return 0
 
 
 def run(args) -> int:
     from ...render import images as I
     from ... import knowledge
 
+    from ...errors import UsageError
+
+    if args.shards is not None:
+        args.shards = _builders(args.shards)
+    if args.shards and (args.shard or args.all):
+        raise UsageError("--shards lists the whole split: not with --shard or --all", argument="--shards")
+    if args.format != "text" and not args.shards:
+        raise UsageError("--format github is the job matrix of --shards N", argument="--format")
     k = knowledge.load(args.matrix)
     specs, skipped = I.expand(k, allow_unverified=args.allow_unverified)
+    if args.shards:
+        return _split(args, k, specs)
     shard_doc = None
     if args.shard:
         from ...build import shards

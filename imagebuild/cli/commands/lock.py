@@ -39,7 +39,9 @@ def configure(parser) -> None:
                              "(or images.lock), keeping what it already records; the same image "
                              "with another image ID in two of them is refused")
     parser.add_argument("--no-engine", action="store_true",
-                        help="record no base/built image ids (for a machine without an engine)")
+                        help="record no base/built image ids (for a machine without an engine); "
+                             "with --check, compare what needs no engine (stack, recipe, wheel "
+                             "lock, smoke report) and not the image ids")
     parser.add_argument("--json", action="store_true",
                         help="print what was locked, or with --check what drifted, as JSON")
     add_matrix_option(parser)
@@ -172,7 +174,8 @@ def _check(args, lock_path: str, current: dict, rep: Reporter) -> int:
     locked = lockfile.read_lock(lock_path)
     if args.images:
         locked = {k: v for k, v in locked.items() if k in current}
-    drifted = lockfile.drift_all(locked, current)
+    # --no-engine: the recipe, stack, wheel lock and smoke report are compared; the image ids are not
+    drifted = lockfile.drift_all(locked, current, engine=not args.no_engine)
     for image_id, lines in drifted.items():
         for line in lines:
             rep.line(f"{image_id}: {line}", image=image_id)
