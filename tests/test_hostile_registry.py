@@ -13,6 +13,7 @@ import time
 import pytest
 
 from conftest import ROOT
+from imagebuild.digests import sha256_digest
 from imagebuild import cli
 from imagebuild.deliver import publish, referrers, signing
 from imagebuild.errors import RegistryError
@@ -75,7 +76,7 @@ MANIFEST_B = b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifes
 def test_a_content_digest_that_names_other_bytes_is_refused_naming_both():
     """The tag serves B's bytes and says it is A (the digest publish recorded): believed, `find`
     would print pull lines for B. The bytes decide; the disagreement is one line with both."""
-    a, b = publish.sha256_digest(MANIFEST_A), publish.sha256_digest(MANIFEST_B)
+    a, b = sha256_digest(MANIFEST_A), sha256_digest(MANIFEST_B)
 
     def answer(h):
         _send(h, 200, MANIFEST_B, {"Docker-Content-Digest": a,
@@ -93,7 +94,7 @@ def test_a_content_digest_that_names_other_bytes_is_refused_naming_both():
 
 def test_no_content_digest_header_is_the_hash_of_the_bytes():
     with _Server(_Scripted, lambda h: _send(h, 200, MANIFEST_A)) as server:
-        assert _api(server.host).manifest_digest("ci/x", "1") == publish.sha256_digest(MANIFEST_A)
+        assert _api(server.host).manifest_digest("ci/x", "1") == sha256_digest(MANIFEST_A)
 
 
 # ---------------------------------------------------------------- bounds: refused before it is in memory
@@ -196,7 +197,7 @@ def referrers_registry():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ReferrersRegistry)
     store = {"blobs": {}, "manifests": {}, "referrers": {}}
     for tag, body in (("a", MANIFEST_A), ("b", MANIFEST_B)):
-        store["manifests"][tag] = store["manifests"][publish.sha256_digest(body)] = (referrers.OCI_MANIFEST, body)
+        store["manifests"][tag] = store["manifests"][sha256_digest(body)] = (referrers.OCI_MANIFEST, body)
     server.store, server.log = store, []
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"127.0.0.1:{server.server_address[1]}", store, server.log
@@ -218,7 +219,7 @@ def test_verify_require_sbom_refuses_another_images_sbom_and_an_unserved_referre
     api = _api(host)
     key_path, pub = write_key(tmp_path / "sign.key")
     key = signing.load_signing_key(str(key_path), env={})
-    a, b = publish.sha256_digest(MANIFEST_A), publish.sha256_digest(MANIFEST_B)
+    a, b = sha256_digest(MANIFEST_A), sha256_digest(MANIFEST_B)
     name = f"{host}/ci/x"
     attached = referrers.attach_sbom(api, "ci/x", referrers.subject_of(api, "ci/x", a),
                                      b'{"bomFormat":"CycloneDX"}', image_id="a")
@@ -250,7 +251,7 @@ def test_verify_reads_at_most_a_bounded_number_of_referrers(referrers_registry, 
     api = _api(host)
     key_path, pub = write_key(tmp_path / "sign.key")
     key = signing.load_signing_key(str(key_path), env={})
-    b = publish.sha256_digest(MANIFEST_B)
+    b = sha256_digest(MANIFEST_B)
     signing.sign(api, "ci/x", docker_reference=f"{host}/ci/x", digest=b, key=key)
     listed = ["sha256:%064x" % i for i in range(250)]
     store["referrers"][b] = [{"mediaType": referrers.OCI_MANIFEST, "digest": d, "size": 10,

@@ -21,6 +21,7 @@ import uuid
 import pytest
 import requests
 
+from imagebuild.digests import sha256_digest
 from imagebuild import cli
 from imagebuild.deliver import publish
 from imagebuild.engines import PushResult
@@ -522,7 +523,7 @@ class _Server:
 
 # the fake registries serve the manifest b"{}": its digest is what a client computes and the
 # header names (a header naming other bytes is refused: tests/test_hostile_registry.py)
-DIGEST = publish.sha256_digest(b"{}")
+DIGEST = sha256_digest(b"{}")
 
 
 def _bearer_registry(realm: str, token: str = "tok-123"):

@@ -20,6 +20,7 @@ from conftest import answer
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from imagebuild.digests import sha256_digest
 from imagebuild import cli
 from imagebuild.deliver import lockfile, publish, referrers, signing
 from imagebuild.errors import ImagebuildError
@@ -465,7 +466,7 @@ class _ReferrersRegistry(http.server.BaseHTTPRequestHandler):
                 return self._send(404)
             media, body = found
             return self._send(200, body, {"Content-Type": media,
-                                          "Docker-Content-Digest": publish.sha256_digest(body)})
+                                          "Docker-Content-Digest": sha256_digest(body)})
         return self._send(404)
 
     def do_POST(self):  # noqa: N802
@@ -482,7 +483,7 @@ class _ReferrersRegistry(http.server.BaseHTTPRequestHandler):
             store["blobs"][digest] = body
             return self._send(201, headers={"Location": f"/v2/x/blobs/{digest}"})
         reference = path.rsplit("/", 1)[1]
-        digest = publish.sha256_digest(body)
+        digest = sha256_digest(body)
         media = self.headers.get("Content-Type")
         store["manifests"][reference] = store["manifests"][digest] = (media, body)
         headers = {"Docker-Content-Digest": digest}
@@ -500,7 +501,7 @@ class _ReferrersRegistry(http.server.BaseHTTPRequestHandler):
 
 def test_a_registry_with_the_referrers_api_gets_no_fallback_tag():
     image = b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","layers":[]}'
-    digest = publish.sha256_digest(image)
+    digest = sha256_digest(image)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ReferrersRegistry)
     server.store = {"blobs": {}, "manifests": {"1": (referrers.OCI_MANIFEST, image),
                                                digest: (referrers.OCI_MANIFEST, image)}, "referrers": {}}
