@@ -61,7 +61,7 @@ SERVICE_FIXTURES = {"docker_client": "engine", "smoke_cpu_image": "engine", "reg
 # (after the tests that need a quiet engine), so that it neither slows the compile nor keeps those
 # tests waiting, and it is done while the communication and devel modules run. Each module then
 # builds its image through the real path again, in this process: the builder's cache serves every
-# step and `build` tags the image the prebuild normalised (reproducible.NormalizeMemo), or rebuilds
+# step and `build` tags the image the prebuild normalised (buildcache.NormalizeMemo), or rebuilds
 # with the real error if the prebuild failed. The CUDA-wheels module comes last and drops its
 # image and the build cache made since that module began (the prebuild's stays: the session ends).
 LATE = ("test_comms_wheels_image.py", "test_devel_image.py", "test_cuda_wheels_image.py")

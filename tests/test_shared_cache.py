@@ -1,5 +1,5 @@
 """`imagebuild build --cache-to PREFIX` / `--cache-from PREFIX`: the layer cache shared through a
-registry (imagebuild.build.reproducible.SharedCache, BuildKit's inline cache on Docker 20.10).
+registry (imagebuild.build.buildcache.SharedCache, BuildKit's inline cache on Docker 20.10).
 
 On the real engine, a real local registry (with a password) and a second real engine beside the
 session's (tests/second_engine.py: its own data root, socket and bridge, no way out to the

@@ -242,7 +242,7 @@ def shared_cache(args):
     import tempfile
 
     from ...atomic import write_atomic
-    from ...build.reproducible import SharedCache
+    from ...build.buildcache import SharedCache
     from ...deliver.publish import find_credentials
 
     cache_from, cache_to = args.cache_from, args.cache_to      # checked by run()
