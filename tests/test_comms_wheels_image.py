@@ -33,7 +33,7 @@ from conftest import (CA_BUNDLE, ROOT, SHARED_SOURCES as SHARED, answer, build_d
                       prune_build_cache_since)
 from imagebuild import cli, knowledge
 from imagebuild.render import images, renderer as render
-from imagebuild.testrun import runner as testrun
+from imagebuild.testrun import across, runner as testrun
 from imagebuild.resolve.solver import Host, resolve
 from imagebuild.smoke.checks import mpirun_argv
 
@@ -127,7 +127,7 @@ def test_the_runtime_image_gets_sshd_from_the_shared_fragment_without_host_keys(
 def test_ssh_files_are_new_for_each_run_and_private(tmp_path):
     from cryptography.hazmat.primitives import serialization as ser
 
-    one, two = testrun.ssh_files(["node0", "node1"]), testrun.ssh_files(["node0", "node1"])
+    one, two = across.ssh_files(["node0", "node1"]), across.ssh_files(["node0", "node1"])
     files = {}
     with tarfile.open(fileobj=io.BytesIO(one)) as tar:
         for m in tar.getmembers():
