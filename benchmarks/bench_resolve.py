@@ -3,7 +3,7 @@
 
 - process: a whole `imagebuild resolve` process vs a process that only loads matrix.yaml with PyYAML
   (yaml.safe_load, what a user's own script would do). Target: ratio <= 2. The declared image's
-  expansion is cached across processes ($XDG_CACHE_HOME/imagebuild/, see images.expand_cached):
+  expansion is cached across processes ($XDG_CACHE_HOME/imagebuild/, see render/expandcache.py):
   the process figures use a private cache folder filled by one run first (every later run, until
   the matrix, a lock or imagebuild changes), and "no cache" measures a first run (an empty folder
   each time).

@@ -1,5 +1,5 @@
 """The declared images' expansion that `imagebuild resolve` remembers across processes
-(render.images.expand_cached): the same images as expand() on a hit, computed again whenever the
+(render.expandcache.expand_cached): the same images as expand() on a hit, computed again whenever the
 matrix, a wheel lock it reads or imagebuild's source changes, and never trusted when the file is
 damaged (not JSON, wrong types, another schema, a FIFO, too large). Pure logic on a copy of the
 real matrix and its locks, with the cache folder in tmp_path."""
@@ -14,6 +14,7 @@ import threading
 import pytest
 
 from imagebuild import cli, knowledge
+from imagebuild.render import expandcache as C
 from imagebuild.render import images as I
 
 from conftest import ROOT, answer
@@ -66,11 +67,11 @@ def computed(monkeypatch):
 def _cached(matrix, **kw):
     digest = I.matrix_sha256(matrix)          # before loading, as `resolve` takes it
     k = knowledge.load(matrix)
-    return k, I.expand_cached(k, digest, **kw)
+    return k, C.expand_cached(k, digest, **kw)
 
 
 def _cache_files(tmp_path):
-    return sorted((tmp_path / "cache" / "imagebuild").glob(f"{I.CACHE_PREFIX}*.json"))
+    return sorted((tmp_path / "cache" / "imagebuild").glob(f"{C.CACHE_PREFIX}*.json"))
 
 
 def test_a_hit_gives_the_very_images_expand_gives(project, tmp_path, computed):
@@ -122,7 +123,7 @@ def test_a_changed_added_or_removed_lock_is_read_again(project, computed):
 def test_a_change_to_imagebuild_itself_is_expanded_again(project, computed, monkeypatch):
     matrix = project / "matrix.yaml"
     _cached(matrix)
-    monkeypatch.setattr(I, "_source_fingerprint", lambda: "0" * 64)
+    monkeypatch.setattr(C, "_source_fingerprint", lambda: "0" * 64)
     _cached(matrix)
     assert len(computed) == 2
 
@@ -157,45 +158,45 @@ DAMAGE = {
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_a_damaged_cache_file_is_ignored_and_recomputed(unchanged, tmp_path, computed, damage):
     k, digest, expected = unchanged
-    I.expand_cached(k, digest)
+    C.expand_cached(k, digest)
     [path] = _cache_files(tmp_path)
     DAMAGE[damage](path)
     result: list = []
-    reader = threading.Thread(target=lambda: result.append(I.expand_cached(k, digest)), daemon=True)
+    reader = threading.Thread(target=lambda: result.append(C.expand_cached(k, digest)), daemon=True)
     reader.start()
     reader.join(timeout=60)
     assert result, "the cache reader blocked"
     assert len(computed) == 2 and result[0] == expected
     if damage != "a folder":                      # written anew (a folder cannot be replaced)
-        assert I.expand_cached(k, digest) == expected and len(computed) == 2
+        assert C.expand_cached(k, digest) == expected and len(computed) == 2
 
 
 def test_a_cache_file_over_the_size_limit_is_not_read(unchanged, tmp_path, computed, monkeypatch):
     k, digest, expected = unchanged
-    I.expand_cached(k, digest)
+    C.expand_cached(k, digest)
     [path] = _cache_files(tmp_path)
-    monkeypatch.setattr(I, "CACHE_MAX_BYTES", path.stat().st_size - 1)
-    assert I.expand_cached(k, digest) == expected and len(computed) == 2
+    monkeypatch.setattr(C, "CACHE_MAX_BYTES", path.stat().st_size - 1)
+    assert C.expand_cached(k, digest) == expected and len(computed) == 2
 
 
 def test_the_cache_folder_keeps_a_bounded_number_of_files(unchanged, tmp_path):
     folder = tmp_path / "cache" / "imagebuild"
     folder.mkdir(parents=True)
-    for i in range(I.CACHE_FILES + 3):
-        old = folder / f"{I.CACHE_PREFIX}{i:032x}.json"
+    for i in range(C.CACHE_FILES + 3):
+        old = folder / f"{C.CACHE_PREFIX}{i:032x}.json"
         old.write_text("{}")
         os.utime(old, (1_000_000 + i, 1_000_000 + i))
     (folder / "other.json").write_text("{}")               # not the expansion's: left alone
     k, digest, _ = unchanged
-    I.expand_cached(k, digest)
+    C.expand_cached(k, digest)
     files = _cache_files(tmp_path)
-    assert len(files) == I.CACHE_FILES and (folder / "other.json").exists()
-    assert any(json.loads(f.read_text()).get("schema") == I.CACHE_SCHEMA for f in files)
+    assert len(files) == C.CACHE_FILES and (folder / "other.json").exists()
+    assert any(json.loads(f.read_text()).get("schema") == C.CACHE_SCHEMA for f in files)
 
 
 def test_no_digest_means_no_cache(unchanged, tmp_path):
     k, _, expected = unchanged
-    assert I.expand_cached(k, None) == expected and not _cache_files(tmp_path)
+    assert C.expand_cached(k, None) == expected and not _cache_files(tmp_path)
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(fifo)
     assert I.matrix_sha256(fifo) is None                   # at once: no writer needed
@@ -205,7 +206,7 @@ def test_no_digest_means_no_cache(unchanged, tmp_path):
 def test_an_unwritable_cache_folder_costs_only_the_time(unchanged, tmp_path):
     (tmp_path / "cache").write_text("a file where the folder would be")
     k, digest, expected = unchanged
-    assert I.expand_cached(k, digest) == expected
+    assert C.expand_cached(k, digest) == expected
 
 
 def test_resolve_answers_the_same_from_the_cache(unchanged, tmp_path, capsys, computed):

@@ -162,12 +162,12 @@ def declared_image(k, host, wishes: dict, res, allow_unverified: bool,
     `find` would name), and whether it is the stack resolved above: the resolver answers from
     every fact, the matrix builds only the images its `images:` section declares. The matrix's
     images do not depend on the host: with `matrix_sha256` (images.matrix_sha256, taken before
-    `k` was loaded) their expansion is remembered across processes (images.expand_cached)."""
+    `k` was loaded) their expansion is remembered across processes (render.expandcache)."""
     from ...deliver import hostfit
     from ...knowledge.matchers import version_matcher
-    from ...render import images as I
+    from ...render.expandcache import expand_cached
 
-    specs, _ = I.expand_cached(k, matrix_sha256, allow_unverified=allow_unverified)
+    specs, _ = expand_cached(k, matrix_sha256, allow_unverified=allow_unverified)
     matches = {comp: (frozenset(n.strip() for n in text.split(",")).__contains__
                       if comp in ("os", "platform") else version_matcher(text))
                for comp, text in wishes.items()}

@@ -1,0 +1,237 @@
+"""The declared images' expansion remembered across processes (`expand_cached`), for
+`imagebuild resolve`: see the comment below for what is kept, where, and why nothing in it is
+trusted."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from .. import __version__
+from ..knowledge import Knowledge
+from . import images
+from .fingerprint import _NotCached, _lock_folder, _read_regular, file_sha256, matrix_sha256  # noqa: F401 - matrix_sha256: re-exported
+from .images import ImageSpec, Skipped
+
+
+# -------------------------------------------------------------------------------------------------
+# The expansion remembered across processes
+#
+# `imagebuild resolve` names the best declared image for the host, which needs the whole expansion
+# (~45 resolver runs, the wheel locks read and checked): most of such a process's time, and the
+# same answer every time until the matrix, a lock or imagebuild itself changes. expand_cached keeps
+# it in one JSON file per matrix, options and imagebuild source under $XDG_CACHE_HOME/imagebuild/
+# (default ~/.cache/imagebuild/). Nothing in it is trusted: a file that is not a small regular
+# file, not JSON, of another schema or key, or that names anything the knowledge lacks is not
+# used, and the expansion is computed again (silently: a cache never makes an answer fail). It is
+# JSON, never pickle: reading it runs no code.
+
+#: what a cache file holds; bumped whenever that changes, so an older file is never read as new
+CACHE_SCHEMA = "imagebuild.declared-images/1"
+CACHE_PREFIX = "declared-images-"
+#: the largest cache file read (the project's matrix gives ~50 KB) and the most kept (one per
+#: matrix, options and imagebuild source: the least recently written go first)
+CACHE_MAX_BYTES = 8 << 20
+CACHE_FILES = 8
+# ImageSpec fields that hold an entry of a knowledge table: stored as the entry's key, read back
+# as the knowledge's own entry (the key names the matrix, so it is the same one)
+_TABLE_FIELDS = {"os": "os", "ucx": "ucx", "openmpi": "openmpi", "rdma": "rdma"}
+
+
+@functools.lru_cache(maxsize=1)
+def _source_fingerprint() -> str:
+    """sha256 over the name, size, modification and change times of every module of imagebuild's
+    own source, so that any change to the code that expands, resolves or reads locks (an edit, a
+    checkout, a reinstall: each rewrites the files) gives another cache key. The times, not the
+    bytes: reading and hashing the ~1.1 MB of source cost 5 to 25 ms a process, a tenth of the
+    whole `resolve` target, where stat() costs 1 to 2 ms; and the change time (ctime) cannot be
+    set back by a copy that keeps the modification time."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            st = os.stat(path)
+            rel = os.path.relpath(path, root)
+            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
+    return h.hexdigest()
+
+
+def _cache_key(k: Knowledge, matrix: str, allow_unverified: bool) -> dict:
+    """Everything but the wheel locks that the expansion depends on (the locks' bytes are in the
+    file, checked on every read: which locks are read is known only once expanded)."""
+    libs = {name: str(getattr(sys.modules.get(name), "__version__", ""))
+            for name in ("yaml", "packaging")}
+    return {"imagebuild": __version__, "source": _source_fingerprint(),
+            "python": f"{sys.version_info[0]}.{sys.version_info[1]}", **libs, "matrix": matrix,
+            "folder": str(_lock_folder(k)), "allow_unverified": bool(allow_unverified),
+            "require_locks": True}
+
+
+def _cache_folder() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"   # XDG: a relative one is ignored
+    return base / "imagebuild"
+
+
+def expand_cached(k: Knowledge, matrix: str | None, *,
+                  allow_unverified: bool = False) -> tuple[list[ImageSpec], list[Skipped]]:
+    """expand(k, allow_unverified=...), remembered across processes (see above). `matrix`: the
+    sha256 of the bytes `k` was loaded from, from matrix_sha256() taken before loading; None: no
+    cache, the expansion is computed. The key is that digest, the options, imagebuild's version
+    and source, the library versions that parse the matrix and versions, and the matrix's folder;
+    the file also holds the sha256 of every wheel lock the expansion read (or that it was
+    absent), compared with the locks' bytes on every read."""
+    path = key = None
+    if matrix is not None:
+        try:
+            key = _cache_key(k, matrix, allow_unverified)
+            name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+            path = _cache_folder() / f"{CACHE_PREFIX}{name}.json"
+        except (_NotCached, OSError, RuntimeError, ValueError):   # RuntimeError: no home folder
+            path = None
+    if path is not None:
+        hit = _cache_read(k, path, key)
+        if hit is not None:
+            return hit
+    out = images._expansion(k, True, allow_unverified, lock_digests={} if path is not None else None)
+    if path is not None and out.lock_digests is not None:
+        _cache_write(path, k, key, out)
+    return out.specs, out.skipped
+
+
+def _cache_read(k: Knowledge, path: Path, key: dict) -> tuple[list, list] | None:
+    try:
+        data = _read_regular(path, CACHE_MAX_BYTES)
+        if data is None:
+            return None
+        doc = json.loads(data)
+        if not (isinstance(doc, dict) and doc.get("schema") == CACHE_SCHEMA
+                and doc.get("key") == key and isinstance(doc.get("locks"), dict)
+                and isinstance(doc.get("specs"), list) and isinstance(doc.get("skipped"), list)):
+            return None
+        folder = _lock_folder(k)
+        for rel, digest in doc["locks"].items():
+            if not (isinstance(rel, str) and not os.path.isabs(rel) and ".." not in rel.split("/")
+                    and (digest is None or isinstance(digest, str))):
+                return None
+            if file_sha256(folder / rel) != digest:
+                return None                       # a lock was written, changed or removed
+        return [_spec_from(k, rec) for rec in doc["specs"]], [_skipped_from(rec) for rec in doc["skipped"]]
+    except (_NotCached, OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None     # (RecursionError: JSON nested deeper than the parser goes)
+
+
+def _cache_write(path: Path, k: Knowledge, key: dict, out: "images._Expansion") -> None:
+    """Best effort, atomic (a temporary file renamed over the old one: a reader sees the whole
+    old file or the whole new one); the least recently written beyond CACHE_FILES are removed."""
+    from ..atomic import atomic_file
+    try:
+        doc = {"schema": CACHE_SCHEMA, "key": key, "locks": out.lock_digests,
+               "specs": [_spec_record(k, spec) for spec in out.specs],
+               "skipped": [_skipped_record(x) for x in out.skipped]}
+        text = json.dumps(doc, separators=(",", ":"))
+        with atomic_file(path, "w", parents=True) as f:
+            f.write(text)
+        mine = sorted(path.parent.glob(f"{CACHE_PREFIX}*.json"), key=lambda p: p.stat().st_mtime)
+        for old in mine[:-CACHE_FILES]:
+            old.unlink(missing_ok=True)
+    except (_NotCached, OSError, ValueError, TypeError):
+        pass
+
+
+def _spec_record(k: Knowledge, spec: ImageSpec) -> dict:
+    rec = {}
+    for f in dataclasses.fields(ImageSpec):
+        value = getattr(spec, f.name)
+        if f.name in _TABLE_FIELDS:
+            value = None if value is None else _table_key(getattr(k, _TABLE_FIELDS[f.name]), value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif f.name == "build":
+            value = {n: list(v) if isinstance(v, tuple) else v for n, v in value.items()}
+        rec[f.name] = value
+    _spec_from(k, rec)          # what could not be read back is not written
+    return rec
+
+
+def _table_key(table: dict, entry: dict) -> str:
+    for key, value in table.items():
+        if value is entry:
+            return key
+    raise _NotCached("an entry that is not the knowledge's own")
+
+
+def _strs(value, what: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(what)
+    return tuple(value)
+
+
+def _spec_from(k: Knowledge, rec) -> ImageSpec:
+    """An ImageSpec from its record, every field checked for its type (ValueError otherwise)."""
+    fields = dataclasses.fields(ImageSpec)
+    if not isinstance(rec, dict) or set(rec) != {f.name for f in fields}:
+        raise ValueError("not an image record")
+    kw = {}
+    for f in fields:
+        value = rec[f.name]
+        if f.name in _TABLE_FIELDS:
+            table = getattr(k, _TABLE_FIELDS[f.name])
+            if value is None and f.name == "rdma":
+                kw[f.name] = None
+                continue
+            if not isinstance(value, str) or value not in table:
+                raise ValueError(f.name)
+            value = table[value]
+        elif f.name == "stack":
+            if not isinstance(value, dict) or not all(isinstance(c, str) and isinstance(v, str)
+                                                      for c, v in value.items()):
+                raise ValueError(f.name)
+        elif f.name == "build":
+            if not isinstance(value, dict) or not all(
+                    isinstance(n, str) and isinstance(v, (bool, str, list)) for n, v in value.items()):
+                raise ValueError(f.name)
+            value = {n: _strs(v, n) if isinstance(v, list) else v for n, v in value.items()}
+        elif f.name == "extra":
+            if value != {}:                          # expand() sets none
+                raise ValueError(f.name)
+            value = {}
+        elif f.type == "tuple[str, ...]":
+            value = _strs(value, f.name)
+        elif f.type == "str":
+            if not isinstance(value, str):
+                raise ValueError(f.name)
+        elif f.type == "str | None":
+            if value is not None and not isinstance(value, str):
+                raise ValueError(f.name)
+        else:                                        # a field this reader does not know
+            raise ValueError(f.name)
+        kw[f.name] = value
+    return ImageSpec(**kw)
+
+
+def _skipped_record(x: Skipped) -> dict:
+    return {"family": x.family, "combination": x.combination, "wishes": [list(w) for w in x.wishes],
+            "why": x.why, "cuda_from": x.cuda_from, "no_lock": x.no_lock, "no_match": x.no_match}
+
+
+def _skipped_from(rec) -> Skipped:
+    if not isinstance(rec, dict) or set(rec) != {f.name for f in dataclasses.fields(Skipped)}:
+        raise ValueError("not a skipped record")
+    wishes = rec["wishes"]
+    if not (isinstance(wishes, list) and all(isinstance(w, list) and len(w) == 2 for w in wishes)):
+        raise ValueError("wishes")
+    if not (all(isinstance(rec[n], str) for n in ("family", "combination", "cuda_from"))
+            and (rec["why"] is None or isinstance(rec["why"], str))
+            and isinstance(rec["no_lock"], bool) and isinstance(rec["no_match"], bool)):
+        raise ValueError("skipped")
+    return Skipped(rec["family"], rec["combination"], tuple(_strs(w, "wish") for w in wishes),
+                   why=rec["why"], cuda_from=rec["cuda_from"], no_lock=rec["no_lock"],
+                   no_match=rec["no_match"])
