@@ -83,12 +83,12 @@ def main() -> None:
         proc = statistics.median(imagebuild_process_seconds(Path(tmp) / f"o{i}") for i in range(5))
         files = sum(1 for p in (Path(tmp) / "o0").rglob("*") if p.is_file())
     sys.path.insert(0, str(ROOT))
-    from imagebuild.render import images, renderer as render
+    from imagebuild.render import images, output
     from imagebuild import knowledge
     t = time.perf_counter()
     k = knowledge.load(ROOT / "matrix.yaml")
     specs, _ = images.expand(k)
-    render.generate_all(k, specs)
+    output.generate_all(k, specs)
     inproc = time.perf_counter() - t
     n_images = len(specs)
     recipes = n_images * 2  # a Dockerfile and a build definition per image (+ a wrapper .def)

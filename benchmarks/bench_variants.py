@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuild.render import images, renderer as render
+from imagebuild.render import images, output
 from imagebuild import knowledge  # noqa: E402
 from imagebuild.engines import connect, get_engine  # noqa: E402
 
@@ -42,8 +42,8 @@ def main() -> None:
             eng.remove(ref, force=True)
     if args.cold:
         client.api.prune_builds() if hasattr(client.api, "prune_builds") else None
-    ctx_a = render.write_context(a, tmp / "a", k=k)
-    ctx_b = render.write_context(b, tmp / "b", k=k)
+    ctx_a = output.write_context(a, tmp / "a", k=k)
+    ctx_b = output.write_context(b, tmp / "b", k=k)
     t = time.perf_counter()
     ra = eng.build(ctx_a, a.local_ref, log=tmp / "a.log", no_cache=args.cold)
     ta = time.perf_counter() - t

@@ -32,7 +32,7 @@ import pytest
 from conftest import (CA_BUNDLE, ROOT, SHARED_SOURCES as SHARED, answer, build_debian_image, engine_time,
                       prune_build_cache_since)
 from imagebuild import cli, knowledge
-from imagebuild.render import images, renderer as render
+from imagebuild.render import images, output, renderer as render
 from imagebuild.testrun import across, runner as testrun
 from imagebuild.resolve.solver import Host, resolve
 from imagebuild.smoke.checks import mpirun_argv
@@ -94,7 +94,7 @@ def test_the_recipe_compiles_git_archives_against_the_wheels(k, specs):
 
 
 def test_the_runtime_stage_installs_the_run_time_subset_of_the_lock(k, specs, tmp_path):
-    ctx = render.write_context(specs[IMAGE], tmp_path / "ctx", k=k)
+    ctx = output.write_context(specs[IMAGE], tmp_path / "ctx", k=k)
     whole = (ctx / "requirements" / "wheels.txt").read_text()
     runtime = (ctx / "requirements" / "runtime.txt").read_text()
     assert "cuda-toolkit==13.0.3.0" in whole and "nvidia-cuda-nvcc==13.0.88" in whole

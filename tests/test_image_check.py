@@ -1,7 +1,7 @@
 """Images that explain themselves: imagebuild-check (imagebuild/smoke/imagecheck.py), the Docker
 entrypoint that prints its line, and /etc/pip/constraint.txt with PIP_CONSTRAINT.
 
-The judgement is tested on the image.json facts real images get (render.write_context: the spec's
+The judgement is tested on the image.json facts real images get (render.output.write_context: the spec's
 image.json plus imageneeds.image_needs); the entrypoint, the command inside the image, and pip's
 refusal are tested in the real smoke-cpu image on the real engine, with a stand-in nvidia-smi
 where a driver is needed (this machine has none)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild import cli, knowledge
-from imagebuild.render import images, renderer as render
+from imagebuild.render import images, output, renderer as render
 from imagebuild.errors import RenderError
 
 from conftest import RECIPES, ROOT, need
@@ -46,10 +46,10 @@ def test_tag_is_derived_from_the_resolved_versions(specs):
 
 
 def test_generation_is_deterministic_and_committed_files_are_current(k, specs, tmp_path):
-    a = render.generate_all(k, specs)
-    b = render.generate_all(k, images.expand(knowledge.load(MATRIX))[0])
+    a = output.generate_all(k, specs)
+    b = output.generate_all(k, images.expand(knowledge.load(MATRIX))[0])
     assert a == b
-    assert render.stale(a, ROOT) == [], "run `imagebuild generate` and commit"
+    assert output.stale(a, ROOT) == [], "run `imagebuild generate` and commit"
     assert cli.main(["generate", "--matrix", MATRIX, "--check"]) == 0
 
 
@@ -133,7 +133,7 @@ def test_unwritable_output_is_one_line(tmp_path, capsys):
 
 def test_every_definition_parses_with_spython(k, specs):
     from spython.main.parse.parsers import SingularityParser
-    out = render.generate_all(k, specs)
+    out = output.generate_all(k, specs)
     defs = {p: t for p, t in out.items() if p.endswith(".def")}
     assert len(defs) == 2 * len(specs)
     tmp = ROOT / ".imagebuild" / "spython"

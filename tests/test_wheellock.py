@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild import cli, knowledge
-from imagebuild.render import images, renderer as render, wheellock
+from imagebuild.render import images, output, renderer as render, wheellock
 from imagebuild.errors import RenderError
 from imagebuild.render.wheellock import LockError, WheelSet, check_lock, parse_lock
 
@@ -216,7 +216,7 @@ def test_the_lock_sha_is_a_label_so_a_new_lock_changes_the_recipe(tmp_path, k, s
 
 def test_the_build_context_carries_the_lock_and_its_nccl_subset(tmp_path, k, specs):
     spec = specs["pytorch-2.9.1-cu128-ubuntu24.04-runtime"]
-    ctx = render.write_context(spec, tmp_path / "ctx", k=k)
+    ctx = output.write_context(spec, tmp_path / "ctx", k=k)
     whole = (ctx / "requirements" / "wheels.txt").read_text()
     assert whole == (ROOT / spec.wheel_lock).read_text()
     nccl = parse_lock((ctx / "requirements" / "nccl.txt").read_text(), "nccl.txt")
@@ -263,5 +263,5 @@ def test_the_host_pip_refuses_a_wheel_whose_hash_is_not_the_locks(tmp_path):
     if proc.returncode != 0:
         need("the host's pip", "python3 -m pip does not run")
     with pytest.raises(RenderError, match=r"tampered.txt .*sha256 mismatch: torch==2.13.0\+cpu"):
-        render.host_wheels(bad, cache=tmp_path / "cache")
+        output.host_wheels(bad, cache=tmp_path / "cache")
     assert not (tmp_path / "cache" / f"lock-{bad.sha256[:16]}").exists()

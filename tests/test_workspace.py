@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 from imagebuild.deliver import lockfile, publish
-from imagebuild.render import renderer as render
+from imagebuild.render import output
 from imagebuild import workspace
 from imagebuild.workspace import Workspace
 
@@ -33,7 +33,7 @@ def test_the_reports_lock_reads_are_where_test_writes_them(tmp_path):
     assert tmp_path / publish.REPORTS_DIR == ws.reports
     assert publish.default_report_path("smoke-cpu", ws.reports) == ws.reports / "smoke-cpu.json"
     assert lockfile.DEFAULT_LOCK == ws.lock.name
-    assert render.wheel_cache(type("K", (), {"path": str(tmp_path / "matrix.yaml")})()) == ws.wheels
+    assert output.wheel_cache(type("K", (), {"path": str(tmp_path / "matrix.yaml")})()) == ws.wheels
 
 
 def _spellings(source: str) -> list[int]:

@@ -573,7 +573,7 @@ def recipe_sha256(spec, matrix: str | os.PathLike) -> str:
     ``matrix`` (the Dockerfile, the smoke suite, image.json, the wheel lock)."""
     import tempfile
 
-    from ..render.renderer import write_context
+    from ..render.output import write_context
     path = Path(matrix)
     try:
         st = path.stat()

@@ -9,6 +9,10 @@
   tarball, fragment values, install prefix, search paths, build order;
 - `checked`: the grammar of every value that reaches a shell line;
 - `renderer`: an `ImageSpec` as stages of steps, each step one Jinja fragment, laid out as a
-  Dockerfile or a Singularity definition; build contexts.
+  Dockerfile or a Singularity definition;
+- `output`: the rendered recipes written as a tree (`generate`, `generate --check`) and an image's
+  build context;
+- `expandcache`, `fingerprint`, `naming`, `project`: the expansion remembered across processes,
+  the hashes of its inputs, image ids and tags, the project's labels.
 
 Reads `knowledge` and `resolve`; knows no engine."""

@@ -160,7 +160,7 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
     from ...render import sources as S
     from ...build.scheduler import BuildJob
     from ...render.images import expand, with_bases
-    from ...render.renderer import write_context
+    from ...render.output import write_context
 
     specs = every if every is not None else {s.id: s for s in expand(k)[0]}
     unknown = [i for i in image_ids if i not in specs]

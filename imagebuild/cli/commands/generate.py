@@ -28,7 +28,7 @@ def configure(parser) -> None:
 def run(args) -> int:
     from ...render import images as I
     from ... import knowledge
-    from ...render import renderer as render
+    from ...render import output, renderer as render
     from ...workspace import Workspace
 
     from ...errors import UsageError
@@ -48,13 +48,13 @@ def run(args) -> int:
         Reporter.for_args("generate", args).warn(empty)
     chosen = I.select({s.id: s for s in specs}, args.images)
     renderer = render.Renderer(Path(args.recipes)) if args.recipes else render.Renderer()
-    files = render.generate_all(k, chosen, renderer)
+    files = output.generate_all(k, chosen, renderer)
     out = Path(args.output) if args.output else Workspace.of(args.matrix).root
     if args.check:
         if args.images:
-            bad = [p for p in render.stale(files, out) if not p.endswith(")")]
+            bad = [p for p in output.stale(files, out) if not p.endswith(")")]
         else:
-            bad = render.stale(files, out)
+            bad = output.stale(files, out)
         rep = Reporter.for_args("generate", args)
         doc = {"check": True, "output": str(out), "images": [s.id for s in chosen],
                "files": sorted(files), "stale": bad, "up_to_date": not bad}
@@ -70,7 +70,7 @@ def run(args) -> int:
 
 
 def _write(args, files, chosen, out) -> int:
-    from ...render import renderer as render
+    from ...render import output
     from ...atomic import write_atomic
 
     if args.images:
@@ -83,7 +83,7 @@ def _write(args, files, chosen, out) -> int:
                 write_atomic(dest, text, perm=0o644, parents=True)
                 changed.append(rel)
     else:
-        changed = render.write_tree(files, out)
+        changed = output.write_tree(files, out)
     return _written(args, files, chosen, out, changed)
 
 
