@@ -203,7 +203,7 @@ def host_facts(args) -> dict:
 
 
 def run(args) -> int:
-    from ...deliver import hostfit, lockfile
+    from ...deliver import hostfit
     from ...render import images
     from ... import knowledge
     from ...resolve.solver import Host
@@ -228,7 +228,31 @@ def run(args) -> int:
     registry = functools.cache(lambda: _registry(args, target))
     locked, lock_path, refused_entries = published(args, target, Workspace.of(args.matrix).lock, registry)
     specs = {s.id: s for s in images.expand(k, allow_unverified=args.allow_unverified)[0]}
-    candidates, left_out = [], [(i, f"the registry's index entry is refused: {why}") for i, why in refused_entries]
+    candidates, left_out = _candidates(locked, specs)
+    left_out[:0] = [(i, f"the registry's index entry is refused: {why}") for i, why in refused_entries]
+    good, bad = hostfit.fits(k, candidates, host, facts["platform"], args.allow_unverified)
+    left_out += [(m.spec.id, m.why) for m in bad]
+    checked = target is not None and not args.no_check
+    status: dict[str, dict] = {}
+    if checked and good:
+        api = registry()
+        status = {f.spec.id: registry_status(api, target, f.spec, locked[f.spec.id], lock_path)
+                  for f in good}
+    offered = [f for f in good if not checked or status[f.spec.id]["status"] == "ok"]
+    refused = [f for f in good if checked and status[f.spec.id]["status"] != "ok"]
+
+    view = _View(args, target, locked, lock_path, status, checked)
+    if args.json:
+        return view.json(facts, offered, refused, left_out)
+    return view.text(good, offered, refused, left_out)
+
+
+def _candidates(locked: dict, specs: dict) -> tuple[list, list[tuple[str, str]]]:
+    """The locked images that may be offered (declared, passed, the matrix's stack), and why each
+    other one is left out."""
+    from ...deliver import lockfile
+
+    candidates, left_out = [], []
     for image_id, entry in sorted(locked.items()):
         spec = specs.get(image_id)
         if spec is None:
@@ -242,71 +266,73 @@ def run(args) -> int:
                                  + "; ".join(drift) + "): run `imagebuild lock`"))
             else:
                 candidates.append(spec)
-    good, bad = hostfit.fits(k, candidates, host, facts["platform"], args.allow_unverified)
-    left_out += [(m.spec.id, m.why) for m in bad]
-    checked = target is not None and not args.no_check
-    status: dict[str, dict] = {}
-    if checked and good:
-        api = registry()
-        status = {f.spec.id: registry_status(api, target, f.spec, locked[f.spec.id], lock_path)
-                  for f in good}
-    offered = [f for f in good if not checked or status[f.spec.id]["status"] == "ok"]
-    refused = [f for f in good if checked and status[f.spec.id]["status"] != "ok"]
+    return candidates, left_out
 
-    def digest_of(f) -> str | None:
-        return published_digest(target, f.spec, locked[f.spec.id])
 
-    if args.json:
+class _View:
+    """What `find` prints: the images offered (with how to pull them), those that run here but
+    are not in the registry as published, and how many locked images were left out."""
+
+    def __init__(self, args, target, locked: dict, lock_path: str, status: dict, checked: bool):
+        self.args, self.target, self.locked, self.lock_path = args, target, locked, lock_path
+        self.status, self.checked = status, checked
+
+    def digest_of(self, f) -> str | None:
+        return published_digest(self.target, f.spec, self.locked[f.spec.id])
+
+    def json(self, facts: dict, offered: list, refused: list, left_out: list) -> int:
         out = []
         for f in offered:
             item = f.to_json()
-            item["published"] = locked[f.spec.id].get("published") or {}
-            if target is not None:
-                item.update(references(target, f.spec, digest_of(f)))
-                item["registry"] = status.get(f.spec.id) or {
-                    "repository": target.reference(f.spec.id), "recorded": digest_of(f),
+            item["published"] = self.locked[f.spec.id].get("published") or {}
+            if self.target is not None:
+                item.update(references(self.target, f.spec, self.digest_of(f)))
+                item["registry"] = self.status.get(f.spec.id) or {
+                    "repository": self.target.reference(f.spec.id), "recorded": self.digest_of(f),
                     "status": "unchecked"}
             out.append(item)
-        Reporter.for_args("find", args).result(
-            {"host": facts, "lock": lock_path, "images": out,
-             "not_offered": [{"image": f.spec.id, "why": status[f.spec.id]["why"],
-                              "registry": status[f.spec.id]} for f in refused],
+        Reporter.for_args("find", self.args).result(
+            {"host": facts, "lock": self.lock_path, "images": out,
+             "not_offered": [{"image": f.spec.id, "why": self.status[f.spec.id]["why"],
+                              "registry": self.status[f.spec.id]} for f in refused],
              "left_out": [{"image": i, "why": w} for i, w in left_out]})
         return 0 if offered else 1
-    if not offered:
-        if good:
-            print(f"No image of {lock_path} that runs on this host is in {target.host}/"
-                  f"{target.namespace} as it was published.")
+
+    def text(self, good: list, offered: list, refused: list, left_out: list) -> int:
+        if not offered:
+            if good:
+                print(f"No image of {self.lock_path} that runs on this host is in {self.target.host}/"
+                      f"{self.target.namespace} as it was published.")
+                for f in refused:
+                    print(f"  {f.spec.id}: {self.status[f.spec.id]['why']}")
+            else:
+                print(f"No published image in {self.lock_path} runs on this host.")
+                for image_id, why in left_out[:SHOWN]:
+                    print(f"  {image_id}: {why}")
+            return 1
+        shown = offered if self.args.all else offered[:SHOWN]
+        for n, f in enumerate(shown, 1):
+            mode = ("CPU only" if f.mode == "n/a" else f.mode) + (f", needs {f.package}" if f.package else "")
+            print(f"{n}. {f.spec.id} ({mode})")
+            if self.target is None:
+                print(f"   tags: {', '.join(f.spec.tags)}")
+                for repo, record in sorted((self.locked[f.spec.id].get("published") or {}).items()):
+                    print(f"   published: {repo}@{record['digest']}")
+            else:
+                if self.checked:
+                    print(f"   registry: ok ({f.spec.tags[-1]} serves the digest publish recorded)")
+                for cmd in references(self.target, f.spec, self.digest_of(f))["commands"]:
+                    print(f"   {cmd}")
+        if len(offered) > len(shown):
+            print(f"... and {len(offered) - len(shown)} more (--all)")
+        if refused:
+            print(f"Not offered: {len(refused)} image(s) that run here are not in the registry as published:")
             for f in refused:
-                print(f"  {f.spec.id}: {status[f.spec.id]['why']}")
-        else:
-            print(f"No published image in {lock_path} runs on this host.")
-            for image_id, why in left_out[:SHOWN]:
-                print(f"  {image_id}: {why}")
-        return 1
-    shown = offered if args.all else offered[:SHOWN]
-    for n, f in enumerate(shown, 1):
-        mode = ("CPU only" if f.mode == "n/a" else f.mode) + (f", needs {f.package}" if f.package else "")
-        print(f"{n}. {f.spec.id} ({mode})")
-        if target is None:
-            print(f"   tags: {', '.join(f.spec.tags)}")
-            for repo, record in sorted((locked[f.spec.id].get("published") or {}).items()):
-                print(f"   published: {repo}@{record['digest']}")
-        else:
-            if checked:
-                print(f"   registry: ok ({f.spec.tags[-1]} serves the digest publish recorded)")
-            for cmd in references(target, f.spec, digest_of(f))["commands"]:
-                print(f"   {cmd}")
-    if len(offered) > len(shown):
-        print(f"... and {len(offered) - len(shown)} more (--all)")
-    if refused:
-        print(f"Not offered: {len(refused)} image(s) that run here are not in the registry as published:")
-        for f in refused:
-            print(f"  {f.spec.id}: {status[f.spec.id]['why']}")
-    if target is None:
-        print("give --registry HOST[:PORT]/NAMESPACE (where they were published) for the pull commands")
-    elif not checked:
-        print("the registry was not asked (--no-check): a tag may be missing or name another image")
-    if left_out:
-        print(f"{len(left_out)} locked image(s) left out (--json says why)")
-    return 0
+                print(f"  {f.spec.id}: {self.status[f.spec.id]['why']}")
+        if self.target is None:
+            print("give --registry HOST[:PORT]/NAMESPACE (where they were published) for the pull commands")
+        elif not self.checked:
+            print("the registry was not asked (--no-check): a tag may be missing or name another image")
+        if left_out:
+            print(f"{len(left_out)} locked image(s) left out (--json says why)")
+        return 0
