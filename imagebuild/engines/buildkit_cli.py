@@ -75,13 +75,7 @@ def build_with_cli(context: Path, ref: str, *, engine_name: str, inspect: Callab
             env["DOCKER_CONFIG"] = str(cache.docker_config)     # the cache registry's credentials
         env.pop("BUILDKIT_PROGRESS", None)
 
-        names: dict[str, str] = {}          # vertex -> "2/4 RUN ..."
-        counted: set[str] = set()           # vertices that are build steps (not FROM/internal)
-        cached_set: set[str] = set()
-        outputs: dict[str, collections.deque[str]] = collections.defaultdict(
-            lambda: collections.deque(maxlen=8))
-        last_lines: collections.deque[str] = collections.deque(maxlen=8)
-        failed: tuple[str, str] | None = None
+        seen = _BuildLog(progress)
         t0 = time.monotonic()
         with _open_log(log) as out:
             out.write(f"# imagebuild: build {ref} from {context} ({dockerfile}), BuildKit CLI"
@@ -107,36 +101,7 @@ def build_with_cli(context: Path, ref: str, *, engine_name: str, inspect: Callab
                     assert proc.stdout is not None
                     for line in proc.stdout:
                         out.write(line)
-                        line = line.rstrip("\n")
-                        if line.strip():
-                            last_lines.append(line)
-                        m = _VERTEX_RE.match(line)
-                        if m:
-                            vid, bracket, text = m.groups()
-                            if vid in names:
-                                continue
-                            sm = _STEPNO_RE.match(bracket)
-                            if not sm:
-                                names[vid] = f"[{bracket}] {_one_line(text, 80)}"
-                                continue
-                            names[vid] = f"{bracket} {_one_line(text, 80)}"
-                            if not text.upper().startswith("FROM "):
-                                counted.add(vid)
-                                progress(f"Step {sm.group(2)}/{sm.group(3)}: {_one_line(text, 60)}")
-                            continue
-                        m = _CACHED_RE.match(line)
-                        if m:
-                            if m.group(1) in counted and m.group(1) not in cached_set:
-                                cached_set.add(m.group(1))
-                                progress(f"Step {names[m.group(1)].split(' ', 1)[0]}: cached")
-                            continue
-                        m = _ERROR_RE.match(line)
-                        if m and failed is None:
-                            failed = (m.group(1), m.group(2))
-                            continue
-                        m = _OUTPUT_RE.match(line)
-                        if m:
-                            outputs[m.group(1)].append(m.group(2))
+                        seen.feed(line.rstrip("\n"))
                     rc = proc.wait()
                 except BaseException:
                     proc.kill()
@@ -144,18 +109,66 @@ def build_with_cli(context: Path, ref: str, *, engine_name: str, inspect: Callab
                     raise
         seconds = time.monotonic() - t0
         if rc != 0:
-            if failed is not None:
-                vid, err = failed
-                raise step_failure(ref, names.get(vid, f"#{vid}"), _one_line(err),
-                                   list(outputs.get(vid, ())), log)
-            raise step_failure(ref, "", f"docker build exited with {rc}", list(last_lines), log)
+            if seen.failed is not None:
+                vid, err = seen.failed
+                raise step_failure(ref, seen.names.get(vid, f"#{vid}"), _one_line(err),
+                                   list(seen.outputs.get(vid, ())), log)
+            raise step_failure(ref, "", f"docker build exited with {rc}", list(seen.last_lines), log)
         try:
             image_id = iidfile.read_text().strip()
         except OSError:
-            raise step_failure(ref, "", "BuildKit wrote no image id", list(last_lines), log) from None
+            raise step_failure(ref, "", "BuildKit wrote no image id", list(seen.last_lines), log) from None
     info = inspect(image_id)
     return BuildResult(ref=ref, image_id=info.id, size_bytes=info.size, seconds=seconds,
-                       steps=len(counted), cached_steps=len(cached_set), log_path=Path(log))
+                       steps=len(seen.counted), cached_steps=len(seen.cached), log_path=Path(log))
+
+
+class _BuildLog:
+    """What the BuildKit CLI's plain progress says, line by line: each vertex's name ("2/4 RUN
+    ..."), which are build steps (not FROM or BuildKit's own) and which came from the cache (each
+    reported to ``progress`` once), the last lines of each step's output, the first error, and the
+    last lines of all."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+        self.names: dict[str, str] = {}          # vertex -> "2/4 RUN ..."
+        self.counted: set[str] = set()           # vertices that are build steps (not FROM/internal)
+        self.cached: set[str] = set()
+        self.outputs: dict[str, collections.deque[str]] = collections.defaultdict(
+            lambda: collections.deque(maxlen=8))
+        self.last_lines: collections.deque[str] = collections.deque(maxlen=8)
+        self.failed: tuple[str, str] | None = None
+
+    def feed(self, line: str) -> None:
+        if line.strip():
+            self.last_lines.append(line)
+        m = _VERTEX_RE.match(line)
+        if m:
+            vid, bracket, text = m.groups()
+            if vid in self.names:
+                return
+            sm = _STEPNO_RE.match(bracket)
+            if not sm:
+                self.names[vid] = f"[{bracket}] {_one_line(text, 80)}"
+                return
+            self.names[vid] = f"{bracket} {_one_line(text, 80)}"
+            if not text.upper().startswith("FROM "):
+                self.counted.add(vid)
+                self.progress(f"Step {sm.group(2)}/{sm.group(3)}: {_one_line(text, 60)}")
+            return
+        m = _CACHED_RE.match(line)
+        if m:
+            if m.group(1) in self.counted and m.group(1) not in self.cached:
+                self.cached.add(m.group(1))
+                self.progress(f"Step {self.names[m.group(1)].split(' ', 1)[0]}: cached")
+            return
+        m = _ERROR_RE.match(line)
+        if m and self.failed is None:
+            self.failed = (m.group(1), m.group(2))
+            return
+        m = _OUTPUT_RE.match(line)
+        if m:
+            self.outputs[m.group(1)].append(m.group(2))
 
 
 def _argv(cli: str, iidfile: Path, dockerfile_path: Path, ref: str, context: Path, *,
