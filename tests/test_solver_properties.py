@@ -259,10 +259,10 @@ class Oracle:
                                    "gpu.datacenter": "true" if g["datacenter"] else "false"})
         # resolve's default reading: CUDA from the wheels for PyTorch stacks (rules tagged
         # repo-cuda are the image expansion's), every other rule as it stands
-        # a "verified-only" rule (a release's confirmed CUDA builds) gives way to its unverified
-        # twin when unverified facts are allowed
+        # a "verified-only" rule (a release's confirmed CUDA builds, an OS repository's confirmed
+        # CUDA releases) gives way to its unverified twin when unverified facts are allowed
         self.rules = [r for r in k.rules if (r.verified or allow_unverified) and r.tag != "repo-cuda"
-                      and not (allow_unverified and r.tag == "verified-only")]
+                      and not (allow_unverified and (r.tag == "verified-only" or r.verified_only))]
         variants = [(rel["version"], v) for rel in doc["pytorch"]["releases"] for v in rel["variants"]
                     if v.get("verified", True) or allow_unverified]
         self.bundled = {(ver, v["cuda"]): v["nccl"] for ver, v in variants if "cuda" in v and "nccl" in v}

@@ -22,15 +22,16 @@ from .loader import build, load
 from .matchers import (Matcher, any_of, arch_matcher, bool_matcher, category_matcher,
                        driver_max_branch, driver_min, driver_min_branch, matcher_for, mm_range,
                        version_matcher)
-from .model import Branch, Compat, CudaRelease, Gpu, Knowledge, Mode, Rule, Source, Variant
+from .model import (Availability, Branch, Compat, CudaRelease, Gpu, Knowledge, Mode, Rule, Source,
+                    Variant)
 from .schema import (BOOLEAN, CATEGORY, COMPONENTS, DEFAULT_PLATFORM, DRIVER, HOST, RULE_TAGS,
                      STACK, TOP)
 from .yamlfile import _List, _Map, load_yaml  # noqa: F401 - _List, _Map: positioned nodes
 
 __all__ = [
     "BOOLEAN", "CATEGORY", "COMPONENTS", "DEFAULT_PLATFORM", "DRIVER", "HOST", "RULE_TAGS", "STACK",
-    "TOP", "Branch", "Compat", "CudaRelease", "Gpu", "Knowledge", "Matcher", "Mode", "Rule",
-    "Source", "Variant", "any_of", "arch_matcher", "bool_matcher", "build", "category_matcher",
+    "TOP", "Availability", "Branch", "Compat", "CudaRelease", "Gpu", "Knowledge", "Matcher", "Mode",
+    "Rule", "Source", "Variant", "any_of", "arch_matcher", "bool_matcher", "build", "category_matcher",
     "driver_max_branch", "driver_min", "driver_min_branch", "load", "load_yaml", "matcher_for",
     "mm_range", "version_matcher",
 ]

@@ -20,10 +20,21 @@ class _Ctx:
         self.path = path
         self.rules: list[Rule] = []                    # every section's rules, in order
         self.known_platforms = [DEFAULT_PLATFORM]      # sections.platforms sets the matrix's
+        # set by sections.cuda for sections.oses, which knows the OSes: where the rules on the
+        # releases no repository carries go, and the availability facts to check against the OSes
+        self.cuda_repo_rules_at: int | None = None
+        self.availability_nodes: list[tuple] = []
 
-    def add_rule(self, rid, when, require, text, source, line, verified=True, any_of=(), tag=None):
-        self.rules.append(Rule(rid, tuple(when), tuple(require), text, source, line, verified,
-                               tuple(tuple(alt) for alt in any_of), tag))
+    def add_rule(self, rid, when, require, text, source, line, verified=True, any_of=(), tag=None,
+                 verified_only=False, at=None):
+        """Add a rule (at the end, or at index `at` of the rules so far: a section that completes
+        an earlier section's rule keeps that section's place in the explanations)."""
+        rule = Rule(rid, tuple(when), tuple(require), text, source, line, verified,
+                    tuple(tuple(alt) for alt in any_of), tag, verified_only)
+        if at is None:
+            self.rules.append(rule)
+        else:
+            self.rules.insert(at, rule)
 
     def platform_list(self, node, key, where):
         """An optional list of platform ids (validated); None when absent."""

@@ -33,12 +33,12 @@ def build(doc: Any, path: str) -> Knowledge:
     branches = drivers.load(c, doc, srcs)
     archs = architectures.load(c, doc, srcs)
     gpu_table = gpus.load(c, doc, srcs, archs)
-    cudnn_releases = cudnn.load(c, doc, srcs)
-    nccl_features, nccl_releases = nccl.load(c, doc, srcs, archs, gpu_table)
+    cudnn_releases, cudnn_known = cudnn.load(c, doc, srcs)
+    nccl_features, nccl_releases, nccl_known = nccl.load(c, doc, srcs, archs, gpu_table)
     variants, torch = pytorch.load(c, doc, srcs, releases)
     ucx = ucx_openmpi.load(c, doc, srcs, "ucx")
     openmpi = ucx_openmpi.load(c, doc, srcs, "openmpi")
-    os_table = oses.load(c, doc, srcs)
+    os_table = oses.load(c, doc, srcs, releases)
     gdr = gpudirect.load(c, doc, srcs)
     rdma_table = rdma.load(c, doc, srcs, os_table)
     constraints.load(c, doc, srcs)
@@ -50,4 +50,5 @@ def build(doc: Any, path: str) -> Knowledge:
         architectures=archs, variants=variants, pytorch=torch, ucx=ucx,
         openmpi=openmpi, os=os_table, gpudirect=gdr, nccl_features=nccl_features,
         rules=tuple(c.rules), raw=doc, rdma=rdma_table, compat=compat, platforms=plats,
-        nccl_releases=nccl_releases, cudnn_releases=cudnn_releases)
+        nccl_releases=nccl_releases, cudnn_releases=cudnn_releases,
+        library_releases={"cudnn": cudnn_known, "nccl": nccl_known})

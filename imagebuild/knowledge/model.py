@@ -5,12 +5,16 @@ asks of it."""
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..versions import NONE, version_key
-from .matchers import Matcher
+from .matchers import Matcher, version_matcher
 from .schema import DEFAULT_PLATFORM
+
+_range = functools.lru_cache(maxsize=None)(version_matcher)   # an os[].cuda range, parsed once
+
 
 @dataclass(frozen=True)
 class Source:
@@ -35,11 +39,30 @@ class Rule:
     verified: bool = True
     any_of: tuple[tuple[tuple[str, Matcher], ...], ...] = ()
     tag: str | None = None
+    # the verified half of a fact whose unverified twin (verified=False) widens it: applied only
+    # while unverified facts are not allowed, so that --allow-unverified uses the wider one alone
+    verified_only: bool = False
 
     @property
     def components(self) -> frozenset[str]:
         alts = tuple(pair for alt in self.any_of for pair in alt)
         return frozenset(c for c, _ in self.when + self.require + alts)
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Where a CUDA release is published besides NVIDIA's wheels (`cuda.availability`): NVIDIA's
+    package repository of an OS (kind "repos": os[].nvidia_repo folders) or nvidia/cuda images
+    (kind "images": os ids, each built from its OS's repository), on `platforms` (empty: every
+    platform of the OS)."""
+
+    kind: str                   # repos | images
+    names: tuple[str, ...]
+    platforms: tuple[str, ...]
+    verified: bool
+    source: str
+    line: int
+    seen: str | None = None     # the day the listing (or page) was dated or read
 
 
 @dataclass(frozen=True)
@@ -49,7 +72,39 @@ class CudaRelease:
     source: str
     verified: bool
     line: int
-    wheels_only: bool = False   # known from NVIDIA's wheels (cuda-toolkit) only, not a repository
+    wheels_only: bool = False   # no repository or image confirmed: known from NVIDIA's wheels only
+    # where it is published: when given, these facts alone say which OS repositories carry it (the
+    # os[].cuda ranges cover the releases without any)
+    availability: tuple[Availability, ...] = ()
+
+    @property
+    def in_repository(self) -> bool:
+        """Some NVIDIA repository or image is confirmed to carry it: an os[].cuda range (releases
+        without availability facts that are not wheels-only) or a verified availability fact."""
+        if self.availability:
+            return any(a.verified for a in self.availability)
+        return not self.wheels_only
+
+    def carried_by(self, os_entry: dict, platform: str, allow_unverified: bool = False,
+                   in_range: bool | None = None) -> bool:
+        """Whether NVIDIA's repository of `os_entry` (or its nvidia/cuda images) carries this
+        release on `platform`: its availability facts when it has any (unverified ones only when
+        allowed), else the OS's `cuda` range unless the release is known from the wheels only.
+        `in_range`: whether the range holds it, when the caller knows (saves parsing it)."""
+        if platform not in os_entry["platforms"]:
+            return False
+        if self.availability:
+            for a in self.availability:
+                if not (a.verified or allow_unverified):
+                    continue
+                name = os_entry.get("nvidia_repo") if a.kind == "repos" else os_entry["id"]
+                if name and name in a.names and (not a.platforms or platform in a.platforms):
+                    return True
+            return False
+        if in_range is None:
+            rng = os_entry.get("cuda")
+            in_range = rng is not None and _range(rng)(self.version)
+        return not self.wheels_only and in_range
 
 
 @dataclass(frozen=True)
@@ -117,6 +172,19 @@ class Compat:
     line: int
 
 
+@dataclass(frozen=True)
+class LibraryRelease:
+    """One cuDNN or NCCL release the knowledge names: the sources that name it, the CUDA majors it
+    is built for (None: not known), the platforms of its redistributables (None: not known) and
+    whether NVIDIA publishes it as a redistributable only (a host's system copy, never a stack's
+    own: no wheel brings it)."""
+
+    sources: tuple[str, ...]
+    cuda_majors: tuple[int, ...] | None = None
+    platforms: tuple[str, ...] | None = None
+    redist_only: bool = False
+
+
 @dataclass
 class Knowledge:
     path: str
@@ -143,6 +211,9 @@ class Knowledge:
     platforms: dict[str, dict] = field(default_factory=dict)  # id -> entry, best first
     nccl_releases: tuple[str, ...] = ()     # every NCCL release the knowledge names
     cudnn_releases: tuple[str, ...] = ()    # every cuDNN release (wheel copies and system copies)
+    # library (cudnn, nccl) -> version -> what names that release (wheels and redistributables):
+    # the releases a host's system copy (`--system-cudnn`, `--system-nccl`) can be
+    library_releases: dict[str, dict[str, LibraryRelease]] = field(default_factory=dict)
 
     # ---- queries the resolver asks
 

@@ -21,7 +21,7 @@ from typing import Iterator
 from ..errors import UsageError
 from ..knowledge import STACK, Knowledge, Matcher, Rule, version_matcher
 from ..versions import (NONE, VersionSyntaxError, major_minor, parse_driver, parse_host_driver,
-                        parse_version)
+                        parse_version, version_key)
 
 # A CPU build ("n/a": no CUDA) ranks last: on a GPU host any CUDA build that runs beats it.
 MODE_RANK = {"native": 0, "minor-version": 1, "forward-compat": 2, "unknown": 3, "n/a": 4}
@@ -309,11 +309,11 @@ class Problem:
                         continue
                 kept.append(val)
             if comp == "cuda":
-                # Within a major.minor, releases with a confirmed repository (and Table 3 driver)
-                # come before those known from NVIDIA's wheels only.
+                # Within a major.minor, releases a repository or image is confirmed to carry come
+                # before those known from NVIDIA's wheels only.
                 kept.sort(key=lambda v: (v == NONE, tuple(-x for x in parse_version(
-                    major_minor(v)).release) if v != NONE else (), k.releases[v].wheels_only
-                    if v != NONE else False))
+                    major_minor(v)).release) if v != NONE else (),
+                    not k.releases[v].in_repository if v != NONE else False))
             if comp == "cuda" and "mode" in k.preference and \
                     k.preference.index("mode") < k.preference.index("cuda"):
                 kept.sort(key=lambda v: MODE_RANK[self.modes[v].mode])  # stable: newest first within
@@ -448,6 +448,7 @@ class _RuleSet:
     def __init__(self, k: Knowledge, allow_unverified: bool, repo_cuda: bool,
                  skip_tags: frozenset[str]):
         self.rules = tuple(r for r in k.rules if (r.verified or allow_unverified)
+                           and not (r.verified_only and allow_unverified)
                            and r.tag not in skip_tags
                            and _tag_applies(r.tag, repo_cuda, allow_unverified))
         self.ids = tuple(r.id for r in self.rules)
@@ -664,14 +665,17 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
         return Resolution(ok=False, explanation=why,
                           warnings=_unverified_warning(p) + _end_of_life(p))
     res = _describe(p, sol, passed[0] if passed else None, brief=not explain)
-    for comp, (val, _) in p.system.items():
+    for comp, (val, matches) in p.system.items():
         if sol["cuda"] == NONE:
             res.warnings.append(f"system {comp} {val}: not used by a stack without CUDA")
             continue
         res.stack[f"system_{comp}"] = val
         if explain:
+            facts, unknown = system_copy_facts(p, comp, val, matches, sol["cuda"])
             res.explanation.append(f"system {comp} {val}: consistent with CUDA {sol['cuda']} and "
-                                   f"the host (beside the stack's own {comp} {sol[comp]})")
+                                   f"the host (beside the stack's own {comp} {sol[comp]}): {facts}")
+            if warnings:
+                res.warnings += unknown
     if explain and warnings:
         res.warnings += _end_of_life(p, res.mode) + _unverified_against(p, sol)
         if sol["pytorch"] == NONE and p.gpu_host() and "pytorch" not in (wishes or {}):
@@ -826,15 +830,18 @@ def check(k: Knowledge, host: Host, stack: dict[str, str],
                                     f"{'/'.join(sorted(c for c, _ in rule.require))} is built "
                                     "without CUDA, not if it must be CUDA-aware")
     for comp, val in sorted((system or {}).items()):
-        problems = check_system_copy(k, host, comp, val, res.stack if res.ok else stack)
+        problems, facts, unknown = _system_copy_verdict(k, host, comp, val,
+                                                        res.stack if res.ok else stack)
         if problems:
             res.ok = False
             res.explanation = list(res.explanation) + problems
         elif res.ok:
             res.explanation.append(f"system {comp} {val}: consistent with CUDA "
                                    f"{res.stack.get('cuda')} and the host (checked beside the "
-                                   f"stack's own {comp} {res.stack.get(comp)})")
+                                   f"stack's own {comp} {res.stack.get(comp)}): {facts}")
             res.stack[f"system_{comp}"] = val
+            if warnings:
+                res.warnings += unknown
     return res
 
 
@@ -862,10 +869,20 @@ def check_system_copy(k: Knowledge, host: Host, comp: str, val: str,
     """The facts a system copy of cuDNN or NCCL violates (empty: none). The copy must be a release
     the knowledge knows, built for the stack's CUDA major, and meet its support matrix on this
     host; rules that tie a component to PyTorch's bundled copy do not bind it."""
+    return _system_copy_verdict(k, host, comp, val, stack)[0]
+
+
+def _system_copy_verdict(k: Knowledge, host: Host, comp: str, val: str,
+                         stack: dict[str, str]) -> tuple[list[str], str, list[str]]:
+    """check_system_copy's problems, and for a copy that fits, system_copy_facts' two answers."""
     matches = system_releases(k, comp, val)
     if not matches:
-        return [f"system {comp} {val}: not a {comp} release the knowledge names"]
-    return system_copy_problems(Problem(k, host, {}, False), comp, val, matches, stack.get("cuda"))
+        return [f"system {comp} {val}: not a {comp} release the knowledge names"], "", []
+    p = Problem(k, host, {}, False)
+    problems = system_copy_problems(p, comp, val, matches, stack.get("cuda"))
+    if problems:
+        return problems, "", []
+    return ([], *system_copy_facts(p, comp, val, matches, stack.get("cuda")))
 
 
 def system_releases(k: Knowledge, comp: str, val: str) -> list[str]:
@@ -878,8 +895,10 @@ def system_releases(k: Knowledge, comp: str, val: str) -> list[str]:
         spec = version_matcher(val)
     except VersionSyntaxError as exc:
         raise UsageError(str(exc), argument=f"--system-{comp}") from None
-    known = k.cudnn_releases if comp == "cudnn" else k.domain("nccl", True)
-    return [v for v in known if v != NONE and spec(v)]
+    # the wheels' releases (every NCCL a stack can select) and NVIDIA's redistributables (`redist`)
+    known = set(k.cudnn_releases if comp == "cudnn" else k.domain("nccl", True))
+    known |= set(k.library_releases.get(comp, ()))
+    return [v for v in sorted(known, key=version_key, reverse=True) if v != NONE and spec(v)]
 
 
 def system_copy_problems(p: Problem, comp: str, val: str, matches: list[str],
@@ -887,12 +906,7 @@ def system_copy_problems(p: Problem, comp: str, val: str, matches: list[str],
     """check_system_copy's rules, with the problem's own rules and host facts: the text of each
     rule no release in ``matches`` satisfies beside CUDA ``cuda`` on the host."""
     out = []
-    cache = p.system_rules
-    if comp not in cache:       # the rules about this library alone: once per query, not per CUDA
-        allowed = {comp, "cuda", "driver", "gpu", "gpu.cc", "gpu.datacenter"}
-        cache[comp] = [r for r in p.rules if comp in r.components and "pytorch" not in r.components
-                       and r.components <= allowed]
-    for rule in cache[comp]:
+    for rule in _system_rules(p, comp):
         if "cuda" in rule.components and (cuda is None or cuda == NONE):
             continue
 
@@ -911,6 +925,57 @@ def system_copy_problems(p: Problem, comp: str, val: str, matches: list[str],
                 for v in matches):
             out.append(f"system {comp} {val}: {rule.text}{_src(rule.source)}")
     return out
+
+
+def _system_rules(p: Problem, comp: str) -> list[Rule]:
+    """The rules about library ``comp`` alone (with CUDA and the host), those a system copy of it
+    must meet: once per query, not per CUDA."""
+    cache = p.system_rules
+    if comp not in cache:
+        allowed = {comp, "cuda", "driver", "gpu", "gpu.cc", "gpu.datacenter"}
+        cache[comp] = [r for r in p.rules if comp in r.components and "pytorch" not in r.components
+                       and r.components <= allowed]
+    return cache[comp]
+
+
+def system_copy_facts(p: Problem, comp: str, val: str, matches: list[str],
+                      cuda: str | None) -> tuple[str, list[str]]:
+    """What vouches for a system copy that fits beside CUDA ``cuda`` on the host: the releases it
+    can be with the sources that name them (a wheel's S10, an NVIDIA redistributable's manifest),
+    then every fact about it that applied here, with its source. And what is not known, as
+    warnings: a cuDNN that no support-matrix line covers (or only an unverified one: its driver
+    and GPUs are then not checked), a redistributable release whose CUDA builds were not read."""
+    known = p.k.library_releases.get(comp, {})
+    shown = matches[:3] + (["..."] if len(matches) > 3 else [])
+    srcs = list(dict.fromkeys(s for m in matches for s in (known[m].sources if m in known else ())))
+    parts = [f"release{'s' if len(matches) > 1 else ''} {', '.join(shown)}"
+             + (" [" + ", ".join(srcs) + "]" if srcs else "")]
+
+    def when_holds(rule, value):
+        for c, m in rule.when:
+            have = value if c == comp else (cuda if c == "cuda" else p.facts_host.get(c))
+            if have is None or have == NONE or not m(have):
+                return False
+        return True
+
+    applied = [r for r in _system_rules(p, comp) if any(when_holds(r, v) for v in matches)]
+    parts += [f"{r.text}{_src(r.source)}" for r in applied]
+    unknown = []
+    if comp == "cudnn" and not any(r.any_of for r in applied):
+        lines = [r for r in p.k.rules if r.any_of and any(
+            c == comp and m(v) for c, m in r.when for v in matches)]
+        if lines:
+            unknown.append(f"system {comp} {val}: only an unverified support-matrix line is known for "
+                           f"it ({lines[0].text}{_src(lines[0].source)}): the driver and GPUs it needs "
+                           "are not checked unless --allow-unverified applies it")
+        else:
+            unknown.append(f"system {comp} {val}: no support-matrix line of the knowledge covers it "
+                           "(matrix.yaml cudnn.lines): the driver and GPUs it needs are not checked")
+    if srcs and not any(known[m].cuda_majors for m in matches if m in known):
+        unknown.append(f"system {comp} {val}: the CUDA builds of "
+                       f"{'this release' if len(matches) == 1 else 'these releases'} are not known "
+                       f"[{', '.join(srcs)}]: judged by the CUDA majors the {comp} wheels cover")
+    return "; ".join(parts), unknown
 
 
 # --------------------------------------------------------------------------------------------------
@@ -985,7 +1050,8 @@ def _chosen_because(p: Problem, comp: str, val: str, sol: dict[str, str]) -> str
         if val == NONE:
             return "a CPU stack"
         rel = k.releases[val]
-        return f"newest CUDA {major_minor(val)}.x release{_src(rel.source)}, the best compatibility mode first"
+        return (f"newest CUDA {major_minor(val)}.x release{_src(rel.source)}, the best "
+                f"compatibility mode first{_published(p, rel, sol)}")
     if comp in ("cudnn", "nccl"):
         var = k.variants.get((sol["pytorch"], NONE if sol["cuda"] == NONE else major_minor(sol["cuda"])))
         if var is not None and val != NONE:
@@ -1010,6 +1076,22 @@ def _chosen_because(p: Problem, comp: str, val: str, sol: dict[str, str]) -> str
     if not entry.get("cuda_aware", True) and sol.get("cuda", NONE) != NONE:
         how += ", built without CUDA: not CUDA-aware"
     return f"newest that fits ({how}){_src(entry['source'])}"
+
+
+def _published(p: Problem, rel, sol: dict[str, str]) -> str:
+    """Where a stack that takes CUDA from NVIDIA's repository gets this release, when the
+    release's own availability facts (not the OS's range) say so: '' otherwise."""
+    from_repo = p.repo_cuda or (sol.get("pytorch") == NONE and "toolkit-repo" not in p.skip_tags)
+    entry = p.k.os.get(sol.get("os", ""))
+    if not from_repo or entry is None or not rel.availability:
+        return ""
+    facts = sorted({("NVIDIA's repository" if a.kind == "repos" else "nvidia/cuda images")
+                    + f" [{a.source}]" + ("" if a.verified else ", unverified")
+                    for a in rel.availability
+                    if (a.verified or p.allow_unverified)
+                    and (entry.get("nvidia_repo") if a.kind == "repos" else entry["id"]) in a.names
+                    and (not a.platforms or sol.get("platform") in a.platforms)})
+    return f"; published for {entry['name']}: {'; '.join(facts)}" if facts else ""
 
 
 def min_driver(p: Problem, sol: dict[str, str]) -> str | None:

@@ -150,6 +150,8 @@ def _facts(k) -> list[tuple[str, bool]]:
             out += [("cudnn-build", True) for _ in raw[sect].get("builds", [])]
     if "nccl" in raw:
         out += [("nccl-build", True) for _ in raw["nccl"].get("builds", [])]
+    for sect in ("cudnn", "nccl"):      # NVIDIA's redistributables no wheel has (system copies)
+        out += [(f"{sect}-redist", True) for _ in (raw.get(sect) or {}).get("redist", [])]
     out += [("constraint", c.get("verified", True) is not False) for c in raw.get("constraints", [])]
     return out
 
@@ -236,6 +238,10 @@ def _section_tables(k, section: str) -> list[tuple[str | None, list[str], list[l
         tables.append(("builds", ["cuda major", "versions", "source"],
                        [[f"cu{b['cuda_major']}", b["versions"], b["source"]]
                         for b in node.get("builds", [])]))
+        tables.append(("redist (system copies only)", ["cuda majors", "version", "platforms", "source"],
+                       [[",".join(f"cu{m}" for m in r["cuda_majors"]) if "cuda_majors" in r else "?",
+                         r["version"], ",".join(r.get("platforms", [])) or "?", r["source"]]
+                        for r in node.get("redist", [])]))
         if section == "nccl":
             tables.append(("features", ["since", "feature", "source"],
                            [[f["since"], f["feature"], f["source"]] for f in k.nccl_features]))

@@ -1,21 +1,25 @@
 """`cuda:`: the compatibility modes (how a CUDA release runs on a driver), each major's
 minor-version-compatibility driver floor, the releases with their drivers (Table 3), and the
-forward-compatibility table (the driver branches each release's cuda-compat supports). Releases
-known from NVIDIA's wheels only get the rules that keep them out of repository recipes."""
+forward-compatibility table (the driver branches each release's cuda-compat supports), and
+where each release is published (`availability`: NVIDIA's repository of an OS, nvidia/cuda
+images). Which repository carries which release becomes rules in the os section."""
 
 from __future__ import annotations
 
-from ...versions import NONE, major_minor, parse_version, version_key
+import datetime as _dt
+import re
+from dataclasses import replace
+
+from ...versions import major_minor, parse_version
 from ..context import _Ctx
-from ..matchers import Matcher
-from ..model import Compat, CudaRelease, Mode
+from ..model import Availability, Compat, CudaRelease, Mode
 from ..yamlfile import _List
 
 
 def load(c: _Ctx, doc, sources):
     """(modes, majors, releases, compat)."""
     cuda = c.mapping(doc["cuda"], "cuda", required=("modes", "majors", "releases"),
-                     optional=("compat",))
+                     optional=("compat", "availability"))
     modes = _modes(c, cuda, sources)
     majors = _majors(c, cuda, sources)
     releases = _releases(c, cuda, sources, majors)
@@ -70,6 +74,7 @@ def _majors(c: _Ctx, cuda, sources) -> dict[int, tuple[str, str]]:
 
 def _releases(c: _Ctx, cuda, sources, majors) -> dict[str, CudaRelease]:
     releases: dict[str, CudaRelease] = {}
+    nodes = {}
     for r in c.seq(cuda["releases"], "cuda.releases", cuda, "releases"):
         w = "cuda.releases[]"
         c.mapping(r, w, required=("version", "source"),
@@ -78,28 +83,85 @@ def _releases(c: _Ctx, cuda, sources, majors) -> dict[str, CudaRelease]:
         verified = c.flag(r, "verified", w, True)
         wheels_only = c.flag(r, "wheels_only", w, False)
         drv = c.driver(r, "driver", w, optional=True)
-        if verified and drv is None and not wheels_only:
-            c.fail(f"{w}: CUDA {ver} needs a driver (or verified: false, or wheels_only: true "
-                   "for a release known from NVIDIA's wheels only)", r)
         if ver in releases:
             c.fail(f"cuda.releases: CUDA {ver} is listed twice (contradicting facts?)", r, "version")
         if parse_version(ver).major not in majors:
             c.fail(f"{w}: CUDA {ver} has no entry under cuda.majors", r, "version")
         releases[ver] = CudaRelease(ver, drv, c.source(r, sources, w), verified, r.line,
                                     wheels_only)
-    wheel_cuda = sorted((r.version for r in releases.values() if r.wheels_only), key=version_key)
-    if wheel_cuda:
-        not_wheel = Matcher("not " + ", ".join(wheel_cuda),
-                            (lambda ws: lambda x: x not in ws)(frozenset(wheel_cuda)))
-        text = (f"CUDA {', '.join(wheel_cuda)} are known from NVIDIA's wheels (cuda-toolkit) only; "
-                "no package repository is confirmed to carry them")
-        src = releases[wheel_cuda[0]].source
-        c.add_rule("cuda-wheels-only", [("pytorch", Matcher("none", lambda x: x == NONE))],
-                   [("cuda", not_wheel)], text + " (without PyTorch, CUDA comes from a repository)",
-                   src, cuda.line, tag="toolkit-repo")
-        c.add_rule("cuda-wheels-only-repo", [], [("cuda", not_wheel)], text, src, cuda.line,
-                   tag="repo-cuda")
+        nodes[ver] = r
+    if "availability" in cuda:
+        _availability(c, cuda, sources, releases, nodes)
+    for ver, rel in releases.items():
+        # a release is known from a source with its driver (Table 3), or from NVIDIA's wheels
+        # only, or from where it is published (cuda.availability: the mode is then judged by the
+        # per-major floor and cuda.compat alone)
+        if rel.verified and rel.driver is None and not rel.wheels_only and not rel.availability:
+            c.fail(f"cuda.releases[]: CUDA {ver} needs a driver (or verified: false, or "
+                   "wheels_only: true for a release known from NVIDIA's wheels only, or a "
+                   "cuda.availability fact that says where it is published)", nodes[ver])
+    # the rules that keep releases no OS repository carries out of repository stacks are made by
+    # the os section, which knows the repositories: they take this place among the rules
+    c.cuda_repo_rules_at = len(c.rules)
     return releases
+
+
+# NVIDIA's repository folders: a distribution's short name and version (ubuntu2404, rhel9, debian13)
+_REPO = re.compile(r"[a-z]+[0-9]+")
+
+
+def _availability(c: _Ctx, cuda, sources, releases, nodes) -> None:
+    """`cuda.availability`: where each release is published besides the wheels. Checked here
+    against the releases (a known version, no verified fact for a release marked wheels_only);
+    the os section checks the names against the OSes (a repository folder some os[].nvidia_repo
+    names, an os id, platforms that OS is built for). The release is given its facts."""
+    facts: dict[str, list[Availability]] = {}
+    for e in c.seq(cuda["availability"], "cuda.availability", cuda, "availability"):
+        w = "cuda.availability[]"
+        c.mapping(e, w, required=("cuda", "source"),
+                  optional=("repos", "images", "platforms", "seen", "verified", "note"))
+        ver = c.version(e, "cuda", w)
+        if ver not in releases:
+            c.fail(f"{w}: CUDA {ver} is not a release under cuda.releases (give its full version, "
+                   "such as 13.4.1)", e, "cuda")
+        kinds = [k for k in ("repos", "images") if k in e]
+        if len(kinds) != 1:
+            c.fail(f"{w}: give either repos (NVIDIA's package repositories, os[].nvidia_repo "
+                   "folders such as ubuntu2404) or images (the OS ids nvidia/cuda images are "
+                   "published for)", e)
+        kind = kinds[0]
+        names = c.seq(e[kind], f"{w}.{kind}", e, kind)
+        if not names:
+            c.fail(f"{w}: {kind} is an empty list", e, kind)
+        for n in names:
+            if isinstance(n, bool) or not isinstance(n, str) or (
+                    kind == "repos" and not _REPO.fullmatch(n)) or not n.strip():
+                c.fail(f"{w}: {kind}: {n!r} is not " + (
+                    "a repository folder such as ubuntu2404 or rhel9" if kind == "repos"
+                    else "an OS id such as ubuntu24.04"), names)
+        plats = c.platform_list(e, "platforms", w) or ()
+        if "platforms" in e and not plats:
+            c.fail(f"{w}: platforms is an empty list (leave it out: every platform of the OS)", e,
+                   "platforms")
+        seen = c.text(e, "seen", w, True)
+        if seen is not None:
+            try:
+                _dt.date.fromisoformat(seen)
+            except ValueError:
+                c.fail(f"{w}: seen must be a day, YYYY-MM-DD", e, "seen")
+        verified = c.flag(e, "verified", w, True)
+        rel = releases[ver]
+        if verified and rel.wheels_only:
+            c.fail(f"{w}: CUDA {ver} is marked wheels_only: true (line {rel.line}), which says no "
+                   f"repository or image is confirmed, but this verified fact says {kind} "
+                   f"{', '.join(names)} carry it: drop wheels_only, or mark this fact verified: "
+                   "false", e, kind)
+        c.availability_nodes.append((e, kind, names, tuple(plats)))
+        facts.setdefault(ver, []).append(Availability(
+            kind, tuple(str(n) for n in names), tuple(plats), verified, c.source(e, sources, w),
+            e.line, seen))
+    for ver, found in facts.items():
+        releases[ver] = replace(releases[ver], availability=tuple(found))
 
 
 def _compat(c: _Ctx, cuda, sources, releases) -> dict[str, Compat]:

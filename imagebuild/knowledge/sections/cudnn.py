@@ -1,20 +1,23 @@
 """`cudnn:`: cuDNN's support matrix (lines: the CUDA, GPU and driver each version needs), its
-published releases and the versions built for each CUDA major. Optional: without it, no cuDNN
-rules."""
+published releases (wheels, and `redist`: NVIDIA's redistributables no wheel has) and the versions
+built for each CUDA major. Optional: without it, no cuDNN rules."""
 
 from __future__ import annotations
 
 from ..context import _Ctx
 from ..matchers import driver_min, version_matcher
 from ..yamlfile import _List
-from .common import major_build_rule, release_list
+from ...versions import version_key
+from ..model import LibraryRelease
+from .common import major_build_rule, redist_list, release_list
 
 
-def load(c: _Ctx, doc, sources) -> tuple[str, ...]:
-    """Every cuDNN release the section names (none without the section)."""
+def load(c: _Ctx, doc, sources) -> tuple[tuple[str, ...], dict[str, LibraryRelease]]:
+    """(every cuDNN release the section names, newest first; what names each); empty without
+    the section."""
     if "cudnn" not in doc:
-        return ()
-    cd = c.mapping(doc["cudnn"], "cudnn", required=("lines",), optional=("builds", "releases"))
+        return (), {}
+    cd = c.mapping(doc["cudnn"], "cudnn", required=("lines",), optional=("builds", "releases", "redist"))
     # A support matrix: the rows of one cuDNN line (same `versions`) are alternatives. A stack
     # with that cuDNN needs one row whose CUDA range, GPU range and driver floor all hold.
     groups: dict[str, list] = {}
@@ -38,7 +41,9 @@ def load(c: _Ctx, doc, sources) -> tuple[str, ...]:
         c.add_rule(f"cudnn-{vs}-support" + ("" if rows_verified else "-unverified"),
                    [("cudnn", version_matcher(vs))], [], text, ",".join(srcs), rows[0][2],
                    verified=rows_verified, any_of=[alt for alt, _, _ in rows])
-    cudnn_releases = release_list(c, cd, "cudnn", sources)
+    index: dict = {}
+    release_list(c, cd, "cudnn", sources, index)
     for b in c.seq(cd.get("builds", _List()), "cudnn.builds", cd, "builds"):
         major_build_rule(c, b, "cudnn", sources)
-    return cudnn_releases
+    known = redist_list(c, cd, "cudnn", sources, str(doc.get("as_of", "")), index)
+    return tuple(sorted(known, key=version_key, reverse=True)), known

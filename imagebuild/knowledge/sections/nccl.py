@@ -1,4 +1,5 @@
-"""`nccl:`: the NCCL versions built for each CUDA major, its published releases and the features
+"""`nccl:`: the NCCL versions built for each CUDA major, its published releases (wheels: every
+one selectable; `redist`: NVIDIA's redistributables no wheel has, a host's system copy only) and the features
 by the version that brought them. A feature that is the support of a GPU architecture (`cc:`) or
 of a GPU product (`gpu:`) is also a rule: a stack for such a host needs that NCCL or newer (or no
 NCCL at all). Optional."""
@@ -9,7 +10,8 @@ from ..context import _Ctx
 from ..matchers import Matcher, category_matcher
 from ..yamlfile import _List
 from ...versions import NONE, parse_version
-from .common import major_build_rule, release_list
+from ..model import LibraryRelease
+from .common import major_build_rule, redist_list, release_list
 
 
 def _at_least(since: str) -> Matcher:
@@ -17,14 +19,18 @@ def _at_least(since: str) -> Matcher:
     return Matcher(f">= {since} (or none)", lambda v: v == NONE or parse_version(v) >= floor)
 
 
-def load(c: _Ctx, doc, sources, architectures=None, gpus=None) -> tuple[tuple[dict, ...], tuple[str, ...]]:
-    """(features, releases); both empty without the section."""
+def load(c: _Ctx, doc, sources, architectures=None, gpus=None
+         ) -> tuple[tuple[dict, ...], tuple[str, ...], dict[str, LibraryRelease]]:
+    """(features, the wheel releases, every release the section names with what names it); all
+    empty without the section."""
     if "nccl" not in doc:
-        return (), ()
-    nd = c.mapping(doc["nccl"], "nccl", required=("builds",), optional=("features", "releases"))
-    nccl_releases = release_list(c, nd, "nccl", sources)
+        return (), (), {}
+    nd = c.mapping(doc["nccl"], "nccl", required=("builds",), optional=("features", "releases", "redist"))
+    index: dict = {}
+    nccl_releases = release_list(c, nd, "nccl", sources, index)
     for b in c.seq(nd["builds"], "nccl.builds", nd, "builds"):
         major_build_rule(c, b, "nccl", sources)
+    known = redist_list(c, nd, "nccl", sources, str(doc.get("as_of", "")), index)
     feats = []
     for f in c.seq(nd.get("features", _List()), "nccl.features", nd, "features"):
         w = "nccl.features[]"
@@ -49,4 +55,4 @@ def load(c: _Ctx, doc, sources, architectures=None, gpus=None) -> tuple[tuple[di
         c.add_rule(f"nccl-{feat['since']}-{f.get('cc') or f.get('gpu')}", when,
                    [("nccl", _at_least(feat["since"]))],
                    f"{who} need NCCL {feat['since']} or newer ({feat['feature']})", feat["source"], f.line)
-    return tuple(feats), nccl_releases
+    return tuple(feats), nccl_releases, known
