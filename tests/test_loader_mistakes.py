@@ -95,3 +95,13 @@ ONE_LINE = [
 def test_a_mistake_on_one_line_is_refused_at_that_line(tmp_path, capsys, what, pattern, replacement, words):
     path, line = _edit(tmp_path, pattern, replacement)
     _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line, words)
+
+
+@pytest.mark.parametrize("mode_id, words", [
+    ("'1.0; rm -rf /'", "is not a compatibility mode the resolver knows"),
+    ("native", "mode native is listed twice")])
+def test_a_cuda_mode_the_resolver_does_not_know_is_refused_at_load(tmp_path, capsys, mode_id, words):
+    """The modes are the resolver's vocabulary (native, minor-version, forward-compat): an id
+    outside it reached resolve's ranking as a KeyError (found by the matrix fuzzer)."""
+    path, line = _edit(tmp_path, r"^    - id: minor-version$", f"    - id: {mode_id}")
+    _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line, words)

@@ -160,7 +160,8 @@ def test_newest_cuda_releases_and_torch_2_15_brings_13_2_2(k):
 
 @pytest.mark.parametrize("nccl", ["2.31.2", "2.32.3"])
 def test_a_newer_nccl_than_the_wheel_pins_is_a_stack(k, nccl):
-    res = _ok(k, {"pytorch": "==2.13.0", "nccl": f"=={nccl}"})
+    # cuda pinned: with no host facts the newest CUDA wins, the cu132 build (TORCHREL213)
+    res = _ok(k, {"pytorch": "==2.13.0", "cuda": "==13.0.*", "nccl": f"=={nccl}"})
     assert res.stack["nccl"] == nccl
     assert any("newer than the 2.29.7 torch 2.13.0+cu130 bundles" in line for line in res.explanation)
 

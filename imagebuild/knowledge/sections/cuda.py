@@ -27,6 +27,11 @@ def load(c: _Ctx, doc, sources):
     return modes, majors, releases, compat
 
 
+#: the compatibility modes the resolver ranks and explains (resolve/solver.py MODE_RANK): the
+#: matrix says when each holds, not which modes exist
+MODE_IDS = ("native", "minor-version", "forward-compat")
+
+
 def _modes(c: _Ctx, cuda, sources) -> list[Mode]:
     modes = []
     for m in c.seq(cuda["modes"], "cuda.modes", cuda, "modes"):
@@ -51,7 +56,13 @@ def _modes(c: _Ctx, cuda, sources) -> list[Mode]:
                 package.format(major=0, minor=0)
             except (KeyError, IndexError, ValueError):
                 c.fail(f"{w}: package {package!r} may name only {{major}} and {{minor}}", m, "package")
-        modes.append(Mode(c.text(m, "id", w), floor, tuple(sorted(gpu_req.items())),
+        mode_id = c.text(m, "id", w)
+        if mode_id not in MODE_IDS:
+            c.fail(f"{w}: id {mode_id!r} is not a compatibility mode the resolver knows "
+                   f"({', '.join(MODE_IDS)})", m, "id")
+        if any(x.id == mode_id for x in modes):
+            c.fail(f"{w}: mode {mode_id} is listed twice", m, "id")
+        modes.append(Mode(mode_id, floor, tuple(sorted(gpu_req.items())),
                           bool(branch.get("supported", False)), package,
                           c.text(m, "caveat", w, True), c.source(m, sources, w),
                           bool(branch.get("listed", False))))
