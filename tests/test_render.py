@@ -13,6 +13,7 @@ import pytest
 
 from imagebuild import cli, knowledge
 from imagebuild.render import images, output, renderer as render
+from imagebuild.render.checked import format_url
 from imagebuild.errors import RenderError
 
 from conftest import RECIPES, ROOT, need
@@ -304,12 +305,12 @@ def test_patterns_match_the_whole_value(kind, good):
 
 
 def test_url_templates_take_only_their_named_fields():
-    assert render._format_url("https://e.org/v{version}.tgz", "u", version="1.2") == \
+    assert format_url("https://e.org/v{version}.tgz", "u", version="1.2") == \
         "https://e.org/v1.2.tgz"
     for bad in ("https://e.org/{version.__class__}", "https://e.org/{0}", "https://e.org/{x}",
                 "https://e.org/{version!r}", "https://e.org/{version:>99}", "https://e.org/{"):
         with pytest.raises(RenderError):
-            render._format_url(bad, "u", version="1.2")
+            format_url(bad, "u", version="1.2")
 
 
 def test_the_rendered_structure_is_checked(k, specs):
@@ -443,7 +444,8 @@ def test_a_new_compiled_component_is_one_block_and_one_fragment(k, specs, tmp_pa
     tarballs = dict(render._tarballs(spec, k), libfoo={
         "name": "libfoo", "version": "1.0", "form": "release", "file": "libfoo-1.0.tar.gz", "sha256": "f" * 64})
     monkeypatch.setattr(blocks, "BLOCKS", (*blocks.BLOCKS, foo))
-    monkeypatch.setattr(render, "_tarballs", lambda spec, k: tarballs)
+    from imagebuild.render import cudastages
+    monkeypatch.setattr(cudastages, "_tarballs", lambda spec, k: tarballs)   # where the stages read it
     text = render.Renderer(recipes).dockerfile(spec, k)
     devel, runtime = text.split("\nFROM ", 2)[1:]
     assert devel.index("# nccl-tests 2.17.6") < devel.index("# libfoo 1.0")

@@ -1,0 +1,250 @@
+"""The stages of a CUDA image: the devel stage (CUDA, rdma-core, the compiled blocks, NCCL and
+nccl-tests, the torch wheels) and the run-time stage that copies what it built, or a devel image
+FROM its runtime image. A part of the Renderer (renderer.py), which supplies the fragments."""
+
+from __future__ import annotations
+from . import blocks
+from .checked import format_url as _format_url, safe as _safe
+from ..errors import RenderError
+from .images import ImageSpec
+from ..packagers import RDMA_DEVEL
+from ..versions import NONE, major_minor
+from .steps import (Stage, Step, _CudaLayout,
+                    _cuda_layout, _key_check, _lock_copy, _os_extras, _tarballs, image_labels)
+
+
+class CudaStages:
+    """Renderer's CUDA stages (the Renderer supplies fragment, _common_tail, _pip_constraint and
+    env_vars)."""
+
+    def _cuda_stages(self, spec: ImageSpec, k, base: str) -> list[Stage]:
+        """A devel stage that compiles gdrcopy, UCX, Open MPI and nccl-tests against CUDA, and a
+        run-time stage that copies their prefixes (a devel image is FROM that runtime image:
+        _devel_on_runtime). CUDA comes from NVIDIA's
+        repository for the OS (pinned packages) or from NVIDIA's wheels (`cuda_from: wheels`: the
+        cuda-toolkit wheels in the devel stage, the run-time subset of the same lock in the
+        run-time stage); everything else is the same fragments either way."""
+        c = _cuda_layout(spec)
+        tarballs = _tarballs(spec, k)
+        if spec.stack["nccl"] == NONE:
+            raise RenderError(f"image {spec.id}: a CUDA image needs an NCCL version")
+        doca_repo, doca_copies, rdma_pk, rdma_name = self._rdma(spec, c.pm)
+        rdma_dev = rdma_pk.get("devel") or RDMA_DEVEL[c.pm["name"]]
+        devel_extra, runtime_extra = _os_extras(c, tarballs, rdma_dev, spec.build_choices)
+        devel = self._devel_steps(spec, k, c, tarballs, devel_extra, doca_repo, rdma_dev)
+        torch_steps = self._torch_steps(spec, k)
+        tail = self._common_tail(spec, "/opt/venv/bin/python")
+        final = [Step("env", items=sorted(self.env_vars(spec, c).items())),
+                 Step("label", items=image_labels(spec, k))]
+        runtime = self._runtime_steps(spec, c, runtime_extra, doca_copies, rdma_pk, rdma_name)
+        return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
+
+    def _cuda_devel(self, spec: ImageSpec, k, c: _CudaLayout, doca_repo: list[Step],
+                    rdma_dev: list[str]) -> tuple[list[Step], list[Step]]:
+        """The devel stage's CUDA, and its NCCL: NVIDIA's wheels (CUDA and NCCL in one step, from
+        the image's lock), or NVIDIA's repository with its key checked (the DOCA repository beside
+        it, CUDA's devel packages with the RDMA headers) and NCCL's wheel from the lock's subset."""
+        s = spec.stack
+        if c.from_wheels:
+            cuda_devel = [
+                self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
+                _lock_copy("wheels.txt"),
+                self.fragment("cuda-wheels-devel", f"CUDA {c.cuda} and NCCL {s['nccl']} from "
+                              "NVIDIA's wheels, link-time stubs of the driver's libraries",
+                              cuda=c.cuda, cuda_major=c.major, cuda_home=c.home,
+                              cuda_tree=c.tree, nccl_home=c.nccl_home, on_runtime=False),
+            ]
+            return cuda_devel, []
+        repo = _safe("word", spec.os.get("nvidia_repo") or "",
+                     f"NVIDIA repository of {spec.os['id']}")
+        key = k.raw.get("tools", {}).get(c.pm["key"], {})
+        key_url = _format_url(key.get("url", ""), "CUDA repository key URL", repo=repo)
+        repo_url = _safe("url", "https://developer.download.nvidia.com/compute/cuda/repos/"
+                         f"{repo}/x86_64/", "CUDA repository URL")
+        cuda_devel = [
+            self.fragment("cuda-repo" + c.sfx, "NVIDIA's CUDA repository, key fingerprint checked",
+                          key_url=key_url, key_fingerprint=_safe(
+                              "fingerprint", key.get("fingerprint", ""), "CUDA key fingerprint"),
+                          repo_url=repo_url),
+            *doca_repo,
+            self.fragment("cuda-devel" + c.sfx, f"CUDA {c.cuda} development packages and RDMA headers",
+                          cuda=c.cuda, cuda_dash=c.dash, rdma_dev=rdma_dev),
+        ]
+        nccl_devel = [
+            self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
+            _lock_copy("nccl.txt"),
+            self.fragment("nccl", f"NCCL {s['nccl']}", nccl=s["nccl"], cuda_major=c.major,
+                          nccl_home=c.nccl_home, pytorch=s["pytorch"]),
+        ]
+        return cuda_devel, nccl_devel
+
+    def _devel_steps(self, spec: ImageSpec, k, c: _CudaLayout, tarballs: dict[str, dict],
+                     devel_extra: list[str], doca_repo: list[Step], rdma_dev: list[str]) -> list[Step]:
+        """The devel stage up to the compiled stack: build tools, CUDA, the blocks built before
+        NCCL (gdrcopy, UCX, Open MPI with the matrix's source date), NCCL, then those that link it
+        (nccl-tests), in that layer order."""
+        cuda_devel, nccl_devel = self._cuda_devel(spec, k, c, doca_repo, rdma_dev)
+        return [
+            self.fragment("os-devel" + c.sfx, "OS build tools (devel stage only)", python=c.python,
+                          extra=devel_extra),
+            *cuda_devel,
+            *self._compiled(spec, c, tarballs, on_nccl=False),
+            *nccl_devel,
+            *self._compiled(spec, c, tarballs, on_nccl=True),
+        ]
+
+    def _compiled(self, spec: ImageSpec, c: _CudaLayout, tarballs: dict[str, dict],
+                  on_nccl: bool) -> list[Step]:
+        """One step per building block (blocks.BLOCKS) of the group built before NCCL, or on it."""
+        steps = []
+        for b in blocks.BLOCKS:
+            if b.on_nccl != on_nccl:
+                continue
+            tarball = tarballs[b.name]
+            built = blocks.Built(spec=spec, cuda_home=c.home, nccl_home=c.nccl_home, form=tarball["form"])
+            steps.append(self.fragment(b.name, b.title.format(version=tarball["version"]),
+                                       **b.values(built), **tarball))
+        return steps
+
+    def _devel_on_runtime(self, spec: ImageSpec, k) -> Stage:
+        """A devel image: one stage FROM its runtime image (spec.from_image, the same stack), which
+        already holds the compiled prefixes (/opt/gdrcopy, /opt/ucx, /opt/openmpi,
+        /opt/nccl-tests), the venv with NCCL (and PyTorch) and sshd, so nothing is compiled again
+        and every layer of the runtime image is shared. On top: the OS build tools and the
+        devel stage's extras, CUDA's development packages (NVIDIA's repository as the runtime
+        image kept it, with the RDMA headers; or the cuda-toolkit wheels of the image's lock and
+        the driver stubs), then its own image.json, pip constraints, env and labels."""
+        if not spec.from_image or not spec.depends_on:
+            raise RenderError(f"image {spec.id}: a devel image is built FROM its runtime image, "
+                              "and it names none")
+        base = _safe("ref", spec.from_image, f"runtime image of {spec.id}")
+        c = _cuda_layout(spec)
+        if spec.stack["nccl"] == NONE:
+            raise RenderError(f"image {spec.id}: a CUDA image needs an NCCL version")
+        tarballs = _tarballs(spec, k)
+        _, _, rdma_pk, _ = self._rdma(spec, c.pm)
+        rdma_dev = rdma_pk.get("devel") or RDMA_DEVEL[c.pm["name"]]
+        devel_extra, _ = _os_extras(c, tarballs, rdma_dev, spec.build_choices)
+        steps = [self.fragment("os-devel" + c.sfx, "OS build tools and headers", python=c.python,
+                               extra=devel_extra)]
+        if c.from_wheels:
+            steps += [
+                _lock_copy("wheels.txt"),
+                self.fragment("cuda-wheels-devel", f"CUDA {c.cuda} toolkit from NVIDIA's wheels "
+                              "beside the runtime image's run time and NCCL, link-time stubs of "
+                              "the driver's libraries",
+                              cuda=c.cuda, cuda_major=c.major, cuda_home=c.home, cuda_tree=c.tree,
+                              nccl_home=c.nccl_home, on_runtime=True),
+                *self._pip_constraint(spec),
+            ]
+        else:   # the runtime image keeps the CUDA (and DOCA) repository the devel stage verified
+            steps.append(self.fragment("cuda-devel" + c.sfx, f"CUDA {c.cuda} development packages "
+                                       "and RDMA headers", cuda=c.cuda, cuda_dash=c.dash,
+                                       rdma_dev=rdma_dev))
+        steps += [
+            Step("copy", comment="what the image is expected to contain (this image's id and flavor)",
+                 src="image.json", dest="/opt/imagebuild/image.json"),
+            Step("env", items=sorted(self.env_vars(spec, c).items())),
+            Step("label", items=image_labels(spec, k)),
+        ]
+        return Stage(None, base, steps, bootstrap="docker-daemon")
+
+    def _cuda_runtime(self, spec: ImageSpec, c: _CudaLayout) -> tuple[list[Step], list[Step]]:
+        """The run-time stage's CUDA (before the copied prefixes) and its CUDA and NCCL libraries
+        (after the venv): from the run-time subset of the wheel lock, or from NVIDIA's repository
+        as the devel stage verified it and NCCL's wheel."""
+        s = spec.stack
+        if c.from_wheels:
+            return [], [
+                _lock_copy("runtime.txt"),
+                self.fragment("cuda-wheels-runtime", f"CUDA {c.cuda} run time and NCCL {s['nccl']} "
+                              "from NVIDIA's wheels", cuda=c.cuda, cuda_home=c.home, cuda_tree=c.tree),
+            ]
+        key_file, repo_file = c.pm["repo_files"]
+        cuda_runtime = [
+            Step("copy", comment="the CUDA repository as the devel stage verified it",
+                 from_stage="devel", src=key_file, dest=key_file),
+            Step("copy", from_stage="devel", src=repo_file, dest=repo_file),
+            self._cuda_runtime_packages(spec, c),
+        ]
+        cuda_libs = [
+            _lock_copy("nccl.txt"),
+            self.fragment("nccl", f"NCCL {s['nccl']}", nccl=s["nccl"], cuda_major=c.major,
+                          nccl_home=c.nccl_home, pytorch=s["pytorch"]),
+        ]
+        return cuda_runtime, cuda_libs
+
+    def _cuda_runtime_packages(self, spec: ImageSpec, c: _CudaLayout) -> Step:
+        """NVIDIA's run-time packages: cuda-compat always; cuda-libraries-X-Y only without PyTorch,
+        whose wheels bring the same libraries (UCX and nccl-tests then load torch's libcudart)."""
+        if not c.torch_libs:
+            return self.fragment("cuda-runtime" + c.sfx, f"CUDA {c.cuda} run-time libraries",
+                                 cuda=c.cuda, cuda_dash=c.dash, libraries=True)
+        return self.fragment("cuda-runtime" + c.sfx, f"CUDA {c.cuda} forward compatibility; its "
+                             "libraries come once, from PyTorch's wheels", cuda=c.cuda,
+                             cuda_dash=c.dash, libraries=False)
+
+    def _runtime_steps(self, spec: ImageSpec, c: _CudaLayout, runtime_extra: list[str],
+                       doca_copies: list[Step], rdma_pk: dict, rdma_name: str) -> list[Step]:
+        """The run-time stage up to PyTorch: OS packages without a compiler, sshd, CUDA, the RDMA
+        user space, the prefixes the devel stage compiled, and the venv with CUDA's and NCCL's
+        libraries."""
+        cuda_runtime, cuda_libs = self._cuda_runtime(spec, c)
+        return [
+            self.fragment("os-runtime" + c.sfx, "OS run-time packages (no compiler)", python=c.python,
+                          extra=runtime_extra),
+            self._openssh(c.sfx),
+            *cuda_runtime,
+            *doca_copies,
+            self.fragment("rdma-runtime" + c.sfx, f"RDMA user space: {rdma_name}",
+                          packages=rdma_pk.get("runtime"), rdma_name=rdma_name),
+            *[Step("copy", comment=None if i else "install prefixes built in the devel stage",
+                   from_stage="devel", src=b.prefix, dest=b.prefix) for i, b in enumerate(blocks.BLOCKS)],
+            self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
+            *cuda_libs,
+        ]
+
+    def _openssh(self, sfx: str) -> Step:
+        """OpenSSH client and server, in every image with Open MPI: mpirun reaches other hosts
+        over ssh where no Slurm runs (`imagebuild test`'s mpi.two-container does)."""
+        return self.fragment("openssh" + sfx, "OpenSSH for mpirun across hosts (no host keys in "
+                             "the image)")
+
+    def _torch_steps(self, spec: ImageSpec, k) -> list[Step]:
+        """PyTorch's CUDA build and its whole closure from the image's wheel lock (none without
+        PyTorch): PyPI's default build from the configured index, another from PyTorch's own."""
+        s = spec.stack
+        if s["pytorch"] == NONE:
+            return []
+        var = k.variants[(s["pytorch"], major_minor(s["cuda"]))]
+        index_url = None
+        if not var.default:
+            idx = k.raw.get("tools", {}).get("pytorch-index", {}).get("url", "")
+            index_url = _format_url(idx, "PyTorch index URL", tag=var.tag)
+        return [_lock_copy("wheels.txt"),
+                self.fragment("pytorch", f"PyTorch {s['pytorch']}+{var.tag}", pytorch=s["pytorch"],
+                              variant_tag=var.tag, index_url=index_url)]
+
+    def _rdma(self, spec: ImageSpec, pm: dict):
+        """(devel steps, runtime copies, package lists, name) of the image's RDMA user space. The
+        distribution's rdma-core passes no package lists: its fragments name their own packages."""
+        r = spec.rdma
+        if r is None:
+            return [], [], {}, "the distribution's rdma-core"
+        name = f"{_safe('text', r['name'], 'rdma name')} {_safe('version', r['version'], 'rdma version')}"
+        if pm["name"] not in r["packages"]:
+            raise RenderError(f"image {spec.id}: {name} lists no {pm['name']} packages")
+        pk = {f: [_safe("package", p, f"{r['id']} package") for p in r["packages"][pm["name"]][f]]
+              for f in ("runtime", "devel")}
+        os_token = _safe("word", r["os"].get(spec.os["id"], ""), f"{r['id']} folder of {spec.os['id']}")
+        url = _format_url(r["repo"], f"{r['id']} repository URL", version=r["version"], os=os_token)
+        host = _safe("host", url.split("/")[2], f"{r['id']} repository host")
+        key_url = _safe("url", r["key"]["url"], f"{r['id']} key URL")
+        step = self.fragment("doca-repo" + pm["suffix"], f"{name} repository (user space only), key checked",
+                             version=r["version"], key_url=key_url, repo_url=url, repo_host=host,
+                             **_key_check(r["key"], r["id"]))
+        files = pm["doca_files"]
+        copies = [Step("copy", comment=f"the {name} repository as the devel stage verified it",
+                       from_stage="devel", src=files[0], dest=files[0])]
+        copies += [Step("copy", from_stage="devel", src=f, dest=f) for f in files[1:]]
+        return [step], copies, pk, name
