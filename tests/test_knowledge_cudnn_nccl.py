@@ -7,8 +7,6 @@ of the facts it checks; the loader tests make one mistake in a copy of the real 
 from __future__ import annotations
 
 import json
-import re
-import shutil
 
 import pytest
 
@@ -135,15 +133,7 @@ def test_a_cudnn_no_support_matrix_line_covers_is_said_so(capsys):
 
 # -- the loader: a malformed `redist:` entry is refused at its line
 
-def _edit(tmp_path, pattern: str, replacement: str) -> tuple[str, int]:
-    lines = (ROOT / "matrix.yaml").read_text().splitlines(keepends=True)
-    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
-    assert len(hits) == 1, (pattern, hits)
-    lines[hits[0]] = re.sub(pattern, replacement, lines[hits[0]])
-    path = tmp_path / "matrix.yaml"
-    path.write_text("".join(lines))
-    shutil.copytree(ROOT / "locks", tmp_path / "locks")
-    return str(path), hits[0] + 1
+from test_loader_mistakes import _edit  # noqa: E402 - one copy of the matrix, one line edited
 
 
 @pytest.mark.parametrize("pattern,replacement,words", [
