@@ -110,18 +110,23 @@ def assign(all_chains: list[Chain], n: int) -> dict[str, int]:
     return out
 
 
-def shard_of(k, specs: dict, shard: int, n: int) -> list[str]:
-    """The ids of shard ``shard`` of ``n``, chains in root order, bases first in each."""
+def split(k, specs: dict, n: int) -> dict[int, tuple[list[str], int]]:
+    """Every shard of ``n`` at once: shard -> (its ids, chains in root order, bases first in each;
+    its total weight). The chains are grouped and placed once."""
     all_chains = chains(k, specs)
     placed = assign(all_chains, n)
-    return [i for c in all_chains if placed[c.root] == shard for i in c.images]
+    out: dict[int, tuple[list[str], int]] = {s: ([], 0) for s in range(1, n + 1)}
+    for c in all_chains:
+        ids, weight = out[placed[c.root]]
+        out[placed[c.root]] = (ids + list(c.images), weight + c.weight)
+    return out
+
+
+def shard_of(k, specs: dict, shard: int, n: int) -> list[str]:
+    """The ids of shard ``shard`` of ``n``, chains in root order, bases first in each."""
+    return split(k, specs, n)[shard][0]
 
 
 def loads(k, specs: dict, n: int) -> dict[int, int]:
     """Each shard's total weight (for `images --shard` and the tests)."""
-    all_chains = chains(k, specs)
-    placed = assign(all_chains, n)
-    out = dict.fromkeys(range(1, n + 1), 0)
-    for c in all_chains:
-        out[placed[c.root]] += c.weight
-    return out
+    return {s: weight for s, (_ids, weight) in split(k, specs, n).items()}

@@ -67,7 +67,6 @@ from typing import Callable
 
 from .. import reference
 from ..errors import ExportError, ImagebuildError
-from ..smoke import rootfs
 from .ociconfig import (ACCOUNT_FILE_MAX, hpc_runtime_config, read_account_file,  # noqa: F401 - re-exported
                         resolve_in_root, resolve_user, runtime_config)
 
@@ -96,7 +95,6 @@ Progress = Callable[[str], None]
 
 
 #: symbolic links followed while resolving one path inside an image (Linux's own limit)
-MAX_LINKS = rootfs.MAX_LINKS
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,8 @@ def _split(args, k, specs) -> int:
 
     n = args.shards
     by_id = {s.id: s for s in specs}
-    weights = shards.loads(k, by_id, n)
-    parts = [{"shard": f"{part}/{n}", "weight": weights[part],
-              "images": shards.shard_of(k, by_id, part, n)} for part in range(1, n + 1)]
+    parts = [{"shard": f"{part}/{n}", "weight": weight, "images": ids}
+             for part, (ids, weight) in shards.split(k, by_id, n).items()]
     if args.format == "github":
         print(json.dumps({"include": [{"shard": p["shard"], "images": len(p["images"])}
                                       for p in parts if p["images"]]}, separators=(",", ":")))
