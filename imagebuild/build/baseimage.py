@@ -39,6 +39,7 @@ from typing import Callable
 from ..digests import sha256_file
 from ..engines import check_ref
 from ..errors import ImagebuildError, UsageError
+from ..platforms import LOCAL_BASE, local_base_ref
 from .emulation import Platform, check_emulation, host_platform
 
 
@@ -60,7 +61,7 @@ BASES: dict[str, BaseSpec] = {
                                 "/usr/share/keyrings/debian-archive-keyring.gpg"),
 }
 
-DEFAULT_REF = "imagebuild/base:{name}"
+DEFAULT_REF = LOCAL_BASE
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _MIRROR_RE = re.compile(r"^(?:https?://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+/-]*)?"
                         r"|file:///[A-Za-z0-9._~%+/-]*)\Z")
@@ -108,10 +109,7 @@ def check_tools(spec: BaseSpec) -> str:
     return tool
 
 
-def default_ref(name: str, target: Platform | None = None) -> str:
-    """imagebuild/base:NAME for x86_64, imagebuild/base:NAME-arm64 for arm64: a local engine
-    holds one image per tag (no index), so each platform's base has its own."""
-    return DEFAULT_REF.format(name=name) + (target.suffix if target else "")
+default_ref = local_base_ref
 
 
 def create_base(name: str, *, engine, ref: str | None = None, mirror: str | None = None,

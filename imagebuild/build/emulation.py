@@ -15,47 +15,16 @@ The names are the tools' own (OCI, Debian, the kernel, QEMU), not compatibility 
 from __future__ import annotations
 
 import platform as _platform
-from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ImagebuildError, UsageError
+from ..errors import ImagebuildError
+from ..platforms import PLATFORMS, Platform, platform_of
 
+__all__ = ["PLATFORMS", "Platform", "platform_of", "host_platform", "is_native", "check_emulation"]
 
-@dataclass(frozen=True)
-class Platform:
-    oci: str            # linux/arm64: what engines and registries call it
-    architecture: str   # arm64: the image config's `architecture`
-    variant: str        # v8: the image config's `variant` ("" where OCI names none)
-    debian: str         # arm64: debootstrap --arch
-    machine: str        # aarch64: `uname -m`, and the matrix's platform id
-    qemu: str           # aarch64: the binfmt_misc entry is qemu-<this>
-
-    @property
-    def suffix(self) -> str:
-        """The tag suffix of a local base for this platform ('' for x86_64, the default)."""
-        return "" if self.machine == "x86_64" else f"-{self.architecture}"
-
-
-PLATFORMS: dict[str, Platform] = {
-    "linux/amd64": Platform("linux/amd64", "amd64", "", "amd64", "x86_64", "x86_64"),
-    "linux/arm64": Platform("linux/arm64", "arm64", "v8", "arm64", "aarch64", "aarch64"),
-}
-_ALIASES = {"amd64": "linux/amd64", "x86_64": "linux/amd64", "linux/x86_64": "linux/amd64",
-            "arm64": "linux/arm64", "aarch64": "linux/arm64", "linux/aarch64": "linux/arm64",
-            "linux/arm64/v8": "linux/arm64", "sbsa": "linux/arm64"}
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 BINFMT_D = Path("/usr/lib/binfmt.d")      # where Debian's qemu-user-static puts its entries
-
-
-def platform_of(text: str, argument: str = "--platform") -> Platform:
-    """linux/arm64, arm64, aarch64, sbsa -> linux/arm64; amd64, x86_64 -> linux/amd64."""
-    key = (text or "").strip().lower()
-    key = _ALIASES.get(key, key)
-    if key not in PLATFORMS:
-        raise UsageError(f"unknown platform {text!r} (one of: {', '.join(PLATFORMS)}; arm64, "
-                         "aarch64 and amd64, x86_64 are read as those)", argument=argument)
-    return PLATFORMS[key]
 
 
 def host_platform() -> Platform | None:

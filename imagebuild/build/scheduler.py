@@ -49,6 +49,8 @@ class BuildJob:
     secrets: Mapping[str, Path] = field(default_factory=dict)
     depends_on: tuple[str, ...] = ()
     buildargs: Mapping[str, str] = field(default_factory=dict)
+    # the OCI platform to build for (linux/arm64); None: the engine's own
+    platform: str | None = None
     # run just before the build (in its turn, its failure is the build's): e.g. put the source
     # tarballs in the context, fetched into the cache and checked
     prepare: Callable[[], None] | None = field(default=None, compare=False)
@@ -128,10 +130,11 @@ def build_all(jobs: Sequence[BuildJob], *, engine: Engine, jobs_n: int = 1, keep
         try:
             if job.prepare is not None:
                 job.prepare()
+            extra = {"platform": job.platform} if job.platform else {}
             res = engine.build(job.context, job.ref, dockerfile=job.dockerfile,
                                buildargs=dict(job.buildargs) or None, labels=dict(job.labels) or None,
                                secrets=dict(job.secrets) or None, log=log_of(job),
-                               progress=lambda line: say(f"{job.image_id}: {line}"))
+                               progress=lambda line: say(f"{job.image_id}: {line}"), **extra)
         except ImagebuildError as exc:
             say(f"{job.image_id}: FAILED: {exc}")
             return BuildOutcome(job.image_id, job.ref, FAILED, None, str(exc), log_of(job))

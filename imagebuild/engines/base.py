@@ -63,6 +63,16 @@ def check_key(key: str, what: str) -> str:
     return key
 
 
+PLATFORM_RE = re.compile(r"[a-z0-9]{1,16}/[a-z0-9_]{1,16}(/v[0-9]{1,2})?")
+
+
+def check_platform(platform: str | None) -> str | None:
+    """An OCI platform (os/arch[/variant]) passed to a build, or None."""
+    if platform is not None and (not isinstance(platform, str) or not PLATFORM_RE.fullmatch(platform)):
+        raise UsageError(f"invalid platform {platform!r}: expected OS/ARCH such as linux/arm64")
+    return platform
+
+
 def check_value(value: str, what: str) -> str:
     """A value passed as one argv element (never through a shell): no control characters."""
     if not isinstance(value, str) or _CONTROL.search(value) or len(value) > 4096:
@@ -232,7 +242,7 @@ class Engine(Protocol):
               buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
               secrets: Mapping[str, Path] | None = None, log: Path,
               progress: Progress | None = None, no_cache: bool = False,
-              cache: BuildCache | None = None) -> BuildResult: ...
+              cache: BuildCache | None = None, platform: str | None = None) -> BuildResult: ...
 
     def run(self, image: str, command: Sequence[str], *, env: Mapping[str, str] | None = None,
             network: str | None = None, name: str | None = None, hostname: str | None = None,

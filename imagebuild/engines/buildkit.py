@@ -23,8 +23,8 @@ class BuildKitEngine(DockerEngine):
               buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
               secrets: Mapping[str, Path] | None = None, log: Path,
               progress: Progress | None = None, no_cache: bool = False,
-              cache: BuildCache | None = None) -> BuildResult:
+              cache: BuildCache | None = None, platform: str | None = None) -> BuildResult:
         return build_with_cli(context, ref, engine_name=self.name, inspect=self.inspect,
                               dockerfile=dockerfile, buildargs=buildargs, labels=labels,
                               secrets=secrets, log=log, progress=progress, no_cache=no_cache,
-                              cache=cache)
+                              cache=cache, platform=platform)

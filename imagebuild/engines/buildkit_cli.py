@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from ..errors import EngineError
-from .base import BuildCache, BuildResult, ImageInfo, Progress, check_mapping, check_ref, check_secrets, docker_host
+from .base import (BuildCache, BuildResult, ImageInfo, Progress, check_mapping, check_platform, check_ref,
+                   check_secrets, docker_host)
 from .common import _one_line, _open_log, cancellable, check_context, step_failure
 
 DEFAULT_CLI = "/usr/bin/docker"   # Debian's client: speaks to the 20.10 engine's built-in BuildKit
@@ -52,7 +53,7 @@ def build_with_cli(context: Path, ref: str, *, engine_name: str, inspect: Callab
                    dockerfile: str = "Dockerfile", buildargs: Mapping[str, str] | None = None,
                    labels: Mapping[str, str] | None = None, secrets: Mapping[str, Path] | None = None,
                    log: Path, progress: Progress | None = None, no_cache: bool = False,
-                   cache: BuildCache | None = None) -> BuildResult:
+                   cache: BuildCache | None = None, platform: str | None = None) -> BuildResult:
     """Build ``ref`` with the BuildKit CLI against the engine at DOCKER_HOST (``engine_name``
     "docker" or "podman", which has no BuildKit); ``inspect`` reads the built image back."""
     if engine_name == "podman":
@@ -63,13 +64,14 @@ def build_with_cli(context: Path, ref: str, *, engine_name: str, inspect: Callab
     buildargs = check_mapping(buildargs, "build argument")
     labels = check_mapping(labels, "label")
     secrets = check_secrets(secrets)
+    platform = check_platform(platform)
     cli = docker_cli()
     progress = progress or (lambda _line: None)
 
     with tempfile.TemporaryDirectory(prefix="imagebuild-bk-") as tmp:
         iidfile = Path(tmp) / "iid"
         argv = _argv(cli, iidfile, dockerfile_path, ref, context, labels=labels, buildargs=buildargs,
-                     secrets=secrets, no_cache=no_cache, cache=cache)
+                     secrets=secrets, no_cache=no_cache, cache=cache, platform=platform)
         env = dict(os.environ, DOCKER_BUILDKIT="1", DOCKER_HOST=docker_host())
         if cache is not None and cache.docker_config is not None:
             env["DOCKER_CONFIG"] = str(cache.docker_config)     # the cache registry's credentials
@@ -173,9 +175,11 @@ class _BuildLog:
 
 def _argv(cli: str, iidfile: Path, dockerfile_path: Path, ref: str, context: Path, *,
           labels: Mapping[str, str], buildargs: Mapping[str, str], secrets: Mapping[str, Path],
-          no_cache: bool, cache: BuildCache | None) -> list[str]:
+          no_cache: bool, cache: BuildCache | None, platform: str | None = None) -> list[str]:
     """The `docker build` command line (values checked by the caller; secrets by path only)."""
     argv = [cli, "build", "--progress=plain", "--iidfile", str(iidfile), "-f", str(dockerfile_path), "-t", ref]
+    if platform:
+        argv += ["--platform", platform]
     for k, v in labels.items():
         argv += ["--label", f"{k}={v}"]
     for k, v in buildargs.items():

@@ -28,7 +28,7 @@ from ..errors import (EngineError, EngineRefused, EngineUnavailable, NoSuchImage
                       UsageError)
 from .base import (
     SIZE_RE, BuildCache, BuildResult, ImageInfo, Mount, Progress, PushResult, RunResult, RunSpec,
-    check_hostname, check_mapping, check_name, check_ref, check_value, docker_host,
+    check_hostname, check_mapping, check_name, check_platform, check_ref, check_value, docker_host,
     dockerfile_needs_buildkit,
 )
 from .buildkit_cli import build_with_cli
@@ -129,7 +129,7 @@ class DockerEngine:
               buildargs: Mapping[str, str] | None = None, labels: Mapping[str, str] | None = None,
               secrets: Mapping[str, Path] | None = None, log: Path,
               progress: Progress | None = None, no_cache: bool = False,
-              cache: BuildCache | None = None) -> BuildResult:
+              cache: BuildCache | None = None, platform: str | None = None) -> BuildResult:
         context, dockerfile_path = check_context(context, dockerfile)
         # a registry cache is BuildKit's (the classic builder's --cache-from only reads images
         # already in this engine)
@@ -137,8 +137,9 @@ class DockerEngine:
             return build_with_cli(context, ref, engine_name=self.name, inspect=self.inspect,
                                   dockerfile=dockerfile, buildargs=buildargs, labels=labels,
                                   secrets=secrets, log=log, progress=progress, no_cache=no_cache,
-                                  cache=cache)
+                                  cache=cache, platform=platform)
         check_ref(ref)
+        platform = check_platform(platform)
         buildargs = check_mapping(buildargs, "build argument")
         labels = check_mapping(labels, "label")
         progress = progress or (lambda _line: None)
@@ -179,7 +180,7 @@ class DockerEngine:
                 stream = self._client.api.build(
                     path=str(context), dockerfile=dockerfile, tag=ref, labels=labels or None,
                     buildargs=buildargs or None, rm=True, forcerm=True, decode=True,
-                    nocache=no_cache)
+                    nocache=no_cache, platform=platform)
                 with cancellable(_stream_closer(stream)):
                     for chunk in stream:
                         if "stream" in chunk:

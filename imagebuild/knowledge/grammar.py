@@ -399,6 +399,7 @@ FIELDS: tuple[tuple[tuple[str, ...], Any, str], ...] = (
     (("images", "*", "wheels"), "id", "str"),
     (("images", "*", "rdma"), "id", "str"),
     (("images", "*", "cuda_from"), "id", "str"),
+    (("images", "*", "platforms"), "word", "list"),
     (("images", "*", "sources"), "id", "str"),
     (("images", "*", "build", "cuda_arch"), "version", "list"),
 )
@@ -503,7 +504,8 @@ def check_fields(doc: Any, path: str) -> None:
 FLAVORS = ("runtime", "devel", "cpu")
 VARIANT_MODES = ("all", "default", "default-and-newest")
 FAMILY_KEYS = ("family", "description", "flavors", "pytorch", "variants", "os", "cuda", "nccl",
-               "ucx", "openmpi", "python", "wheels", "rdma", "cuda_from", "sources", "build")
+               "ucx", "openmpi", "python", "wheels", "rdma", "cuda_from", "sources", "build",
+               "platforms")
 # Which tarball of UCX and Open MPI a family's recipes compile: the release asset, or the git tag
 # archive with its submodules (`git_archive:` in the ucx/openmpi release; autogen first).
 SOURCE_FORMS = ("release", "git")
@@ -815,6 +817,12 @@ def _images(c: _Checker, doc, os_ids: set[str], rdma_ids: set[str]):
             if os_id not in os_ids:
                 _fail_in(c, fam, "os", j, f"{where}.os: unknown os {os_id!r} (known: "
                          f"{', '.join(sorted(os_ids)) or 'none'})")
+        if "platforms" in fam:
+            known = set(_ids(doc.get("platforms")))
+            for j, plat in enumerate(c.strings(fam, "platforms", where, "word")):
+                if plat not in known:
+                    _fail_in(c, fam, "platforms", j, f"{where}.platforms: unknown platform "
+                             f"{plat!r} (known: {', '.join(sorted(known)) or 'none'})")
         pytorch = c.string(fam, "pytorch", where, "spec")
         if "variants" in fam:
             mode = c.string(fam, "variants", where, "id")

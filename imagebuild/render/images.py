@@ -72,6 +72,20 @@ class ImageSpec:
     # a devel image is built FROM its family's runtime image of the same stack (as NVIDIA's CUDA
     # images are): that image's local_ref; its id is depends_on[0]. None for every other image.
     from_image: str | None = None
+    # the OCI platform it is built for (matrix.yaml platforms: oci), e.g. linux/arm64
+    oci_platform: str = ""
+    # the id without its platform's suffix: every platform's image of one stack shares it (and
+    # its tag), and is published under it as one OCI image index; "" where it is the id
+    name: str = ""
+
+    @property
+    def base_name(self) -> str:
+        return self.name or self.id
+
+    @property
+    def platform(self) -> str:
+        """The matrix's platform id (x86_64, aarch64)."""
+        return self.stack["platform"]
 
     @property
     def local_ref(self) -> str:
@@ -213,6 +227,7 @@ class _Family:
     cuda_from: str
     form: str               # sources: release | git
     build: dict
+    platforms: list[str]    # matrix platform ids, one image each; empty: the resolver's choice
 
     def fail(self, msg: str):
         _family_error(self.path, self.line, msg)
@@ -281,9 +296,13 @@ def _read_family(k: Knowledge, fam) -> _Family:
                     and not entry.get("git_archive"):
                 fail(f"{name}: sources: git compiles {comp} {entry.get('version')} from its git "
                      f"tag archive, which matrix.yaml's {comp} release does not record (git_archive:)")
+    platforms = _as_list(fam.get("platforms"))
+    for p in platforms:
+        if p not in k.platforms:
+            fail(f"{name}: unknown platform {p!r} (one of {', '.join(k.platforms)})")
     return _Family(raw=fam, line=line, path=k.path, name=name, flavors=flavors, oses=oses,
                    wheels=wheels, rdma=k.rdma.get(rdma_id), cuda_from=cuda_from, form=form,
-                   build=build)
+                   build=build, platforms=platforms)
 
 
 def _rdma_skip(rdma: dict | None, os_id: str, allow_unverified: bool) -> str | None:
@@ -343,14 +362,18 @@ class _Expansion:
                 "against `imagebuild knowledge show pytorch`)")))
         for combo, wishes, vtag in combos:
             for os_id in f.oses:
-                self.combination(f, combo, wishes, vtag, os_id)
+                for plat in f.platforms or [None]:
+                    self.combination(f, combo, wishes, vtag, os_id, plat)
 
-    def combination(self, f: _Family, combo: str, wishes: dict, vtag: str, os_id: str) -> None:
+    def combination(self, f: _Family, combo: str, wishes: dict, vtag: str, os_id: str,
+                    platform: str | None = None) -> None:
         """One combination of the family on one OS: resolved to a stack and, when it resolves and
         its wheel lock is there, one image per flavor; otherwise one Skipped saying why."""
         from .wheellock import read_lock, wheel_set
         k, fam, rdma, cuda_from = self.k, f.raw, f.rdma, f.cuda_from
         w = dict(wishes, os=os_id)
+        if platform is not None:          # the family lists its platforms: one image each
+            w["platform"] = platform
         for comp in ("ucx", "openmpi", "python"):
             if fam.get(comp) is not None:
                 w[comp] = "==" + str(fam[comp])
@@ -358,6 +381,8 @@ class _Expansion:
                                           if rdma else "")
         if cuda_from != "repository":
             label += f", CUDA from the {cuda_from}"
+        if platform is not None:
+            label += f", for {platform}"
         why = _rdma_skip(rdma, os_id, self.allow_unverified)
         if why:
             self.skipped.append(Skipped(f.name, label, tuple(sorted(w.items())), why=why))
@@ -404,8 +429,10 @@ class _Expansion:
         """One ImageSpec per flavor of a resolved stack (an id two wishes both resolved to is
         kept once), with its id, tags and everything the recipe reads."""
         k = self.k
+        suffix = platform_suffix(k, stack["platform"])
         for flavor in f.flavors:
-            iid = _image_id(f.name, stack, vtag, os_id, flavor, f.rdma)
+            name = _image_id(f.name, stack, vtag, os_id, flavor, f.rdma)
+            iid = name + suffix
             if iid in self.seen:
                 if self.specs[self.seen[iid]].cuda_from != f.cuda_from:
                     f.fail(f"{f.name}: image {iid} is declared with CUDA from the "
@@ -417,7 +444,7 @@ class _Expansion:
             self.seen[iid] = len(self.specs)
             base = {}
             if flavor == "devel":   # FROM the runtime image of the same stack (_read_family: listed)
-                rid = _image_id(f.name, stack, vtag, os_id, "runtime", f.rdma)
+                rid = _image_id(f.name, stack, vtag, os_id, "runtime", f.rdma) + suffix
                 base = {"depends_on": (rid,),
                         "from_image": f"imagebuild/{rid}:{_tag(stack, 'runtime', os_id, f.rdma)}"}
             self.specs.append(ImageSpec(
@@ -428,7 +455,18 @@ class _Expansion:
                 wheels=f.wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
                 as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=f.rdma,
                 source=project_source(k), cuda_from=f.cuda_from, licenses=project_licenses(k),
-                sources=f.form, build=f.build, **base))
+                sources=f.form, build=f.build, name=name if suffix else "", oci_platform=str((k.platforms.get(stack["platform"]) or {}).get("oci") or ""),
+                **base))
+
+
+def platform_suffix(k: Knowledge, platform: str) -> str:
+    """'' for the matrix's first platform (x86_64: every id as before platforms were listed),
+    else '-' and the OCI architecture (-arm64): the id of each platform's image. The tag stays
+    the same, so that one published tag holds every platform (an OCI image index)."""
+    oci = str((k.platforms.get(platform) or {}).get("oci") or "")
+    if platform == next(iter(k.platforms), platform) or "/" not in oci:
+        return ""
+    return "-" + oci.split("/")[1]
 
 
 def skipped_summary(k: Knowledge, skipped: list[Skipped]) -> list[str]:
@@ -555,6 +593,25 @@ def with_bases(specs: list[ImageSpec], every: dict[str, ImageSpec]) -> list[Imag
     for spec in specs:
         add(spec)
     return list(out.values())
+
+
+def for_platform(specs: dict[str, ImageSpec], chosen: list[ImageSpec],
+                 oci_platform: str) -> list[ImageSpec]:
+    """Each chosen image's twin for ``oci_platform`` (the image of the same name and tag built for
+    that platform); one line naming the first image that has none."""
+    twins = {(s.base_name, s.tag, s.oci_platform): s for s in specs.values()}
+    out = []
+    for spec in chosen:
+        twin = twins.get((spec.base_name, spec.tag, oci_platform))
+        if twin is None:
+            have = sorted(s.oci_platform for s in specs.values()
+                          if (s.base_name, s.tag) == (spec.base_name, spec.tag))
+            raise UsageError(f"{spec.id} is not built for {oci_platform} (matrix.yaml lists it for "
+                             f"{', '.join(have) or 'no platform'}: a family's platforms: says which)",
+                             argument="--platform")
+        if twin not in out:
+            out.append(twin)
+    return out
 
 
 def select(specs: dict[str, ImageSpec], names: list[str]) -> list[ImageSpec]:

@@ -110,10 +110,13 @@ def _pip_failure(stderr: str) -> str:
     return lines[-1]
 
 
-def host_wheels(lock, cache: Path) -> Path:
+def host_wheels(lock, cache: Path, ws=None) -> Path:
     """Every file of a wheel lock, downloaded once with the host's pip (which finds the CPU wheel
     in its configured find-links) into a cache folder named by the lock's sha256. pip checks each
-    file against the lock's hashes here, and again when the image installs them."""
+    file against the lock's hashes here, and again when the image installs them. ``ws``: the
+    lock's WheelSet; for another CPU than the host's, pip is told the image's platform and
+    Python (else it would look for wheels this host could install)."""
+    import platform as _platform
     dest = cache / f"lock-{lock.sha256[:16]}"
     marker = dest / ".complete"
     if marker.exists():
@@ -125,6 +128,9 @@ def host_wheels(lock, cache: Path) -> Path:
         (tmp / ".requirements.txt").write_text(lock.text, encoding="utf-8")
         cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary", ":all:",
                "--no-deps", "--require-hashes", "--dest", str(tmp), "-r", str(tmp / ".requirements.txt")]
+        if ws is not None and ws.machine != _platform.machine():
+            cmd += ["--platform", ws.pip_platform, "--python-version", ws.python,
+                    "--implementation", "cp"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RenderError(f"cannot gather the wheels of {lock.path} with the host's pip: "
@@ -171,6 +177,6 @@ def write_context(spec: ImageSpec, dest: Path, *, k, renderer: Renderer | None =
             (dest / "requirements" / "runtime.txt").write_text(
                 lock.subset(list(ws.runtime_packages)), encoding="utf-8")
         if spec.wheels == "host":
-            src = host_wheels(lock, wheel_cache(k))
+            src = host_wheels(lock, wheel_cache(k), ws)
             shutil.copytree(src, dest / "wheels", ignore=shutil.ignore_patterns(".complete"))
     return dest

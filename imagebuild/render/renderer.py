@@ -21,6 +21,7 @@ from pathlib import Path
 from . import blocks
 from .checked import guard as _guard, safe as _safe
 from ..knowledge.grammar import bad_char, char_name
+from .. import platforms
 from ..errors import RenderError
 from .images import ImageSpec
 from ..packagers import PACKAGERS
@@ -106,7 +107,8 @@ class Renderer(CudaStages):
                 _safe("id", val, comp)
             elif val != NONE:
                 _safe("version", val, comp)
-        base = _safe("ref", spec.os.get("base") or "", f"base image of {spec.os['id']}")
+        base = _safe("ref", platforms.platform_base(spec.os.get("base") or "", spec.oci_platform),
+                     f"base image of {spec.os['id']}")
         _safe("id", spec.id, "image id")
         _safe("text", spec.description, f"description of {spec.id}")
         if spec.flavor == "cpu" or (spec.cuda_from == "wheels" and not spec.compiles):
@@ -290,3 +292,4 @@ class Renderer(CudaStages):
             f"singularity/{spec.id}.def": self.singularity(spec, k),
             f"singularity/{spec.id}.from-image.def": self.singularity_from_image(spec, k),
         }
+

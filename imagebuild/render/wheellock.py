@@ -59,11 +59,17 @@ class WheelSet:
     # CUDA toolkit from the wheels (the devel stage compiles against them): the packages the
     # run-time stage installs of the lock (the CUDA run time and NCCL; nvcc and headers stay behind)
     runtime_packages: tuple[str, ...] = ()
+    machine: str = "x86_64"            # the image's CPU (matrix platform id: x86_64, aarch64)
 
     @property
     def platform(self) -> str:
-        """uv's --python-platform for the image's C library."""
-        return f"x86_64-manylinux_{self.glibc.replace('.', '_')}"
+        """uv's --python-platform for the image's CPU and C library."""
+        return f"{self.machine}-manylinux_{self.glibc.replace('.', '_')}"
+
+    @property
+    def pip_platform(self) -> str:
+        """pip's --platform tag for the same (manylinux_2_36_aarch64)."""
+        return f"manylinux_{self.glibc.replace('.', '_')}_{self.machine}"
 
     @property
     def path(self) -> Path:
@@ -129,10 +135,15 @@ def wheel_set(k, stack: dict, os_entry: dict, wheels: str | None,
         reqs.append(f"cuda-toolkit[{','.join(TOOLKIT_EXTRAS)}]=={s['cuda']}")
         key = f"cuda-toolkit-{s['cuda']}-{key}"
         runtime = tuple(sorted(TOOLKIT_RUNTIME + ((nccl_pkg,) if nccl_pkg else ())))
-    return WheelSet(key=f"{key}-py{py}-manylinux_{glibc.replace('.', '_')}",
+    machine = str(s.get("platform") or "x86_64")
+    if not re.fullmatch(r"[a-z0-9_]{1,32}", machine):
+        raise KnowledgeError(f"platform {machine!r} cannot name a wheel platform", file=k.path)
+    # x86_64 locks keep the names they had before other platforms were built
+    arch = "" if machine == "x86_64" else f"_{machine}"
+    return WheelSet(key=f"{key}-py{py}-manylinux_{glibc.replace('.', '_')}{arch}",
                     requirements=tuple(sorted(reqs)), python=py, glibc=glibc, index=index,
                     host=wheels == "host", exclude_newer=k.as_of, nccl_package=nccl_pkg,
-                    runtime_packages=runtime)
+                    runtime_packages=runtime, machine=machine)
 
 
 # -------------------------------------------------------------------------------------------------

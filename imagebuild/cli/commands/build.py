@@ -27,6 +27,11 @@ def configure(parser) -> None:
     parser.add_argument("--shard", metavar="K/N",
                         help="build shard K of N of the matrix's images (as `imagebuild images --shard K/N` "
                              "lists them); not with IMAGE names")
+    parser.add_argument("--platform", metavar="OS/ARCH",
+                        help="build the images named (default: every one) for this platform: "
+                             "linux/amd64 or linux/arm64 (arm64, aarch64), the matrix's twin of "
+                             "each (id ending -arm64); another CPU than this host's is built under "
+                             "emulation (binfmt_misc and qemu-user-static, checked first)")
     parser.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
                         help="build up to N independent images at once (default: 1)")
     parser.add_argument("--keep-going", "-k", action="store_true",
@@ -179,8 +184,38 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
                                         ws.sources, sources, progress)
         jobs.append(BuildJob(image_id=spec.id, context=Path(ctx), ref=spec.local_ref,
                              labels=build_labels(spec, ws.root), secrets=dict(secrets or {}),
-                             depends_on=tuple(spec.depends_on), prepare=prepare))
+                             depends_on=tuple(spec.depends_on), prepare=prepare,
+                             platform=foreign_platform(spec)))
     return jobs
+
+
+def foreign_platform(spec) -> str | None:
+    """The OCI platform to build ``spec`` for when it is not this host's (linux/arm64 on an
+    x86_64 builder), else None: the engine's own, as before platforms were listed."""
+    from ...build.emulation import PLATFORMS
+    target = PLATFORMS.get(spec.oci_platform)
+    return None if target is None else foreign_platform_of(target)
+
+
+def foreign_platform_of(target) -> str | None:
+    from ...build.emulation import is_native
+    return None if is_native(target) else target.oci
+
+
+def check_platforms(specs) -> None:
+    """Before anything is rendered or downloaded: each foreign platform asked for can run here
+    (binfmt_misc and QEMU, emulation.check_emulation), or one line naming the image and the fix."""
+    from ...build.emulation import PLATFORMS, check_emulation
+    from ...errors import ImagebuildError
+    for spec in specs:
+        oci = foreign_platform(spec)
+        if oci is not None:
+            try:
+                check_emulation(PLATFORMS[oci])
+            except ImagebuildError as exc:
+                host = next((p.oci for p in PLATFORMS.values() if foreign_platform_of(p) is None), "")
+                skip = f" (or build this host's images only: --platform {host})" if host else ""
+                raise ImagebuildError(f"{spec.id} is for {oci}: {exc}{skip}") from None
 
 
 def _put_sources(tarballs, ctx: Path, cache: Path, origin: str | None, progress) -> None:
@@ -279,6 +314,8 @@ def run(args) -> int:
         raise UsageError(f"--jobs must be 1 or more, not {args.jobs}", argument="--jobs")
     if args.context and args.images:
         raise UsageError("give either IMAGE names or --context folders, not both", argument="--context")
+    if args.context and args.platform:
+        raise UsageError("--platform builds matrix images, not --context folders", argument="--platform")
     # the shared cache's arguments before the engine is asked for
     args.cache_from = check_cache_prefix(args.cache_from, "--cache-from")
     args.cache_to = check_cache_prefix(args.cache_to, "--cache-to")
@@ -308,9 +345,15 @@ def run(args) -> int:
             if not args.images:
                 raise UsageError(f"shard {args.shard} holds no image (fewer chains than shards)",
                                  argument="--shard")
-        select(every, list(dict.fromkeys(args.images)))     # an unknown name: one line, first
+        chosen = select(every, list(dict.fromkeys(args.images)))   # an unknown name: one line, first
+        if args.platform:
+            from ...build.emulation import platform_of
+            from ...render.images import for_platform
+            args.images = [s.id for s in for_platform(every, chosen, platform_of(args.platform).oci)]
         if args.locked:
             pins = check_locked(list(dict.fromkeys(args.images)), k, args.lock or ws.lock, every=every)
+        from ...render.images import with_bases
+        check_platforms(with_bases(select(every, list(dict.fromkeys(args.images))), every))
         # the engine before anything is downloaded or rendered for an engine that is not there
         engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
         jobs = jobs_for(list(dict.fromkeys(args.images)), k, Path(output), secrets=secrets,

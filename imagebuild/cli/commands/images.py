@@ -82,7 +82,8 @@ def run(args) -> int:
     if args.json:
         doc = {"images": [{"id": s.id, "family": s.family, "flavor": s.flavor, "tag": s.tag,
                            "tags": list(s.tags), "ref": s.local_ref, "stack": s.stack,
-                           "min_driver": s.min_driver} for s in specs]}
+                           "min_driver": s.min_driver, "name": s.base_name,
+                           "platform": s.oci_platform or None} for s in specs]}
         if shard_doc is not None:
             doc["shard"] = shard_doc
         if args.all:
@@ -92,7 +93,8 @@ def run(args) -> int:
         return 0
     width = max(len(s.id) for s in specs) if specs else 10
     for s in specs:
-        print(f"{s.id:<{width}}  {s.tag}")
+        # another platform's image of a name: said, since its tag is its twin's
+        print(f"{s.id:<{width}}  {s.tag}" + (f"  ({s.oci_platform})" if s.name else ""))
     print(f"{len(specs)} images" + (f" (shard {shard_doc['shard']} of {shard_doc['of']}, weight "
                                      f"{shard_doc['weight']})" if shard_doc else ""))
     if args.all:
