@@ -32,6 +32,7 @@ from typing import Callable
 
 from ..errors import ImagebuildError, RegistryError, RegistryUnavailable
 from .publish import DIGEST_RE, RegistryAPI, Target
+from ..platforms import repository_names
 from .referrers import EMPTY_BLOB, EMPTY_MEDIA_TYPE, OCI_MANIFEST, canonical_json
 
 REPOSITORY = "imagebuild-index"
@@ -77,14 +78,16 @@ def entry(image_id: str, lock_entry: dict, *, repository: str) -> bytes:
 
 
 def write(api: RegistryAPI, target: Target, image_id: str, lock_entry: dict, *, key=None,
-          progress: Callable[[str], None] | None = None) -> Written:
-    """Push the entry of ``image_id`` (and its signature with ``key``), then point the tag at it."""
+          progress: Callable[[str], None] | None = None, repository_name: str | None = None) -> Written:
+    """Push the entry of ``image_id`` (and its signature with ``key``), then point the tag at it.
+    ``repository_name``: where the image was published when not under its id (one platform's
+    image of a multi-platform name)."""
     from ..digests import sha256_digest
     from . import signing
 
     say = progress or (lambda _m: None)
     repo = index_repository(target)
-    layer = entry(image_id, lock_entry, repository=target.reference(image_id))
+    layer = entry(image_id, lock_entry, repository=target.reference(repository_name or image_id))
     manifest = canonical_json({
         "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
         "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": sha256_digest(EMPTY_BLOB), "size": len(EMPTY_BLOB)},
@@ -129,7 +132,7 @@ def read(api: RegistryAPI, target: Target, *, public_key=None) -> Catalog:
         if not TAG_RE.match(tag) or tag.endswith(".sig"):
             continue        # signature tags, and names no image id has
         try:
-            doc = _read_one(api, repo, tag, where, target.reference(tag))
+            doc = _read_one(api, repo, tag, where, tuple(target.reference(n) for n in repository_names(tag)))
             if public_key is not None:
                 manifest_digest = api.manifest_digest(repo, tag)
                 signing.verify_signature(api, repo, manifest_digest, public_key)
@@ -143,7 +146,7 @@ def read(api: RegistryAPI, target: Target, *, public_key=None) -> Catalog:
     return Catalog(where, entries, refused)
 
 
-def _read_one(api: RegistryAPI, repo: str, tag: str, where: str, expected: str) -> dict:
+def _read_one(api: RegistryAPI, repo: str, tag: str, where: str, expected: tuple[str, ...]) -> dict:
     manifest = api.get_manifest(repo, tag, accept=OCI_MANIFEST)
     if manifest is None:
         raise RegistryError(f"{where}:{tag} vanished while it was read")
@@ -167,15 +170,16 @@ def _read_one(api: RegistryAPI, repo: str, tag: str, where: str, expected: str) 
     return _checked(entry_doc, tag, where, expected)
 
 
-def _checked(doc, tag: str, where: str, expected: str) -> dict:
+def _checked(doc, tag: str, where: str, expected: tuple[str, ...]) -> dict:
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         raise RegistryError(f"{where}:{tag}: not a schema-{SCHEMA} entry")
     if doc.get("image") != tag:
         raise RegistryError(f"{where}:{tag}: the entry names image {str(doc.get('image'))[:80]!r}, not {tag}")
     repository, digest, tags = doc.get("repository"), doc.get("digest"), doc.get("tags")
-    if repository != expected:
-        raise RegistryError(f"{where}:{tag}: the entry names {str(repository)[:120]!r}, not {expected}")
-    if not isinstance(repository, str) or not repository.endswith(f"/{tag}") or \
+    if repository not in expected:
+        raise RegistryError(f"{where}:{tag}: the entry names {str(repository)[:120]!r}, not "
+                            f"{' or '.join(expected)}")
+    if not isinstance(repository, str) or \
             not DIGEST_RE.match(str(digest)) or not isinstance(tags, list) or \
             not all(isinstance(t, str) and TAG_RE.match(t) for t in tags):
         raise RegistryError(f"{where}:{tag}: the entry's repository, digest or tags are malformed")

@@ -266,8 +266,10 @@ def _check_entry(image_id: str, entry, where: str) -> None:
 
 def _published_problem(image_id: str, published) -> str | None:
     """Why ``published`` is not a valid record for ``image_id`` (None when it is): a non-empty map
-    of ``HOST[:PORT]/NAMESPACE/<image_id>`` to {digest: sha256:<64 hex>, tags: sorted, unique,
-    non-empty list of tags}."""
+    of ``HOST[:PORT]/NAMESPACE/<image_id>`` (or the name of a multi-platform image, whose
+    repository holds each platform's) to {digest: sha256:<64 hex>, tags: sorted, unique, non-empty
+    list of tags}."""
+    from ..platforms import repository_names
     from .publish import HOST_RE, NAMESPACE_RE, TAG_RE
 
     if not isinstance(published, dict) or not published:
@@ -275,7 +277,8 @@ def _published_problem(image_id: str, published) -> str | None:
     for repo, record in published.items():
         host, _, path = repo.partition("/") if isinstance(repo, str) else ("", "", "")
         namespace, _, last = path.rpartition("/")
-        if not (HOST_RE.match(host) and NAMESPACE_RE.match(namespace) and last == image_id):
+        if not (HOST_RE.match(host) and NAMESPACE_RE.match(namespace)
+                and last in repository_names(image_id)):
             return f"published key {repo!r} is not HOST[:PORT]/NAMESPACE/{image_id}"
         if not isinstance(record, dict) or set(record) != {"digest", "tags"}:
             return f"published[{repo!r}] must be {{digest, tags}}"

@@ -221,7 +221,8 @@ def publish_image(engine, *, image_id: str, local_ref: str, tags: list[str], tar
                   report: dict, report_source: str = "report", credentials: Credentials | None = None,
                   api: RegistryAPI | None = None,
                   progress: Callable[[str], None] | None = None,
-                  after_dated: Callable[[str], None] | None = None) -> PublishResult:
+                  after_dated: Callable[[str], None] | None = None,
+                  repository_name: str | None = None, staging_tag: str = STAGING_TAG) -> PublishResult:
     """Push ``local_ref`` as ``target/<image_id>:<tag>`` for every tag, in the safe order.
 
     ``engine`` is an imagebuild Engine; ``report`` the smoke report of the image (checked against the
@@ -231,12 +232,15 @@ def publish_image(engine, *, image_id: str, local_ref: str, tags: list[str], tar
     image is first pushed under STAGING_TAG, verified, given its attachments, and only then tagged
     with the release's tags: no release tag, dated or floating, ever names an image without them.
     When ``after_dated`` raises, no release tag was pushed and publishing again completes it.
+    ``repository_name``: the repository's last part when it is not the image id (one platform's
+    image of a multi-platform name goes to the name's repository: deliver/platforms.py), and
+    ``staging_tag`` then is the platform's own, so that two platforms' jobs never move each other's.
     """
     say = progress or (lambda _msg: None)
     secrets = [credentials.password] if credentials else []
     ordered = order_tags(list(tags))
-    repository_path = target.repository(image_id)
-    repository = target.reference(image_id)
+    repository_path = target.repository(repository_name or image_id)
+    repository = target.reference(repository_name or image_id)
     image = engine.lookup(local_ref)
     if image is None:
         raise ImagebuildError(f"image {local_ref} is not in the engine; build it first")
@@ -257,12 +261,12 @@ def publish_image(engine, *, image_id: str, local_ref: str, tags: list[str], tar
     digest_of_image: str | None = None
     if after_dated is not None:
         digest_of_image = _push_verified(engine, api, engine_id, local_ref, repository, repository_path,
-                                         STAGING_TAG, credentials, secrets, target, say)
+                                         staging_tag, credentials, secrets, target, say)
         try:
             after_dated(digest_of_image)
         except RegistryError as exc:
             cls = RegistryUnavailable if isinstance(exc, RegistryUnavailable) else RegistryError
-            raise cls(f"{exc.message}; the image is pushed only as {repository}:{STAGING_TAG} "
+            raise cls(f"{exc.message}; the image is pushed only as {repository}:{staging_tag} "
                       f"({digest_of_image}), no tag of this release was pushed: publishing again "
                       "completes it") from None
     for tag in ordered:

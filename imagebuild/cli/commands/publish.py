@@ -117,14 +117,16 @@ def image_sbom(image_id: str, engine_id: str, args) -> bytes | None:
     return raw
 
 
-def attach_to(api, target, image_id: str, sbom: bytes | None, key, done: dict, say):
+def attach_to(api, target, image_id: str, sbom: bytes | None, key, done: dict, say,
+              repository_name: str | None = None):
     """publish_image's after_dated hook: the SBOM referrer, then the signatures of the image and of
-    the SBOM referrer; what was pushed goes into ``done``."""
+    the SBOM referrer; what was pushed goes into ``done``. ``repository_name``: the repository's
+    last part when it is not the image id (one platform's image of a multi-platform name)."""
     from ...deliver import referrers, signing
 
     def hook(digest: str) -> None:
-        repository = target.repository(image_id)
-        reference = target.reference(image_id)
+        repository = target.repository(repository_name or image_id)
+        reference = target.reference(repository_name or image_id)
         if sbom is not None:
             subject = referrers.subject_of(api, repository, digest)
             done["sbom"] = referrers.attach_sbom(api, repository, subject, sbom, image_id=image_id,
@@ -149,6 +151,15 @@ def attachment_lines(result, done: dict) -> list[str]:
         if what in done:
             s = done[what]
             lines.append(f"{repo}:{s.tag}@{s.digest} {what.replace('_', ' ')} of {s.subject} (key {s.key_id})")
+    if "platforms" in done:
+        x = done["platforms"]
+        if x.digest is not None:
+            lines.append(f"{x.repository}@{x.digest} index of {', '.join(m.oci_platform for m in x.members)}"
+                         + (f" (signed, key {done['platforms_signature'].key_id})"
+                            if "platforms_signature" in done else ""))
+        else:
+            lines.append(f"{x.repository}: index not written yet: it waits for "
+                         f"{', '.join(x.waiting_for)} (publish that image, and the index follows)")
     if "index" in done:
         w = done["index"]
         host = repo.split("/", 1)[0]
@@ -179,14 +190,37 @@ def record_published(result, args) -> None:
                               tags=[t.reference.rsplit(":", 1)[1] for t in result.tags])
 
 
-def write_index(api, target, image_id: str, key, args, say):
+def write_index(api, target, image_id: str, key, args, say, repository_name: str | None = None):
     """The registry's index entry of what was just published and recorded (deliver/catalog.py):
     what `find --registry` reads on a node that has no images.lock."""
     from ...deliver import catalog, lockfile
 
     lock_path = args.lock or str(Workspace.of(args.matrix).lock)
     return catalog.write(api, target, image_id, lockfile.read_lock(lock_path)[image_id], key=key,
-                         progress=say)
+                         progress=say, repository_name=repository_name)
+
+
+def platform_twins(every: dict, spec) -> list:
+    """Every platform's image of ``spec``'s name and tag, in the matrix's order, when there are
+    several (else []): those publish under one index."""
+    name = getattr(spec, "base_name", spec.id)
+    twins = [s for s in every.values()
+             if getattr(s, "base_name", s.id) == name and s.tag == spec.tag]
+    return twins if len(twins) > 1 else []
+
+
+def publish_platforms(api, target, spec, twins: list, key, done: dict, say) -> None:
+    """After one platform's image is pushed: the index over every platform of its name, when all
+    of them are in the registry (deliver/platforms.py), signed with ``key``."""
+    from ...deliver import platforms, publish, signing
+    repository = target.repository(spec.base_name)
+    result = platforms.publish_index(api, host=target.host, repository=repository,
+                                     tags=publish.order_tags(list(spec.tags)),
+                                     platforms=[t.oci_platform for t in twins], progress=say)
+    done["platforms"] = result
+    if result.digest is not None and key is not None:
+        done["platforms_signature"] = signing.sign(api, repository, docker_reference=result.repository,
+                                                   digest=result.digest, key=key, progress=say)
 
 
 def run(args) -> int:
@@ -204,7 +238,9 @@ def run(args) -> int:
         key = load_signing_key(args.sign_key)
     else:
         key = None
-    specs = lookup_images(args.matrix, list(dict.fromkeys(args.images)))
+    from ...render.images import load_images
+    every = load_images(args.matrix)      # all of them: an image's twins on other platforms too
+    specs = lookup_images(args.matrix, list(dict.fromkeys(args.images)), every)
     if args.fail_on:   # before anything else: a refused image stops the whole run
         from ...deliver.audit import gate
         from pathlib import Path
@@ -235,16 +271,26 @@ def run(args) -> int:
         report, source = reports[image_id]
         say = rep.progress
         done: dict = {}
+        twins = platform_twins(every, spec)
+        name = getattr(spec, "base_name", image_id) if twins else None
+        tags = list(spec.tags)
+        staging = publish.STAGING_TAG
+        if twins:      # one platform's image of a multi-platform name (deliver/platforms.py)
+            from ...deliver.platforms import arch_tag
+            tags = [arch_tag(t, spec.oci_platform) for t in spec.tags]
+            staging = arch_tag(staging, spec.oci_platform)
         result = publish.publish_image(
-            engine, image_id=image_id, local_ref=spec.local_ref, tags=list(spec.tags), target=target,
+            engine, image_id=image_id, local_ref=spec.local_ref, tags=tags, target=target,
             report=report, report_source=source, credentials=credentials, api=api,
-            progress=say,
-            after_dated=attach_to(api, target, image_id, sboms[image_id], key, done, say)
+            progress=say, repository_name=name, staging_tag=staging,
+            after_dated=attach_to(api, target, image_id, sboms[image_id], key, done, say, name)
             if sboms[image_id] is not None or key is not None else None)
+        if twins:
+            publish_platforms(api, target, spec, twins, key, done, say)
         attached[image_id] = done
         results.append(result)
         record_published(result, args)
-        done["index"] = write_index(api, target, image_id, key, args, say)
+        done["index"] = write_index(api, target, image_id, key, args, say, name)
         for tag in result.tags:
             rep.line(f"{tag.reference}@{tag.digest}", image=image_id)
         for line in attachment_lines(result, attached[image_id]):
