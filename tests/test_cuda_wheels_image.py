@@ -199,15 +199,21 @@ def _run(client, ref: str, script: str) -> str:
     return client.containers.run(ref, ["-c", script], entrypoint="bash", remove=True).decode()
 
 
-def test_every_cpu_tier_check_passes(report, wheels_image):
+def assert_cpu_tier_passed(report, image_id: str) -> None:
+    """`imagebuild test`'s exit code and report: every check of the CPU tier passed (nccl-tests,
+    which needs a GPU, aside), the distributed ones included, for ``image_id``."""
     code, data = report
     statuses = {c["name"]: (c["status"], c["detail"]) for c in data["checks"]}
     failed = {n: d for n, (s, d) in statuses.items() if s != "pass" and n != "nccl-tests"}
     assert not failed
-    assert code == 0 and data["passed"] is True and data["imagebuild_id"] == IMAGE
+    assert code == 0 and data["passed"] is True and data["imagebuild_id"] == image_id
     for name in ("versions", "libraries", "mpi.config", "mpi.allreduce", "torch.allreduce",
                  "ddp.equivalence", "ddp.two-node"):
         assert statuses[name][0] == "pass", name
+
+
+def test_every_cpu_tier_check_passes(report, wheels_image):
+    assert_cpu_tier_passed(report, IMAGE)
 
 
 def test_versions_come_from_the_libraries_and_equal_the_labels(report, specs):

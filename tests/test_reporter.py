@@ -337,7 +337,10 @@ def test_test_json_without_an_engine(capsys, tmp_path, monkeypatch):
         return Report(image=ref, checks=checks, extra={"imagebuild_id": "smoke-cpu"})
 
     monkeypatch.setattr(engines, "get_engine", lambda *a, **k: object())
-    monkeypatch.setattr(testrun, "inspect_image", lambda engine, ref: None)
+    from imagebuild.engines import ImageInfo
+    from imagebuild.testrun.containers import ImageUnderTest
+    monkeypatch.setattr(testrun, "inspect_image", lambda engine, ref: ImageUnderTest(
+        ref, ImageInfo(id="sha256:" + "1" * 64, repo_digests=(), size=0)))
     monkeypatch.setattr(testrun, "test_image", fake_test_image)
     monkeypatch.setattr(signal, "signal", lambda *a: None)
     ref, report = "imagebuild/smoke-cpu:local", str(tmp_path / "r.json")

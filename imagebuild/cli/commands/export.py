@@ -23,6 +23,9 @@ def configure(parser) -> None:
     parser.add_argument("--output", required=True, metavar="PATH",
                         help="the file (sqsh, sif) or folder (oci-bundle) to write")
     parser.add_argument("--force", action="store_true", help="replace PATH when it exists")
+    parser.add_argument("--platform", metavar="OS/ARCH",
+                        help="export the matrix image's twin for this platform (linux/arm64, arm64, "
+                             "aarch64: for Grace nodes), built with `imagebuild build IMAGE --platform`")
     parser.add_argument("--squash-level", type=int, default=1, metavar="N",
                         help="sqsh: gzip level 1 (fastest, the default) to 9 (smallest)")
     parser.add_argument("--keep-setuid", action="store_true",
@@ -36,15 +39,25 @@ def configure(parser) -> None:
     add_matrix_option(parser)
 
 
-def resolve_ref(image: str, matrix: str) -> str:
+def resolve_ref(image: str, matrix: str, platform: str | None = None) -> str:
     """A local reference for IMAGE: taken as is when it looks like NAME:TAG or sha256:ID, else
-    looked up in the matrix."""
+    looked up in the matrix (with ``platform``: the image's twin for that platform)."""
     from ...deliver.export import check_ref
+    from ...errors import UsageError
 
     if ":" in image:
+        if platform:
+            raise UsageError(f"--platform picks a matrix image's twin; {image!r} is an image "
+                             "reference already", argument="--platform")
         return check_ref(image)
     from .publish import lookup_images
 
+    if platform:
+        from ...build.emulation import platform_of
+        from ...render.images import for_platform, load_images
+        every = load_images(matrix)
+        spec = lookup_images(matrix, [image], every)[image]
+        return check_ref(for_platform(every, [spec], platform_of(platform).oci)[0].local_ref)
     return check_ref(lookup_images(matrix, [image])[image].local_ref)
 
 
@@ -53,7 +66,7 @@ def run(args) -> int:
     from ...engines import get_engine
 
     export.squash_flags(args.squash_level)      # a bad level is one line before anything runs
-    ref = resolve_ref(args.image, args.matrix)
+    ref = resolve_ref(args.image, args.matrix, args.platform)
     if args.format == "sif" and export.find_apptainer() is None:
         export.export_sif(None, ref, args.output)  # raises the one line naming what is missing
     export.require_tools(args.format, args.oci_method)  # a missing tool is named before any engine

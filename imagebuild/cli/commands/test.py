@@ -30,20 +30,56 @@ def _seconds(text: str) -> float:
     return bounded(float, 10, 7200)(text)
 
 
-def _refs_for(names: list[str], matrix: str) -> list[str]:
+#: a check run under QEMU's user-mode emulation (an image for another CPU) takes several times
+#: its native time (docs/benchmarks.md, "arm64 under emulation"): the default timeout is scaled
+EMULATED_TIMEOUT_FACTOR = 5
+DEFAULT_TIMEOUT = 180.0
+
+
+def _refs_for(names: list[str], matrix: str, platform: str | None = None) -> list[str]:
     """Matrix image ids (smoke-cpu) become their local references, from one load of the matrix
-    (and none when every name is a ref); anything with ':' or '/' is a ref already."""
+    (and none when every name is a ref); anything with ':' or '/' is a ref already. With
+    ``platform`` (OCI), each id names its twin for that platform."""
     specs = None
     refs = []
     for name in names:
         if ":" in name or "/" in name:
+            if platform:
+                raise UsageError(f"--platform picks a matrix image's twin; {name!r} is an image "
+                                 "reference already", argument="--platform")
             refs.append(name)
             continue
-        from ...render.images import load_images, select
+        from ...render.images import for_platform, load_images, select
         if specs is None:
             specs = load_images(matrix)
-        refs.append(select(specs, [name])[0].local_ref)
+        chosen = select(specs, [name])
+        if platform:
+            chosen = for_platform(specs, chosen, platform)
+        refs.append(chosen[0].local_ref)
     return refs
+
+
+def _emulated(images, rep, timeout: float | None) -> dict[str, float]:
+    """Each image's timeout per check: the one asked for, else the default, scaled for an image
+    whose architecture is not this host's; such an image's emulation is checked first (one line
+    with the fix when binfmt_misc or QEMU is missing)."""
+    from ...build.emulation import PLATFORMS, check_emulation, is_native
+    from ...errors import ImagebuildError
+    out = {}
+    for image in images:
+        arch = image.info.architecture
+        target = next((p for p in PLATFORMS.values() if p.architecture == arch), None)
+        if target is None or is_native(target):
+            out[image.ref] = timeout or DEFAULT_TIMEOUT
+            continue
+        try:
+            how = check_emulation(target)
+        except ImagebuildError as exc:
+            raise ImagebuildError(f"{image.ref} is for {target.oci}: {exc}") from None
+        out[image.ref] = timeout or DEFAULT_TIMEOUT * EMULATED_TIMEOUT_FACTOR
+        rep.progress(f"{image.ref} is for {target.oci}: its checks run under emulation ({how}), "
+                     f"{out[image.ref]:.0f} s each" + ("" if timeout else " (--timeout sets it)"))
+    return out
 
 
 def _terminate(signum, frame):  # noqa: ARG001 - signal API
@@ -63,7 +99,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "Container Toolkit must be installed there) and nccl-tests runs too")
     parser.add_argument("--ranks", type=_count, default=None,
                         help="ranks for the distributed checks (default 2; tier gpu: one per GPU)")
-    parser.add_argument("--timeout", type=_seconds, default=180.0, help="seconds per check (default 180)")
+    parser.add_argument("--timeout", type=_seconds, default=None,
+                        help=f"seconds per check (default {DEFAULT_TIMEOUT:.0f}; "
+                             f"{DEFAULT_TIMEOUT * EMULATED_TIMEOUT_FACTOR:.0f} for an image for another "
+                             "CPU, which runs under emulation)")
+    parser.add_argument("--platform", metavar="OS/ARCH",
+                        help="test each named matrix image's twin for this platform (linux/arm64, "
+                             "arm64, aarch64): an image for another CPU runs under emulation "
+                             "(binfmt_misc and qemu-user-static, checked first)")
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="do not stream the suite's output; print only each check's result")
     parser.add_argument("--only", nargs="+", metavar="NAME", action="extend", default=[],
@@ -84,18 +127,22 @@ def run(args) -> int:
     if args.report and len(args.images) != 1:
         raise UsageError("--report names the report of one image; give one IMAGE "
                          "(without it each report goes to .imagebuild/reports/<image-id>.json beside the matrix)", argument="--report")
-    args.images = _refs_for(args.images, args.matrix)
+    platform = None
+    if args.platform:
+        from ...build.emulation import platform_of
+        platform = platform_of(args.platform).oci
+    args.images = _refs_for(args.images, args.matrix, platform)
     for ref in args.images:
         testrun.validate_ref(ref)
     ranks = args.ranks if args.ranks is not None or args.tier == "gpu" else 2
-    opts = testrun.TestOptions(ranks=ranks, timeout=args.timeout, only=testrun.check_only(args.only),
-                               tier=args.tier)
+    only = testrun.check_only(args.only)
     engine = get_engine()
     # a CI runner stops jobs with SIGTERM: leave through the same clean-up path as Ctrl-C
     signal.signal(signal.SIGTERM, _terminate)
-    for ref in args.images:  # every image known and labelled before anything runs
-        testrun.inspect_image(engine, ref)
+    # every image known and labelled, and runnable here, before anything runs
+    under_test = [testrun.inspect_image(engine, ref) for ref in args.images]
     rep = Reporter(command="test", json_mode=args.json)   # --quiet here: no log stream, results stay
+    timeouts = _emulated(under_test, rep, args.timeout)
     failed = 0
     done = []
     for ref in args.images:
@@ -110,6 +157,7 @@ def run(args) -> int:
             if line.strip():
                 rep.line(f"   | {line}", message=line, image=ref, stream="suite")
 
+        opts = testrun.TestOptions(ranks=ranks, timeout=timeouts[ref], only=only, tier=args.tier)
         report = testrun.test_image(engine, ref, opts, progress=show, log=None if args.quiet else inside)
         path = args.report or Workspace.of(args.matrix).reports / f"{report.extra['imagebuild_id']}.json"
         try:
