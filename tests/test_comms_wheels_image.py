@@ -158,6 +158,19 @@ def test_mpirun_across_hosts_puts_one_rank_on_each(monkeypatch):
     assert "--oversubscribe" in local and "--host" not in local and "pml" not in local
 
 
+def test_this_side_s_ucx_settings_reach_every_rank(monkeypatch):
+    """A UCX setting of the launcher's environment (the run's, e.g. emulation.EMULATED_ENV for an
+    image under QEMU) is forwarded to the ranks, whose ssh sessions would not have it; UCX_TLS is
+    the check's own."""
+    monkeypatch.setenv("UCX_TCP_KEEPIDLE", "inf")
+    monkeypatch.setenv("UCX_TLS", "rc")
+    argv = mpirun_argv("/opt/openmpi/bin/mpirun", 2, "self,tcp", "python3", "libmpi.so.40", "/tmp/out",
+                       hosts=["node0", "node1"])
+    pairs = list(zip(argv, argv[1:]))
+    assert ("-x", "UCX_TCP_KEEPIDLE") in pairs and ("-x", "UCX_TLS=self,tcp") in pairs
+    assert ("-x", "UCX_TLS") not in pairs
+
+
 # -------------------------------------------------------------------------------------------------
 # built on the real engine, tested inside
 

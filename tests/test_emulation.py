@@ -61,8 +61,27 @@ def test_native_needs_nothing(on_x86, tmp_path):
     assert check_emulation(AMD, tmp_path / "absent") == ""
 
 
-def test_a_registered_emulator_with_the_f_flag_is_enough(on_x86, tmp_path):
-    assert check_emulation(ARM, _binfmt(tmp_path)) == "aarch64-binfmt-P via binfmt_misc, flags POCF"
+def test_a_registered_emulator_with_the_f_flag_is_enough(on_x86, tmp_path, monkeypatch):
+    monkeypatch.setattr(emulation, "qemu_version", lambda interpreter: None)
+    binfmt = _binfmt(tmp_path)
+    assert check_emulation(ARM, binfmt) == "aarch64-binfmt-P via binfmt_misc, flags POCF"
+    monkeypatch.setattr(emulation, "qemu_version", lambda interpreter: "7.2.0")
+    how = check_emulation(ARM, binfmt)
+    assert how == "aarch64-binfmt-P (QEMU 7.2.0) via binfmt_misc, flags POCF"
+    # QEMU 7.2 runs debootstrap and pip, but PyTorch's aarch64 wheels die at import under it
+    assert "QEMU 8 or later" in emulation.too_old_for_pytorch(how)
+    assert emulation.too_old_for_pytorch(how.replace("7.2.0", "10.0.2")) is None
+    assert emulation.too_old_for_pytorch("aarch64-binfmt-P via binfmt_misc, flags POCF") is None
+
+
+def test_the_emulator_s_version_is_read_from_it_by_its_real_name(tmp_path):
+    fake = tmp_path / "qemu-aarch64"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && echo 'qemu-aarch64 version 10.0.2 (Debian 1:10.0.2)'\n")
+    fake.chmod(0o755)
+    alias = tmp_path / "aarch64-binfmt-P"
+    alias.symlink_to(fake)
+    assert emulation.qemu_version(str(alias)) == "10.0.2"
+    assert emulation.qemu_version(str(tmp_path / "missing")) is None
 
 
 @pytest.mark.parametrize("status, entry, says", [

@@ -20,7 +20,8 @@ from pathlib import Path
 from ..errors import ImagebuildError
 from ..platforms import PLATFORMS, Platform, platform_of
 
-__all__ = ["PLATFORMS", "Platform", "platform_of", "host_platform", "is_native", "check_emulation"]
+__all__ = ["PLATFORMS", "Platform", "platform_of", "host_platform", "is_native", "check_emulation",
+           "qemu_version", "too_old_for_pytorch"]
 
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
@@ -73,4 +74,46 @@ def check_emulation(target: Platform, binfmt: Path = BINFMT) -> str:
             f"without the F (fix-binary) flag, so it cannot be found inside a container or a "
             f"chroot: register it again with F (Debian: apt-get install --reinstall "
             "qemu-user-static, whose binfmt entries carry it)")
-    return f"{Path(fields.get('interpreter', 'qemu').strip()).name} via binfmt_misc, flags {flags}"
+    interpreter = fields.get("interpreter", "qemu").strip()
+    version = qemu_version(interpreter)
+    return (f"{Path(interpreter).name}" + (f" (QEMU {version})" if version else "")
+            + f" via binfmt_misc, flags {flags}")
+
+
+#: What a container of an image run under QEMU is given. QEMU 10.0's user-mode emulation refuses
+#: setsockopt(IPPROTO_TCP, TCP_KEEPINTVL) with EINVAL, so UCX's TCP transport cannot connect
+#: ("failed to set 5 option for 6 level"); UCX sets TCP keepalive only while UCX_TCP_KEEPIDLE is
+#: finite. Measured: ucx_perftest over self,tcp fails without it and runs with it.
+EMULATED_ENV = {"UCX_TCP_KEEPIDLE": "inf"}
+
+#: the oldest QEMU whose aarch64 user-mode emulation runs PyTorch: under Debian 12's QEMU 7.2,
+#: torch 2.13.0's aarch64 wheel dies of SIGSEGV at `import torch`; QEMU 10.0 runs it
+#: (docs/benchmarks.md, "arm64 under emulation"). 8 is the first major after the one seen failing.
+QEMU_FOR_PYTORCH = (8, 0)
+
+
+def qemu_version(interpreter: str) -> str | None:
+    """The version of the QEMU a binfmt_misc entry runs ("10.0.2"), read from the emulator itself
+    (`--version`, run by its real name: the -binfmt-P alias refuses to run by hand); None when it
+    cannot be read."""
+    import re
+    import subprocess
+    try:
+        real = Path(interpreter).resolve(strict=True)
+        out = subprocess.run([str(real), "--version"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    m = re.search(r"version ([0-9]+\.[0-9]+(?:\.[0-9]+)?)", out)
+    return m.group(1) if m else None
+
+
+def too_old_for_pytorch(how: str) -> str | None:
+    """A warning when check_emulation's description names a QEMU older than QEMU_FOR_PYTORCH."""
+    import re
+    m = re.search(r"\(QEMU ([0-9]+)\.([0-9]+)", how)
+    if not m or (int(m.group(1)), int(m.group(2))) >= QEMU_FOR_PYTORCH:
+        return None
+    return (f"QEMU {m.group(1)}.{m.group(2)} emulates this platform: PyTorch's aarch64 wheels die of "
+            "SIGSEGV at import under QEMU 7.2; install QEMU 8 or later (Debian 12: apt-get install "
+            "-t bookworm-backports qemu-user-static, then register it again: bash "
+            ".ci/start-emulation.sh does both)")

@@ -423,6 +423,8 @@ def mpirun_argv(mpirun: str, ranks: int, tls: str | None, python: str, lib: str,
         # Open MPI 4.1 only picks UCX on InfiniBand devices unless told otherwise
         argv += ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices",
                  "any", "-x", f"UCX_TLS={tls}"]
+    # the UCX settings of this side reach every rank (UCX_TLS is the check's own, above)
+    argv += [a for v in sorted(os.environ) if v.startswith("UCX_") and v != "UCX_TLS" for a in ("-x", v)]
     return argv + ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
                    python, "-m", "imagebuild.smoke.workers.mpi_allreduce", "--lib", lib, "--out", out_dir]
 

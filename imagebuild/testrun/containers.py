@@ -29,10 +29,11 @@ class Containers:
     ``with``, also on Ctrl-C) removes every container and network, killing those still running.
     """
 
-    def __init__(self, engine, prefix: str = "imagebuild-smoke"):
+    def __init__(self, engine, prefix: str = "imagebuild-smoke", env: dict | None = None):
         self._session = engine.containers(prefix, "io.imagebuild.smoke")
         self.token = self._session.token
         self._networks = 0
+        self._env = dict(env or {})      # every container's, under what each start() adds
 
     def __enter__(self) -> "Containers":
         return self
@@ -58,7 +59,8 @@ class Containers:
         the IPC and PID namespaces of the container `join` (two processes in two containers that
         see each other as on one host); with `gpus`, every GPU of the engine's host."""
         try:
-            container = self._session.create(image, command, name=name, env=env or {}, network=network,
+            container = self._session.create(image, command, name=name, env={**self._env, **(env or {})},
+                                             network=network,
                                              hostname=hostname, shm_size=shm_size, shareable=shareable,
                                              join=join, gpus=gpus)
             if files is not None and not self._session.put_files(container, files):
@@ -156,6 +158,8 @@ class TestOptions:
     timeout: float = 180.0
     only: list[str] = field(default_factory=list)
     tier: str = "cpu"
+    # set in every container of the run (emulation.EMULATED_ENV for an image run under QEMU)
+    env: dict = field(default_factory=dict)
 
     def wants(self, name: str) -> bool:
         return not self.only or name in self.only

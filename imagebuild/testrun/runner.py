@@ -188,7 +188,7 @@ def test_image(engine, ref: str, opts: TestOptions, progress: Callable[[CheckRes
     image = inspect_image(engine, ref)
     info = image.info
     checks: list[CheckResult] = []
-    with Containers(engine) as cs:
+    with Containers(engine, env=opts.env) as cs:
         results, image_json = _suite_in_container(cs, image, opts, progress, log)
         labels = compare_labels(info.labels, image_json, dict(info.env))
         for r in results:

@@ -59,26 +59,31 @@ def _refs_for(names: list[str], matrix: str, platform: str | None = None) -> lis
     return refs
 
 
-def _emulated(images, rep, timeout: float | None) -> dict[str, float]:
-    """Each image's timeout per check: the one asked for, else the default, scaled for an image
-    whose architecture is not this host's; such an image's emulation is checked first (one line
-    with the fix when binfmt_misc or QEMU is missing)."""
-    from ...build.emulation import PLATFORMS, check_emulation, is_native
+def _emulated(images, rep, timeout: float | None) -> dict[str, tuple[float, dict]]:
+    """Each image's timeout per check and its containers' extra environment: the timeout asked
+    for, else the default, scaled for an image whose architecture is not this host's, whose
+    containers also get emulation.EMULATED_ENV; such an image's emulation is checked first (one
+    line with the fix when binfmt_misc or QEMU is missing)."""
+    from ...build.emulation import EMULATED_ENV, PLATFORMS, check_emulation, is_native, too_old_for_pytorch
     from ...errors import ImagebuildError
     out = {}
     for image in images:
         arch = image.info.architecture
         target = next((p for p in PLATFORMS.values() if p.architecture == arch), None)
         if target is None or is_native(target):
-            out[image.ref] = timeout or DEFAULT_TIMEOUT
+            out[image.ref] = (timeout or DEFAULT_TIMEOUT, {})
             continue
         try:
             how = check_emulation(target)
         except ImagebuildError as exc:
             raise ImagebuildError(f"{image.ref} is for {target.oci}: {exc}") from None
-        out[image.ref] = timeout or DEFAULT_TIMEOUT * EMULATED_TIMEOUT_FACTOR
+        out[image.ref] = (timeout or DEFAULT_TIMEOUT * EMULATED_TIMEOUT_FACTOR, dict(EMULATED_ENV))
+        old = too_old_for_pytorch(how)
+        if old:
+            rep.warn(f"{image.ref}: {old}")
         rep.progress(f"{image.ref} is for {target.oci}: its checks run under emulation ({how}), "
-                     f"{out[image.ref]:.0f} s each" + ("" if timeout else " (--timeout sets it)"))
+                     f"{out[image.ref][0]:.0f} s each" + ("" if timeout else " (--timeout sets it)")
+                     + ", with " + " ".join(f"{k}={v}" for k, v in sorted(EMULATED_ENV.items())))
     return out
 
 
@@ -157,7 +162,8 @@ def run(args) -> int:
             if line.strip():
                 rep.line(f"   | {line}", message=line, image=ref, stream="suite")
 
-        opts = testrun.TestOptions(ranks=ranks, timeout=timeouts[ref], only=only, tier=args.tier)
+        opts = testrun.TestOptions(ranks=ranks, timeout=timeouts[ref][0], only=only, tier=args.tier,
+                                   env=timeouts[ref][1])
         report = testrun.test_image(engine, ref, opts, progress=show, log=None if args.quiet else inside)
         path = args.report or Workspace.of(args.matrix).reports / f"{report.extra['imagebuild_id']}.json"
         try:
