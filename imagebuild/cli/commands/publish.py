@@ -203,9 +203,8 @@ def write_index(api, target, image_id: str, key, args, say, repository_name: str
 def platform_twins(every: dict, spec) -> list:
     """Every platform's image of ``spec``'s name and tag, in the matrix's order, when there are
     several (else []): those publish under one index."""
-    name = getattr(spec, "base_name", spec.id)
-    twins = [s for s in every.values()
-             if getattr(s, "base_name", s.id) == name and s.tag == spec.tag]
+    key = (getattr(spec, "base_name", spec.id), getattr(spec, "tag", None))
+    twins = [s for s in every.values() if (getattr(s, "base_name", s.id), getattr(s, "tag", None)) == key]
     return twins if len(twins) > 1 else []
 
 
