@@ -71,8 +71,8 @@ def test_the_image_is_arm64_through_and_through(arm64_image, docker_client):
         entrypoint="bash", remove=True).decode().split()
     assert out[:3] == ["aarch64", "arm64", "aarch64"], out
     # the wheels are the aarch64 lock's (a file of its own, beside the x86_64 one)
-    wheels = docker_client.containers.run(arm64_image.local_ref, ["cat", "/opt/imagebuild/requirements/wheels.txt"],
-                                          entrypoint="", remove=True).decode()
+    wheels = docker_client.containers.run(arm64_image.local_ref, ["-c", "cat /opt/imagebuild/requirements/wheels.txt"],
+                                          entrypoint="bash", remove=True).decode()
     assert "# for: Python 3.11, aarch64-manylinux_2_36" in wheels
 
 
