@@ -36,7 +36,7 @@ def test_the_family_gives_one_image_per_platform_under_one_tag(k, every):
     assert (amd.oci_platform, arm.oci_platform) == ("linux/amd64", "linux/arm64")
     assert (amd.platform, arm.platform) == ("x86_64", "aarch64")
     assert amd.tag == arm.tag and amd.base_name == arm.base_name == NAME
-    assert amd.name == "" and arm.name == NAME          # the first platform's id is as before
+    assert amd.name == "" and arm.name == NAME          # x86_64's id is as before
     assert {c: v for c, v in amd.stack.items() if c != "platform"} == \
         {c: v for c, v in arm.stack.items() if c != "platform"}
     # every other image is for the matrix's first platform, ids unchanged

@@ -39,7 +39,7 @@ from typing import Callable
 from ..digests import sha256_file
 from ..engines import check_ref
 from ..errors import ImagebuildError, UsageError
-from ..platforms import LOCAL_BASE, local_base_ref
+from ..platforms import local_base_ref
 from .emulation import Platform, check_emulation, host_platform
 
 
@@ -61,7 +61,6 @@ BASES: dict[str, BaseSpec] = {
                                 "/usr/share/keyrings/debian-archive-keyring.gpg"),
 }
 
-DEFAULT_REF = LOCAL_BASE
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _MIRROR_RE = re.compile(r"^(?:https?://[A-Za-z0-9.-]+(?::[0-9]{1,5})?(?:/[A-Za-z0-9._~%+/-]*)?"
                         r"|file:///[A-Za-z0-9._~%+/-]*)\Z")

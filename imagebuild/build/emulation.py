@@ -21,7 +21,7 @@ from ..errors import ImagebuildError
 from ..platforms import PLATFORMS, Platform, platform_of
 
 __all__ = ["PLATFORMS", "Platform", "platform_of", "host_platform", "is_native", "check_emulation",
-           "qemu_version", "too_old_for_pytorch"]
+           "emulation_for", "qemu_version", "too_old_for_pytorch"]
 
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
@@ -78,6 +78,15 @@ def check_emulation(target: Platform, binfmt: Path = BINFMT) -> str:
     version = qemu_version(interpreter)
     return (f"{Path(interpreter).name}" + (f" (QEMU {version})" if version else "")
             + f" via binfmt_misc, flags {flags}")
+
+
+def emulation_for(what: str, target: Platform, hint: str = "") -> str:
+    """check_emulation for an image (``what``: its id or reference) of ``target``: its failure
+    names the image first, then ``hint``."""
+    try:
+        return check_emulation(target)
+    except ImagebuildError as exc:
+        raise ImagebuildError(f"{what} is for {target.oci}: {exc}{hint}") from None
 
 
 #: What a container of an image run under QEMU is given. QEMU 10.0's user-mode emulation refuses

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import ImagebuildError, RegistryError, RegistryUnavailable
-from .publish import DIGEST_RE, RegistryAPI, Target
 from ..platforms import repository_names
+from .publish import DIGEST_RE, RegistryAPI, Target
 from .referrers import EMPTY_BLOB, EMPTY_MEDIA_TYPE, OCI_MANIFEST, canonical_json
 
 REPOSITORY = "imagebuild-index"

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import KnowledgeError, UsageError
+from ..platforms import PLATFORMS
 from ..knowledge.grammar import BUILD_SWITCHES, CUDA_FROM, FAMILY_KEYS, FLAVORS, VARIANT_MODES
 from ..knowledge import Knowledge, load, version_matcher
 from ..resolve.solver import Host, image_reading, resolve
@@ -74,9 +75,15 @@ class ImageSpec:
     from_image: str | None = None
     # the OCI platform it is built for (matrix.yaml platforms: oci), e.g. linux/arm64
     oci_platform: str = ""
-    # the id without its platform's suffix: every platform's image of one stack shares it (and
-    # its tag), and is published under it as one OCI image index; "" where it is the id
-    name: str = ""
+
+    @property
+    def name(self) -> str:
+        """The id without its platform's suffix (platforms.Platform.suffix: -arm64), where it has
+        one, else "": every platform's image of one stack shares it and its tag, and is published
+        under it as one OCI image index."""
+        target = PLATFORMS.get(self.oci_platform)
+        suffix = target.suffix if target else ""
+        return self.id[:-len(suffix)] if suffix and self.id.endswith(suffix) else ""
 
     @property
     def base_name(self) -> str:
@@ -429,10 +436,12 @@ class _Expansion:
         """One ImageSpec per flavor of a resolved stack (an id two wishes both resolved to is
         kept once), with its id, tags and everything the recipe reads."""
         k = self.k
-        suffix = platform_suffix(k, stack["platform"])
+        oci = str((k.platforms.get(stack["platform"]) or {}).get("oci") or "")
+        # each platform's image has its own id (-arm64; x86_64's as before platforms were
+        # listed) and the same tag, so that one published tag holds every platform
+        suffix = PLATFORMS[oci].suffix if oci in PLATFORMS else ""
         for flavor in f.flavors:
-            name = _image_id(f.name, stack, vtag, os_id, flavor, f.rdma)
-            iid = name + suffix
+            iid = _image_id(f.name, stack, vtag, os_id, flavor, f.rdma) + suffix
             if iid in self.seen:
                 if self.specs[self.seen[iid]].cuda_from != f.cuda_from:
                     f.fail(f"{f.name}: image {iid} is declared with CUDA from the "
@@ -455,18 +464,7 @@ class _Expansion:
                 wheels=f.wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
                 as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=f.rdma,
                 source=project_source(k), cuda_from=f.cuda_from, licenses=project_licenses(k),
-                sources=f.form, build=f.build, name=name if suffix else "", oci_platform=str((k.platforms.get(stack["platform"]) or {}).get("oci") or ""),
-                **base))
-
-
-def platform_suffix(k: Knowledge, platform: str) -> str:
-    """'' for the matrix's first platform (x86_64: every id as before platforms were listed),
-    else '-' and the OCI architecture (-arm64): the id of each platform's image. The tag stays
-    the same, so that one published tag holds every platform (an OCI image index)."""
-    oci = str((k.platforms.get(platform) or {}).get("oci") or "")
-    if platform == next(iter(k.platforms), platform) or "/" not in oci:
-        return ""
-    return "-" + oci.split("/")[1]
+                sources=f.form, build=f.build, oci_platform=oci, **base))
 
 
 def skipped_summary(k: Knowledge, skipped: list[Skipped]) -> list[str]:

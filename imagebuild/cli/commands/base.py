@@ -8,9 +8,10 @@ from ..reporter import Reporter
 
 
 def configure(parser) -> None:
-    from ...build.baseimage import BASES, DEFAULT_REF
+    from ...build.baseimage import BASES
+    from ...platforms import LOCAL_BASE
     parser.add_argument("name", metavar="NAME", help=f"the base to create (one of: {', '.join(sorted(BASES))})")
-    parser.add_argument("--ref", help=f"the image reference to create (default: {DEFAULT_REF.format(name='NAME')}, "
+    parser.add_argument("--ref", help=f"the image reference to create (default: {LOCAL_BASE.format(name='NAME')}, "
                                       "with -arm64 appended for linux/arm64)")
     parser.add_argument("--platform", metavar="OS/ARCH",
                         help="the platform to make it for: linux/amd64 or linux/arm64 (arm64, aarch64; "

@@ -192,30 +192,21 @@ def jobs_for(image_ids: list[str], k, workdir: Path, *,
 def foreign_platform(spec) -> str | None:
     """The OCI platform to build ``spec`` for when it is not this host's (linux/arm64 on an
     x86_64 builder), else None: the engine's own, as before platforms were listed."""
-    from ...build.emulation import PLATFORMS
+    from ...build.emulation import PLATFORMS, is_native
     target = PLATFORMS.get(spec.oci_platform)
-    return None if target is None else foreign_platform_of(target)
-
-
-def foreign_platform_of(target) -> str | None:
-    from ...build.emulation import is_native
-    return None if is_native(target) else target.oci
+    return None if target is None or is_native(target) else target.oci
 
 
 def check_platforms(specs) -> None:
     """Before anything is rendered or downloaded: each foreign platform asked for can run here
-    (binfmt_misc and QEMU, emulation.check_emulation), or one line naming the image and the fix."""
-    from ...build.emulation import PLATFORMS, check_emulation
-    from ...errors import ImagebuildError
+    (binfmt_misc and QEMU), or one line naming the image and the fix."""
+    from ...build.emulation import PLATFORMS, emulation_for, host_platform
+    host = host_platform()
+    skip = f" (or build this host's images only: --platform {host.oci})" if host else ""
     for spec in specs:
         oci = foreign_platform(spec)
         if oci is not None:
-            try:
-                check_emulation(PLATFORMS[oci])
-            except ImagebuildError as exc:
-                host = next((p.oci for p in PLATFORMS.values() if foreign_platform_of(p) is None), "")
-                skip = f" (or build this host's images only: --platform {host})" if host else ""
-                raise ImagebuildError(f"{spec.id} is for {oci}: {exc}{skip}") from None
+            emulation_for(spec.id, PLATFORMS[oci], hint=skip)
 
 
 def _put_sources(tarballs, ctx: Path, cache: Path, origin: str | None, progress) -> None:

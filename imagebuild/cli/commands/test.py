@@ -64,8 +64,7 @@ def _emulated(images, rep, timeout: float | None) -> dict[str, tuple[float, dict
     for, else the default, scaled for an image whose architecture is not this host's, whose
     containers also get emulation.EMULATED_ENV; such an image's emulation is checked first (one
     line with the fix when binfmt_misc or QEMU is missing)."""
-    from ...build.emulation import EMULATED_ENV, PLATFORMS, check_emulation, is_native, too_old_for_pytorch
-    from ...errors import ImagebuildError
+    from ...build.emulation import EMULATED_ENV, PLATFORMS, emulation_for, is_native, too_old_for_pytorch
     out = {}
     for image in images:
         arch = image.info.architecture
@@ -73,10 +72,7 @@ def _emulated(images, rep, timeout: float | None) -> dict[str, tuple[float, dict
         if target is None or is_native(target):
             out[image.ref] = (timeout or DEFAULT_TIMEOUT, {})
             continue
-        try:
-            how = check_emulation(target)
-        except ImagebuildError as exc:
-            raise ImagebuildError(f"{image.ref} is for {target.oci}: {exc}") from None
+        how = emulation_for(image.ref, target)
         out[image.ref] = (timeout or DEFAULT_TIMEOUT * EMULATED_TIMEOUT_FACTOR, dict(EMULATED_ENV))
         old = too_old_for_pytorch(how)
         if old:
