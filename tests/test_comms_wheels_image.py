@@ -60,8 +60,11 @@ def _fragments(stage) -> list[str]:
 
 def test_the_same_fragments_compile_it_as_on_ubuntu(k, specs):
     r = render.Renderer()
-    deb = r.stages(specs[IMAGE], k)
+    # the git archives' Open MPI tree is prepared in a stage of its own, beside the devel stage
+    source, *deb = r.stages(specs[IMAGE], k)
     ubu = r.stages(specs[UBUNTU_TWIN], k)
+    assert source.name == "openmpi-source" and _fragments(source) == ["os-devel", "openmpi-source"]
+    assert [s.name for s in deb] == ["devel", None] and [s.name for s in ubu] == ["devel", None]
     assert [f for f in _fragments(deb[0]) if f in COMPILED] == COMPILED
     assert [f for f in _fragments(ubu[0]) if f in COMPILED] == COMPILED
     # only where CUDA and NCCL come from differs: the wheels, or the repository's packages
@@ -76,9 +79,17 @@ def test_the_recipe_compiles_git_archives_against_the_wheels(k, specs):
     for file in ("ucx-1.22.0-git.tar.gz", "openmpi-5.0.10-git.tar.gz", "gdrcopy-2.5.1.tar.gz",
                  "nccl-tests-2.17.6.tar.gz"):
         assert f"--mount=type=bind,source=sources/{file},target=/tmp/sources/{file}" in text
-    assert " && ./autogen.sh \\\n" in text and ' && ./autogen.pl --no-3rdparty hwloc --jobs "$(nproc)" \\\n' in text
-    assert "sed -i 's/^greek=.*/greek=/' VERSION" in text
-    assert "--without-gda" in text and "--with-hwloc=external" in text
+    assert " && ./autogen.sh \\\n" in text
+    # Open MPI's autogen (without the bundled hwloc and libevent) runs in its own stage, which the
+    # devel stage copies the tree from; the distribution's hwloc and libevent, in both stages
+    source, devel, runtime = text.split("\nFROM ")[1:]
+    assert source.startswith("imagebuild/base:debian-bookworm AS openmpi-source\n")
+    assert source.rstrip().endswith(' && ./autogen.pl --no-3rdparty hwloc,libevent --jobs "$(nproc)"\nWORKDIR /')
+    assert "sed -i 's/^greek=.*/greek=/' VERSION" in source and "autogen.pl" not in devel
+    assert "COPY --from=openmpi-source /tmp/build/openmpi /tmp/build/openmpi\n" in devel
+    assert "--without-gda" in text and "--with-hwloc=external --with-libevent=external" in devel
+    assert " libevent-dev libhwloc-dev " in source and " libevent-dev libhwloc-dev " in devel
+    assert " libevent-core-2.1-7 libevent-pthreads-2.1-7 libgomp1 libhwloc15 " in runtime
     assert "--disable-mpi-fortran --disable-oshmem" in text and "--disable-io-romio" in text
     gencode = ("-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 "
                "-gencode=arch=compute_100,code=sm_100 -gencode=arch=compute_100,code=compute_100")
@@ -121,7 +132,8 @@ def test_the_runtime_image_gets_sshd_from_the_shared_fragment_without_host_keys(
         assert "rm -f /etc/ssh/ssh_host_*" in step.commands
         assert any("openssh-server" in c for c in step.commands)
         # not in the devel stage: its cached compile stays as it is
-        assert fragment not in _fragments(r.stages(specs[image], k)[0])
+        (devel,) = [st for st in r.stages(specs[image], k) if st.name == "devel"]
+        assert fragment not in _fragments(devel)
 
 
 def test_ssh_files_are_new_for_each_run_and_private(tmp_path):

@@ -265,7 +265,7 @@ ONE_ARCH = {"cuda_arch": ["9.0"]}
 
 
 def _recipe_step(k, specs, fragment: str):
-    (stage, *_) = render.Renderer().stages(specs[RUNTIME], k)
+    (stage,) = [s for s in render.Renderer().stages(specs[RUNTIME], k) if s.name == "devel"]
     (step,) = [s for s in stage.steps if s.fragment == fragment]
     return step
 

@@ -447,7 +447,7 @@ def test_a_new_compiled_component_is_one_block_and_one_fragment(k, specs, tmp_pa
     from imagebuild.render import cudastages
     monkeypatch.setattr(cudastages, "_tarballs", lambda spec, k: tarballs)   # where the stages read it
     text = render.Renderer(recipes).dockerfile(spec, k)
-    devel, runtime = text.split("\nFROM ", 2)[1:]
+    *_, devel, runtime = text.split("\nFROM ")[1:]
     assert devel.index("# nccl-tests 2.17.6") < devel.index("# libfoo 1.0")
     assert "./configure --prefix=/opt/libfoo --with-cuda=" in devel
     assert "COPY --from=devel /opt/libfoo /opt/libfoo\n" in runtime
@@ -479,7 +479,7 @@ def test_fortran_turned_back_on_brings_its_compiler_and_run_time(k, specs, os_id
                 and s.flavor == "runtime" and "doca" not in s.id)
     on = replace(spec, build={**spec.build, "fortran": True})
     assert "fortran=on" in on.build_label
-    devel, final = render.Renderer().stages(on, k)
+    *_, devel, final = render.Renderer().stages(on, k)
     devel_text = "\n".join(c for st in devel.steps for c in st.commands)
     final_text = "\n".join(c for st in final.steps for c in st.commands)
     assert "--enable-mpi-fortran" in devel_text and "--disable-mpi-fortran" not in devel_text
@@ -490,6 +490,6 @@ def test_fortran_turned_back_on_brings_its_compiler_and_run_time(k, specs, os_id
 
     assert not re.search(word(compiler), final_text)      # no compiler in the run-time stage
     # and off again: none of it
-    off_devel, off_final = render.Renderer().stages(spec, k)
+    *_, off_devel, off_final = render.Renderer().stages(spec, k)
     assert not re.search(word(compiler), "\n".join(c for st in off_devel.steps for c in st.commands))
     assert not re.search(word(runtime), "\n".join(c for st in off_final.steps for c in st.commands))

@@ -19,7 +19,7 @@ from typing import Callable
 
 from .checked import safe
 from .images import ImageSpec
-from ..packagers import FORTRAN, GIT_FORM_TOOLS, HWLOC
+from ..packagers import FORTRAN, GIT_FORM_TOOLS, OMPI_GIT_PACKAGES
 from ..sourcedate import source_epoch
 
 
@@ -52,7 +52,21 @@ class Block:
     lib: bool = False                   # prefix/lib goes on LD_LIBRARY_PATH
     on_nccl: bool = False               # links NCCL: built once NCCL is in the devel stage
     autogen: bool = False               # its git archive runs autogen (GIT_FORM_TOOLS)
-    git_packages: dict | None = None    # packager -> (devel, runtime) OS packages its git form needs
+    git_packages: dict | None = None    # packager -> ([devel], [runtime]) OS packages its git form needs
+    # its git archive is unpacked and autogen'd in a stage of its own (SOURCE_STAGE), which needs
+    # nothing the devel stage builds, so BuildKit runs it beside the devel stage's CUDA and UCX;
+    # the devel stage copies the prepared tree (its `<name>-source` fragment)
+    source_stage: bool = False
+
+    @property
+    def stage(self) -> str:
+        """The name of the stage that prepares its source tree (with source_stage)."""
+        return f"{self.name}-source"
+
+    @property
+    def workdir(self) -> str:
+        """Where its tree is unpacked and built (the fragment's #workdir)."""
+        return f"/tmp/build/{self.name}"
 
 
 def ucx_flags(build: dict, cuda_home: str) -> list[str]:
@@ -72,12 +86,12 @@ def ucx_flags(build: dict, cuda_home: str) -> list[str]:
 
 
 def ompi_flags(spec: ImageSpec, build: dict, form: str, cuda_home: str) -> list[str]:
-    """Open MPI's configure flags: the 4.1 line's or 5's, the hwloc a git archive needs, and the
-    parts (Fortran, ROMIO, OpenSHMEM) the family's build: leaves out."""
+    """Open MPI's configure flags: the 4.1 line's or 5's, the distribution's hwloc and libevent for a
+    git archive, and the parts (Fortran, ROMIO, OpenSHMEM) the family's build: leaves out."""
+    bundled = "external" if form == "git" else "internal"    # OMPI_GIT_PACKAGES for the git form
     flags = {"--prefix=/opt/openmpi", f"--with-cuda={cuda_home}", "--with-slurm",
-             "--with-ucx=/opt/ucx", "--with-pmix=internal",
-             "--with-hwloc=" + ("external" if form == "git" else "internal"),
-             "--with-libevent=internal", "--enable-mca-no-build=btl-uct"}
+             "--with-ucx=/opt/ucx", "--with-pmix=internal", f"--with-hwloc={bundled}",
+             f"--with-libevent={bundled}", "--enable-mca-no-build=btl-uct"}
     if spec.openmpi.get("line") == "4.1":
         flags |= {"--without-verbs", "--enable-orterun-prefix-by-default"}
     else:
@@ -111,7 +125,7 @@ BLOCKS: tuple[Block, ...] = (
     Block("ucx", "UCX {version}", "/opt/ucx", bin=True, lib=True, autogen=True, pinned_by="family",
           values=lambda b: {"flags": ucx_flags(b.build, b.cuda_home), "gencode": gencode(b.build)}),
     Block("openmpi", "Open MPI {version}", "/opt/openmpi", bin=True, lib=True, autogen=True,
-          pinned_by="family", git_packages=HWLOC,
+          pinned_by="family", git_packages=OMPI_GIT_PACKAGES, source_stage=True,
           values=lambda b: {"flags": ompi_flags(b.spec, b.build, b.form, b.cuda_home),
                             "source_epoch": safe("version", source_epoch(b.spec.as_of), "source date")}),
     Block("nccl-tests", "nccl-tests {version}", "/opt/nccl-tests", bin=True, on_nccl=True,
@@ -142,6 +156,12 @@ def os_extras(packager: str, forms: dict[str, str], build: dict) -> tuple[list[s
         devel += GIT_FORM_TOOLS[packager]
     for b in BLOCKS:
         if b.git_packages and forms[b.name] == "git":
-            devel.append(b.git_packages[packager][0])
-            runtime.append(b.git_packages[packager][1])
+            devel += b.git_packages[packager][0]
+            runtime += b.git_packages[packager][1]
     return devel, runtime
+
+
+def source_stages(forms: dict[str, str]) -> list[Block]:
+    """The blocks whose source tree a stage of its own prepares: those with source_stage, in their
+    git form (the autogen a release tarball does not need)."""
+    return [b for b in BLOCKS if b.source_stage and forms.get(b.name) == "git"]

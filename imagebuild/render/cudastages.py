@@ -37,7 +37,22 @@ class CudaStages:
         final = [Step("env", items=sorted(self.env_vars(spec, c).items())),
                  Step("label", items=image_labels(spec, k))]
         runtime = self._runtime_steps(spec, c, runtime_extra, doca_copies, rdma_pk, rdma_name)
-        return [Stage("devel", base, devel), Stage(None, base, runtime + torch_steps + tail + final)]
+        return [*self._source_stages(spec, c, tarballs, base, devel[0]), Stage("devel", base, devel),
+                Stage(None, base, runtime + torch_steps + tail + final)]
+
+    def _source_stages(self, spec: ImageSpec, c: _CudaLayout, tarballs: dict[str, dict], base: str,
+                       tools: Step) -> list[Stage]:
+        """A stage per block whose git archive is prepared beside the devel stage
+        (blocks.source_stages): the devel stage's own first step (the OS build tools: the same
+        instruction on the same base, which the builder runs once for both), then the block's
+        `<name>-source` fragment. Defined before the devel stage, which copies from it."""
+        out = []
+        for b in blocks.source_stages({n: t["form"] for n, t in tarballs.items()}):
+            tarball = tarballs[b.name]
+            out.append(Stage(b.stage, base, [tools, self.fragment(
+                f"{b.name}-source", f"{b.title.format(version=tarball['version'])}: the source tree "
+                "and its build system (autogen), beside the devel stage", workdir=b.workdir, **tarball)]))
+        return out
 
     def _cuda_devel(self, spec: ImageSpec, k, c: _CudaLayout, doca_repo: list[Step],
                     rdma_dev: list[str]) -> tuple[list[Step], list[Step]]:
@@ -102,8 +117,11 @@ class CudaStages:
                 continue
             tarball = tarballs[b.name]
             built = blocks.Built(spec=spec, cuda_home=c.home, nccl_home=c.nccl_home, form=tarball["form"])
-            steps.append(self.fragment(b.name, b.title.format(version=tarball["version"]),
-                                       **b.values(built), **tarball))
+            title = b.title.format(version=tarball["version"])
+            if b in blocks.source_stages({b.name: tarball["form"]}):
+                steps.append(Step("copy", comment=f"{title}: the source tree the {b.stage} stage "
+                                  "prepared", from_stage=b.stage, src=b.workdir, dest=b.workdir))
+            steps.append(self.fragment(b.name, title, **b.values(built), **tarball))
         return steps
 
     def _devel_on_runtime(self, spec: ImageSpec, k) -> Stage:

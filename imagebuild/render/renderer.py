@@ -90,13 +90,14 @@ class Renderer(CudaStages):
         workdir = None
         if lines and lines[0].startswith("#workdir "):
             workdir = _safe("path", lines.pop(0).split(None, 1)[1], "workdir")
+        keep = "#keep" in lines      # the step's tree outlives it (another stage copies it)
         sources = [_safe("word", ln.split(None, 1)[1], "source file") for ln in lines
                    if ln.startswith("#source ")]
-        lines = [ln for ln in lines if not ln.startswith("#source ")]
+        lines = [ln for ln in lines if not ln.startswith("#source ") and ln != "#keep"]
         downloads = any(ln.startswith(("curl ", "/opt/venv/bin/python -m pip install"))
                         and "--no-index" not in ln for ln in lines)
         return Step("run", comment=comment, commands=lines, workdir=workdir, downloads=downloads,
-                    fragment=fragment, sources=sources)
+                    fragment=fragment, sources=sources, keep=keep)
 
     # ---------------------------------------------------------------------------------------------
 

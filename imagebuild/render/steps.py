@@ -31,6 +31,7 @@ class Step:
     fragment: str | None = None     # the recipes/fragments/<name>.sh.j2 a run step came from
     # tarballs the step reads from the build context's sources/ (bound at /tmp/sources/<file>)
     sources: list[str] = field(default_factory=list)
+    keep: bool = False              # its workdir stays after it (a later stage copies the tree)
 
 
 REQUIREMENTS = "/opt/imagebuild/requirements"
