@@ -60,6 +60,17 @@ class _Ctx:
         """grammar.check_mapping, failing at the node's line and column."""
         return check_mapping(self.fail, node, where, required, optional, parent, key)
 
+    def shape(self, node, name: str, where: str | None = None, parent=None, key=None, keys=None):
+        """``node`` checked against its declaration, shapes.SHAPES[name] (``where`` names it in a
+        message; the declaration's name by default). ``keys``: the keys a mapping whose keys are
+        data may hold here (the OS ids an RDMA repository names)."""
+        from .shapes import SHAPES
+        shape = SHAPES[name]
+        optional = shape.optional if keys is None else tuple(keys)
+        if shape.any_key is not None and shape.keys_from is None and keys is None:
+            optional = tuple(node) if isinstance(node, dict) else ()
+        return check_mapping(self.fail, node, where or name, shape.required, optional, parent, key)
+
     def seq(self, node, where: str, parent=None, key=None):
         if not isinstance(node, _List):
             self.fail(f"{where}: expected a list", parent if node is None else node, key)

@@ -1,4 +1,4 @@
-"""`imagebuild knowledge which | validate | show SECTION | sync pytorch | copy DIR`
+"""`imagebuild knowledge which | validate | show SECTION | schema | sync pytorch | copy DIR`
 
 - which: the matrix the commands use here, where that choice came from (--matrix,
   $IMAGEBUILD_MATRIX, ./matrix.yaml, or the one packaged with imagebuild), its as_of and sha256.
@@ -7,6 +7,9 @@
 - validate: load matrix.yaml strictly and print what it holds (sources, facts, rules, unverified).
 - show SECTION: a readable table of one section (gpus, cuda, drivers, architectures, pytorch,
   cudnn, nccl, ucx, openmpi, os, constraints, sources), each row with its source.
+- schema: matrix.yaml's JSON Schema, from the declarations the loader checks the file with
+  (knowledge/shapes.py); the repository keeps it as matrix.schema.json, which matrix.yaml's first
+  line names for editors.
 - sync pytorch: compare each PyTorch release's default variant with the real wheel metadata on the
   package index; exit 0 when all agree, 1 when they differ; --write updates matrix.yaml in place.
 """
@@ -35,6 +38,9 @@ def configure(parser) -> None:
     p = sub.add_parser("show", help="print one section as a table with sources")
     p.add_argument("section", metavar="SECTION", help="one of: " + ", ".join(SECTIONS))
     add_matrix_option(p)
+    p = sub.add_parser("schema", help="print matrix.yaml's JSON Schema (for editors and validators)")
+    p.add_argument("--output", default=None, metavar="FILE",
+                   help="write it to FILE (whole or not at all) instead of printing it")
     p = sub.add_parser("sync", help="compare PyTorch pins with the wheels on the package index")
     p.add_argument("what", metavar="WHAT", choices=["pytorch"], help="what to sync: pytorch")
     p.add_argument("--write", action="store_true",
@@ -45,8 +51,9 @@ def configure(parser) -> None:
                    help="the package index (default: pip's configured index-url, else pip's default)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_matrix_option(p)
-    for p in sub.choices.values():
-        p.add_argument("--json", action="store_true", help="print the result as JSON")
+    for name, p in sub.choices.items():
+        if name != "schema":     # its output is JSON already
+            p.add_argument("--json", action="store_true", help="print the result as JSON")
     # subparsers inherit argparse's own error(); route theirs through the one-line error too
     for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse has no public API
         for name, subparser in action.choices.items():
@@ -70,7 +77,41 @@ def run(args) -> int:
         return _validate(args)
     if args.action == "show":
         return _show(args)
+    if args.action == "schema":
+        return _schema(args)
     return _sync(args)
+
+
+def schema_text() -> str:
+    """matrix.yaml's JSON Schema as the repository keeps it (matrix.schema.json): knowledge.shapes'
+    declarations, two-space indented, one trailing newline: the same declarations, the same bytes."""
+    import json
+
+    from ...knowledge.shapes import json_schema
+    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _schema(args) -> int:
+    """The JSON Schema of matrix.yaml, printed or written to --output. An editor with a YAML
+    language server reads it from matrix.yaml's first line; `jsonschema` validates against it."""
+    import sys
+    from pathlib import Path
+
+    from ...atomic import write_atomic
+
+    text = schema_text()
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    out = Path(args.output)
+    if out.is_dir():
+        raise UsageError(f"{out} is a folder", argument="--output")
+    try:
+        write_atomic(out, text.encode())
+    except OSError as exc:
+        raise UsageError(f"{out}: cannot write: {exc.strerror or exc}", argument="--output") from None
+    print(f"{out}: matrix.yaml's JSON Schema ({len(text)} bytes)", file=sys.stderr)
+    return 0
 
 
 def _which(args) -> int:

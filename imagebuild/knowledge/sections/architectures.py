@@ -12,8 +12,7 @@ def load(c: _Ctx, doc, sources) -> dict[str, dict]:
     architectures: dict[str, dict] = {}
     for a in c.seq(doc["architectures"], "architectures", doc, "architectures"):
         w = "architectures[]"
-        c.mapping(a, w, required=("cc", "name", "source"),
-                  optional=("first_cuda", "last_cuda", "first_branch", "last_branch", "note"))
+        c.shape(a, "architectures[]", w)
         cc = c.version(a, "cc", w)
         if cc in architectures:
             c.fail(f"architectures: compute capability {cc} is listed twice", a, "cc")

@@ -32,7 +32,7 @@ def release_list(c: _Ctx, node, comp: str, sources,
     out: list[str] = []
     for r in c.seq(node.get("releases", _List()), f"{comp}.releases", node, "releases"):
         w = f"{comp}.releases[]"
-        c.mapping(r, w, required=("versions", "source"), optional=("note", "cuda_major"))
+        c.shape(r, "releases[]", w)
         src = c.source(r, sources, w)
         major = r.get("cuda_major")
         for v in c.seq(r["versions"], f"{w}.versions", r, "versions"):
@@ -61,8 +61,7 @@ def redist_list(c: _Ctx, node, comp: str, sources, as_of: str,
     redist: dict[str, tuple] = {}
     for r in c.seq(node.get("redist", _List()), f"{comp}.redist", node, "redist"):
         w = f"{comp}.redist[]"
-        c.mapping(r, w, required=("version", "source"),
-                  optional=("cuda_majors", "platforms", "released", "note"))
+        c.shape(r, "redist[]", w)
         v = c.version(r, "version", w)
         if v in redist:
             c.fail(f"{w}: {comp} {v} is listed twice", r, "version")
@@ -106,7 +105,7 @@ def redist_list(c: _Ctx, node, comp: str, sources, as_of: str,
 def major_build_rule(c: _Ctx, b, comp: str, sources):
     """One `builds:` entry of cudnn/nccl: the versions published for a CUDA major."""
     w = f"{comp}.builds[]"
-    c.mapping(b, w, required=("cuda_major", "versions", "source"), optional=("note",))
+    c.shape(b, "builds[]", w)
     major = b["cuda_major"]
     if not isinstance(major, int):
         c.fail(f"{w}: cuda_major must be an integer", b, "cuda_major")

@@ -6,23 +6,22 @@ from __future__ import annotations
 
 from ..context import _Ctx
 from ..matchers import matcher_for
-from ..schema import COMPONENTS, RULE_TAGS
+from ..schema import RULE_TAGS
 from ..yamlfile import _List
 
 
 def load(c: _Ctx, doc, sources) -> None:
     for k in c.seq(doc.get("constraints", _List()), "constraints", doc, "constraints"):
         w = "constraints[]"
-        c.mapping(k, w, required=("id", "when", "require", "source"),
-                  optional=("note", "verified", "tag"))
+        c.shape(k, "constraints[]", w)
         tag = c.text(k, "tag", w, optional=True)
         if tag is not None and tag not in RULE_TAGS:
             c.fail(f"{w}: tag must be one of {', '.join(sorted(RULE_TAGS))}", k, "tag")
         rid = c.text(k, "id", w)
         when = [(comp, matcher_for(c, comp, val, k["when"], f"{w}.when"))
-                for comp, val in c.mapping(k["when"], f"{w}.when", (), COMPONENTS).items()]
+                for comp, val in c.shape(k["when"], "constraints[].components", f"{w}.when").items()]
         req = [(comp, matcher_for(c, comp, val, k["require"], f"{w}.require"))
-               for comp, val in c.mapping(k["require"], f"{w}.require", (), COMPONENTS).items()]
+               for comp, val in c.shape(k["require"], "constraints[].components", f"{w}.require").items()]
         text = "when " + ", ".join(f"{a} {m.text}" for a, m in when) + ": " + \
             ", ".join(f"{a} {m.text}" for a, m in req)
         c.add_rule(rid, when, req, text, c.source(k, sources, w), k.line,

@@ -18,8 +18,7 @@ from ..yamlfile import _List
 
 def load(c: _Ctx, doc, sources):
     """(modes, majors, releases, compat)."""
-    cuda = c.mapping(doc["cuda"], "cuda", required=("modes", "majors", "releases"),
-                     optional=("compat", "availability"))
+    cuda = c.shape(doc["cuda"], "cuda")
     modes = _modes(c, cuda, sources)
     majors = _majors(c, cuda, sources)
     releases = _releases(c, cuda, sources, majors)
@@ -36,17 +35,16 @@ def _modes(c: _Ctx, cuda, sources) -> list[Mode]:
     modes = []
     for m in c.seq(cuda["modes"], "cuda.modes", cuda, "modes"):
         w = "cuda.modes[]"
-        c.mapping(m, w, required=("id", "driver_floor", "source"),
-                  optional=("gpu", "branch", "package", "caveat"))
+        c.shape(m, "cuda.modes[]", w)
         floor = c.text(m, "driver_floor", w)
         if floor not in ("release", "major", "none"):
             c.fail(f"{w}: driver_floor must be release, major or none", m, "driver_floor")
         gpu_req = m.get("gpu") or {}
         if gpu_req:
-            c.mapping(gpu_req, f"{w}.gpu", required=(), optional=("datacenter",))
+            c.shape(gpu_req, "cuda.modes[].gpu", f"{w}.gpu")
         branch = m.get("branch") or {}
         if branch:
-            c.mapping(branch, f"{w}.branch", required=(), optional=("supported", "listed"))
+            c.shape(branch, "cuda.modes[].branch", f"{w}.branch")
             for key in branch:
                 c.flag(branch, key, f"{w}.branch", False)
         package = c.text(m, "package", w, True)
@@ -72,7 +70,7 @@ def _modes(c: _Ctx, cuda, sources) -> list[Mode]:
 def _majors(c: _Ctx, cuda, sources) -> dict[int, tuple[str, str]]:
     majors: dict[int, tuple[str, str]] = {}
     for m in c.seq(cuda["majors"], "cuda.majors", cuda, "majors"):
-        c.mapping(m, "cuda.majors[]", required=("major", "minor_compat_driver", "source"))
+        c.shape(m, "cuda.majors[]")
         major = m["major"]
         if not isinstance(major, int):
             c.fail("cuda.majors[]: major must be an integer", m, "major")
@@ -88,8 +86,7 @@ def _releases(c: _Ctx, cuda, sources, majors) -> dict[str, CudaRelease]:
     nodes = {}
     for r in c.seq(cuda["releases"], "cuda.releases", cuda, "releases"):
         w = "cuda.releases[]"
-        c.mapping(r, w, required=("version", "source"),
-                  optional=("driver", "verified", "wheels_only", "note"))
+        c.shape(r, "cuda.releases[]", w)
         ver = c.version(r, "version", w)
         verified = c.flag(r, "verified", w, True)
         wheels_only = c.flag(r, "wheels_only", w, False)
@@ -129,8 +126,7 @@ def _availability(c: _Ctx, cuda, sources, releases, nodes) -> None:
     facts: dict[str, list[Availability]] = {}
     for e in c.seq(cuda["availability"], "cuda.availability", cuda, "availability"):
         w = "cuda.availability[]"
-        c.mapping(e, w, required=("cuda", "source"),
-                  optional=("repos", "images", "platforms", "seen", "verified", "note"))
+        c.shape(e, "cuda.availability[]", w)
         ver = c.version(e, "cuda", w)
         if ver not in releases:
             c.fail(f"{w}: CUDA {ver} is not a release under cuda.releases (give its full version, "
@@ -179,7 +175,7 @@ def _compat(c: _Ctx, cuda, sources, releases) -> dict[str, Compat]:
     compat: dict[str, Compat] = {}
     for e in c.seq(cuda.get("compat", _List()), "cuda.compat", cuda, "compat"):
         w = "cuda.compat[]"
-        c.mapping(e, w, required=("cuda", "branches", "source"), optional=("note",))
+        c.shape(e, "cuda.compat[]", w)
         mm = c.version(e, "cuda", w)
         if mm.count(".") != 1:
             c.fail(f"{w}: cuda is a major.minor such as 12.8", e, "cuda")

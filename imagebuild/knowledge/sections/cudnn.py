@@ -17,14 +17,13 @@ def load(c: _Ctx, doc, sources) -> tuple[tuple[str, ...], dict[str, LibraryRelea
     the section."""
     if "cudnn" not in doc:
         return (), {}
-    cd = c.mapping(doc["cudnn"], "cudnn", required=("lines",), optional=("builds", "releases", "redist"))
+    cd = c.shape(doc["cudnn"], "cudnn")
     # A support matrix: the rows of one cuDNN line (same `versions`) are alternatives. A stack
     # with that cuDNN needs one row whose CUDA range, GPU range and driver floor all hold.
     groups: dict[str, list] = {}
     for ln in c.seq(cd["lines"], "cudnn.lines", cd, "lines"):
         w = "cudnn.lines[]"
-        c.mapping(ln, w, required=("versions", "cuda", "source"),
-                  optional=("driver", "cc", "verified", "note"))
+        c.shape(ln, "cudnn.lines[]", w)
         vs, cs = c.spec(ln, "versions", w), c.spec(ln, "cuda", w)
         ln_verified = c.flag(ln, "verified", w, True)
         alt = [("cuda", version_matcher(cs))]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as _dt
 
 from ..context import _Ctx
-from ..schema import TOP
 from ..yamlfile import _Map
 
 
@@ -14,9 +13,7 @@ def load(c: _Ctx, doc) -> str:
     """Check the document's shape; return as_of."""
     if not isinstance(doc, _Map):
         c.fail("the knowledge base must be a mapping at the top level", doc)
-    c.mapping(doc, "matrix", required=("schema", "as_of", "sources", "cuda", "drivers",
-                                       "architectures", "gpus", "pytorch", "os"),
-              optional=TOP)
+    c.shape(doc, "matrix")
     if doc["schema"] != 1:
         c.fail(f"unsupported schema {doc['schema']!r} (this imagebuild reads schema 1)", doc, "schema")
     as_of = c.text(doc, "as_of", "matrix")
@@ -30,5 +27,5 @@ def load(c: _Ctx, doc) -> str:
         c.fail(f"as_of: {as_of} is outside 1980-01-01 to 2099-12-31 (it is the images' source date)",
                doc, "as_of")
     if "project" in doc:   # project.source and .licenses (grammar.py checks them)
-        c.mapping(doc["project"], "project", required=(), optional=("source", "licenses"))
+        c.shape(doc["project"], "project")
     return as_of

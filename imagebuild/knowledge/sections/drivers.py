@@ -10,12 +10,11 @@ from ..model import Branch
 
 
 def load(c: _Ctx, doc, sources) -> dict[int, Branch]:
-    drivers = c.mapping(doc["drivers"], "drivers", required=("branches",))
+    drivers = c.shape(doc["drivers"], "drivers")
     branches: dict[int, Branch] = {}
     for b in c.seq(drivers["branches"], "drivers.branches", drivers, "branches"):
         w = "drivers.branches[]"
-        c.mapping(b, w, required=("branch", "source"),
-                  optional=("type", "released", "eol", "newest_cuda", "note", "lifecycle_source"))
+        c.shape(b, "drivers.branches[]", w)
         if not isinstance(b["branch"], int):
             c.fail(f"{w}: branch must be an integer such as 535", b, "branch")
         if b["branch"] in branches:

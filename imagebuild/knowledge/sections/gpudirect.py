@@ -12,11 +12,8 @@ def load(c: _Ctx, doc, sources) -> tuple[dict, ...]:
     gdr = []
     for g in c.seq(doc.get("gpudirect", _List()), "gpudirect", doc, "gpudirect"):
         w = "gpudirect[]"
-        c.mapping(g, w, required=("id", "requires", "source"),
-                  optional=("preferred", "nccl", "note"))
-        reqs = c.mapping(g["requires"], f"{w}.requires", required=(),
-                         optional=("driver", "ofed", "open_kernel_modules", "cuda", "gpu.cc",
-                                   "kernel"))
+        c.shape(g, "gpudirect[]", w)
+        reqs = c.shape(g["requires"], "gpudirect[].requires", f"{w}.requires")
         compiled = []
         for k, val in reqs.items():
             compiled.append((k, matcher_for(c, k, val, reqs, f"{w}.requires")))

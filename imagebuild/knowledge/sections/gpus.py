@@ -13,8 +13,7 @@ def load(c: _Ctx, doc, sources, architectures) -> dict[str, Gpu]:
     gpus: dict[str, Gpu] = {}
     for g in c.seq(doc["gpus"], "gpus", doc, "gpus"):
         w = "gpus[]"
-        c.mapping(g, w, required=("name", "cc", "datacenter", "source"),
-                  optional=("first_branch", "last_branch", "platforms", "note"))
+        c.shape(g, "gpus[]", w)
         name, cc = c.text(g, "name", w), c.version(g, "cc", w)
         if cc not in architectures:
             c.fail(f"{w}: {name}: compute capability {cc} is not under architectures", g, "cc")

@@ -25,7 +25,7 @@ def load(c: _Ctx, doc, sources, architectures=None, gpus=None
     empty without the section."""
     if "nccl" not in doc:
         return (), (), {}
-    nd = c.mapping(doc["nccl"], "nccl", required=("builds",), optional=("features", "releases", "redist"))
+    nd = c.shape(doc["nccl"], "nccl")
     index: dict = {}
     nccl_releases = release_list(c, nd, "nccl", sources, index)
     for b in c.seq(nd["builds"], "nccl.builds", nd, "builds"):
@@ -34,7 +34,7 @@ def load(c: _Ctx, doc, sources, architectures=None, gpus=None
     feats = []
     for f in c.seq(nd.get("features", _List()), "nccl.features", nd, "features"):
         w = "nccl.features[]"
-        c.mapping(f, w, required=("since", "feature", "source"), optional=("note", "cc", "gpu"))
+        c.shape(f, "nccl.features[]", w)
         feat = {"since": c.version(f, "since", w), "feature": c.text(f, "feature", w),
                 "source": c.source(f, sources, w)}
         feats.append(feat)

@@ -23,8 +23,7 @@ def load(c: _Ctx, doc, sources, releases: dict[str, CudaRelease] | None = None) 
     carried: dict[str, dict[bool, dict[str, frozenset[str]]]] = {}   # os -> unverified -> platform
     for o in c.seq(doc["os"], "os", doc, "os"):
         w = "os[]"
-        c.mapping(o, w, required=("id", "name", "family", "python", "source"),
-                  optional=("kernel", "glibc", "cuda", "nvidia_repo", "base", "platforms", "note"))
+        c.shape(o, "os[]", w)
         oid = c.text(o, "id", w)
         if oid in oses:
             c.fail(f"os: {oid} is listed twice", o, "id")

@@ -13,7 +13,7 @@ def load(c: _Ctx, doc, sources) -> dict[str, dict]:
     platforms: dict[str, dict] = {}
     for pl in c.seq(doc.get("platforms", _List()), "platforms", doc, "platforms"):
         w = "platforms[]"
-        c.mapping(pl, w, required=("id", "cuda_repo", "oci", "source"), optional=("aliases", "note"))
+        c.shape(pl, "platforms[]", w)
         pid = c.text(pl, "id", w)
         if pid in platforms:
             c.fail(f"platforms: {pid} is listed twice", pl, "id")

@@ -13,7 +13,7 @@ from ..schema import DEFAULT_PLATFORM
 
 def load(c: _Ctx, doc, sources, releases):
     """(variants, pytorch): (version, CUDA major.minor or none) -> Variant, version -> release."""
-    pt = c.mapping(doc["pytorch"], "pytorch", required=("releases",))
+    pt = c.shape(doc["pytorch"], "pytorch")
     variants: dict[tuple[str, str], Variant] = {}
     pytorch: dict[str, dict] = {}
     for rel in c.seq(pt["releases"], "pytorch.releases", pt, "releases"):
@@ -24,7 +24,7 @@ def load(c: _Ctx, doc, sources, releases):
 def _release(c: _Ctx, rel, sources, releases, variants, pytorch):
     """One release: its Python rule, its variants, and the CUDA builds it has."""
     w = "pytorch.releases[]"
-    c.mapping(rel, w, required=("version", "python", "variants", "source"), optional=("note",))
+    c.shape(rel, "pytorch.releases[]", w)
     ver = c.version(rel, "version", w)
     if ver in pytorch:
         c.fail(f"pytorch.releases: {ver} is listed twice", rel, "version")
@@ -59,9 +59,7 @@ def _release(c: _Ctx, rel, sources, releases, variants, pytorch):
 def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
     """One variant of torch `ver`: validated, recorded, and its rules; (its CUDA matcher,
     verified)."""
-    c.mapping(v, w, required=("source",),
-              optional=("cuda", "cpu", "cudnn", "nccl", "cuda_runtime", "arch", "default",
-                        "verified", "platforms", "platforms_source", "note"))
+    c.shape(v, "pytorch.releases[].variants[]", w)
     vsrc = c.source(v, sources, w)
     # the platforms may come from another page than the rest (a release post): that one is cited
     plat_src = c.source(v, sources, w, key="platforms_source", optional=True)

@@ -12,20 +12,18 @@ def load(c: _Ctx, doc, sources, oses) -> dict[str, dict]:
     rdma: dict[str, dict] = {}
     for r in c.seq(doc.get("rdma", _List()), "rdma", doc, "rdma"):
         w = "rdma[]"
-        c.mapping(r, w, required=("id", "name", "version", "repo", "os", "key", "packages", "source"),
-                  optional=("verified", "note", "released"))
+        c.shape(r, "rdma[]", w)
         rid = c.text(r, "id", w)
         if rid in rdma or rid == "rdma-core":
             c.fail(f"{w}: id {rid!r} is used twice (rdma-core is the distribution's)", r, "id")
         c.version(r, "version", w)
-        key = c.mapping(r["key"], f"{w}.key", required=("url",),
-                        optional=("fingerprint", "long_id", "source", "note"))
+        key = c.shape(r["key"], "rdma[].key", f"{w}.key")
         if not key.get("fingerprint") and not key.get("long_id"):
             c.fail(f"{w}.key: a fingerprint or a long_id is needed to check the key", r, "key")
-        os_map = c.mapping(r["os"], f"{w}.os", required=(), optional=oses.keys())
-        pk = c.mapping(r["packages"], f"{w}.packages", required=(), optional=("apt", "dnf"))
+        os_map = c.shape(r["os"], "rdma[].os", f"{w}.os", keys=oses.keys())
+        pk = c.shape(r["packages"], "rdma[].packages", f"{w}.packages")
         for pm, lists in pk.items():
-            c.mapping(lists, f"{w}.packages.{pm}", required=("runtime", "devel"))
+            c.shape(lists, "rdma[].packages.PM", f"{w}.packages.{pm}")
             for flavor in ("runtime", "devel"):
                 c.seq(lists[flavor], f"{w}.packages.{pm}.{flavor}", lists, flavor)
         rdma[rid] = {"id": rid, "name": c.text(r, "name", w), "version": str(r["version"]),

@@ -12,12 +12,12 @@ from ..yamlfile import _Map
 
 def load(c: _Ctx, doc) -> dict[str, Source]:
     sources: dict[str, Source] = {}
-    src_node = c.mapping(doc["sources"], "sources", required=(), optional=doc["sources"].keys()) \
+    src_node = c.shape(doc["sources"], "sources") \
         if isinstance(doc["sources"], _Map) else c.fail("sources: expected a mapping", doc, "sources")
     for sid, entry in src_node.items():
         # a published document (url), or a file of this repository (file: imagebuild's own
         # definitions, which no outside document states)
-        c.mapping(entry, f"sources.{sid}", required=("title",), optional=("url", "file"))
+        c.shape(entry, "sources.ID", f"sources.{sid}")
         if ("url" in entry) == ("file" in entry):
             c.fail(f"sources.{sid}: give either url (a published document) or file (a file of this "
                    "repository)", entry)

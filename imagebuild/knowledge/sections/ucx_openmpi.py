@@ -13,12 +13,10 @@ def load(c: _Ctx, doc, sources, comp: str) -> dict[str, dict]:
     table = {}
     if comp not in doc:
         return table
-    node = c.mapping(doc[comp], comp, required=("releases",))
+    node = c.shape(doc[comp], comp)
     for r in c.seq(node["releases"], f"{comp}.releases", node, "releases"):
         w = f"{comp}.releases[]"
-        c.mapping(r, w, required=("version", "source"),
-                  optional=("date", "install", "os", "cuda", "line", "pml", "needs", "note",
-                            "url", "sha256", "size", "git_archive"))
+        c.shape(r, "releases[] (ucx, openmpi)", w)
         ver = c.version(r, "version", w)
         c.version(r, "line", w, True)
         if ver in table:
@@ -31,9 +29,7 @@ def load(c: _Ctx, doc, sources, comp: str) -> dict[str, dict]:
         entry = dict(r)
         entry["install"] = install
         if "git_archive" in r:
-            ga = c.mapping(r["git_archive"], f"{w}.git_archive",
-                           required=("file", "sha256", "commit", "source"),
-                           optional=("note", "size"))
+            ga = c.shape(r["git_archive"], "git_archive", f"{w}.git_archive")
             c.source(ga, sources, f"{w}.git_archive")
             entry["git_archive"] = {key: val if key == "size" else str(val) for key, val in ga.items()}
         table[ver] = entry
