@@ -107,6 +107,13 @@ def ompi_flags(spec: ImageSpec, build: dict, form: str, cuda_home: str) -> list[
     return sorted(flags)
 
 
+# nccl-tests' translation units that take longest to compile, longest first (the comms image's
+# CI-like cold build of 2026-11-27, nccl-tests 2.17.6 for four nvcc targets: verifiable.cu about
+# 300 s, alltoall.cu about 250 s of one core each, every other file 30 to 90 s): make is given them
+# first, so they do not start last and alone
+NCCL_TESTS_FIRST = ("verifiable/verifiable.o", "alltoall.o")
+
+
 def gencode(build: dict) -> str | None:
     """nvcc's -gencode flags for the family's build.cuda_arch: SASS for each architecture and PTX
     for the newest, which the driver compiles for a later GPU (None: each project's own list; for
@@ -130,7 +137,7 @@ BLOCKS: tuple[Block, ...] = (
                             "source_epoch": safe("version", source_epoch(b.spec.as_of), "source date")}),
     Block("nccl-tests", "nccl-tests {version}", "/opt/nccl-tests", bin=True, on_nccl=True,
           values=lambda b: {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home,
-                            "gencode": gencode(b.build)}),
+                            "gencode": gencode(b.build), "first": NCCL_TESTS_FIRST}),
 )
 
 def search_path(kind: str, nccl: str | None, cuda: str) -> list[str]:
