@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .context import _Ctx
-from .model import Knowledge
+from .model import Knowledge, Project, Tool
 from .sections import (architectures, constraints, cuda, cudnn, document, drivers, gpudirect, gpus,
                        nccl, oses, platforms, preference, pytorch, rdma, recipes, sources,
                        ucx_openmpi)
@@ -51,4 +51,7 @@ def build(doc: Any, path: str) -> Knowledge:
         openmpi=openmpi, os=os_table, gpudirect=gdr, nccl_features=nccl_features,
         rules=tuple(c.rules), raw=doc, rdma=rdma_table, compat=compat, platforms=plats,
         nccl_releases=nccl_releases, cudnn_releases=cudnn_releases,
-        library_releases={"cudnn": cudnn_known, "nccl": nccl_known})
+        library_releases={"cudnn": cudnn_known, "nccl": nccl_known},
+        tools={name: Tool.of(name, entry) for name, entry in (doc.get("tools") or {}).items()},
+        project=Project(**{key: None if (doc.get("project") or {}).get(key) is None
+                           else str(doc["project"][key]) for key in ("source", "licenses")}))

@@ -173,6 +173,35 @@ class Compat:
 
 
 @dataclass(frozen=True)
+class Tool:
+    """A `tools:` entry, as gate 3 (grammar.py) checked it: a tarball the CUDA recipes compile
+    (version, url with {version}, sha256, size), a repository key (url, fingerprint) or the
+    PyTorch index (url with {tag})."""
+    name: str
+    url: str
+    source: str = ""
+    version: str | None = None
+    sha256: str | None = None
+    size: int | None = None
+    fingerprint: str | None = None
+
+    @classmethod
+    def of(cls, name: str, entry: dict) -> "Tool":
+        def text(key: str) -> str | None:
+            return None if entry.get(key) is None else str(entry[key])
+        return cls(name, str(entry.get("url", "")), str(entry.get("source", "")), text("version"),
+                   text("sha256"), entry.get("size"), text("fingerprint"))
+
+
+@dataclass(frozen=True)
+class Project:
+    """`project:`: the images' source repository and SPDX license expression (the OCI labels),
+    as grammar.py checked them; None where the matrix says nothing."""
+    source: str | None = None
+    licenses: str | None = None
+
+
+@dataclass(frozen=True)
 class LibraryRelease:
     """One cuDNN or NCCL release the knowledge names: the sources that name it, the CUDA majors it
     is built for (None: not known), the platforms of its redistributables (None: not known) and
@@ -214,6 +243,8 @@ class Knowledge:
     # library (cudnn, nccl) -> version -> what names that release (wheels and redistributables):
     # the releases a host's system copy (`--system-cudnn`, `--system-nccl`) can be
     library_releases: dict[str, dict[str, LibraryRelease]] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)     # `tools:` by name
+    project: Project = Project()
 
     # ---- queries the resolver asks
 

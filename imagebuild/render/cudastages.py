@@ -72,14 +72,14 @@ class CudaStages:
             return cuda_devel, []
         repo = _safe("word", spec.os.get("nvidia_repo") or "",
                      f"NVIDIA repository of {spec.os['id']}")
-        key = k.raw.get("tools", {}).get(c.pm["key"], {})
-        key_url = _format_url(key.get("url", ""), "CUDA repository key URL", repo=repo)
+        key = k.tools.get(c.pm["key"])
+        key_url = _format_url(key.url if key else "", "CUDA repository key URL", repo=repo)
         repo_url = _safe("url", "https://developer.download.nvidia.com/compute/cuda/repos/"
                          f"{repo}/x86_64/", "CUDA repository URL")
         cuda_devel = [
             self.fragment("cuda-repo" + c.sfx, "NVIDIA's CUDA repository, key fingerprint checked",
                           key_url=key_url, key_fingerprint=_safe(
-                              "fingerprint", key.get("fingerprint", ""), "CUDA key fingerprint"),
+                              "fingerprint", (key.fingerprint if key else None) or "", "CUDA key fingerprint"),
                           repo_url=repo_url),
             *doca_repo,
             self.fragment("cuda-devel" + c.sfx, f"CUDA {c.cuda} development packages and RDMA headers",
@@ -237,7 +237,7 @@ class CudaStages:
         var = k.variants[(s["pytorch"], major_minor(s["cuda"]))]
         index_url = None
         if not var.default:
-            idx = k.raw.get("tools", {}).get("pytorch-index", {}).get("url", "")
+            idx = k.tools["pytorch-index"].url if "pytorch-index" in k.tools else ""
             index_url = _format_url(idx, "PyTorch index URL", tag=var.tag)
         return [_lock_copy("wheels.txt"),
                 self.fragment("pytorch", f"PyTorch {s['pytorch']}+{var.tag}", pytorch=s["pytorch"],

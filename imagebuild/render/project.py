@@ -20,9 +20,7 @@ def project_source(k: Knowledge) -> str | None:
     """The project's repository as matrix.yaml states it (``project: {source: https://...}``), or
     None. Recipes take it from the matrix only, so the same matrix gives the same bytes in every
     clone; the git remote is a build-time fact (:func:`git_source_url`)."""
-    project = k.raw.get("project") if isinstance(k.raw, dict) else None
-    source = project.get("source") if isinstance(project, dict) else None
-    return str(source) if source else None
+    return k.project.source or None
 
 
 LICENSES_LABEL = "org.opencontainers.image.licenses"
@@ -31,9 +29,7 @@ LICENSES_LABEL = "org.opencontainers.image.licenses"
 def project_licenses(k: Knowledge) -> str | None:
     """The SPDX license expression matrix.yaml states for the images (``project: {licenses: ...}``,
     checked by grammar.py), or None: then the label is left out."""
-    project = k.raw.get("project") if isinstance(k.raw, dict) else None
-    licenses = project.get("licenses") if isinstance(project, dict) else None
-    return str(licenses) if licenses else None
+    return k.project.licenses or None
 
 
 def created_rfc3339(as_of: str) -> str:

@@ -77,6 +77,14 @@ class Tarball:
         return self.size if self.size else MAX_TARBALL_BYTES
 
 
+def _tool_entry(tool) -> dict:
+    """A pinned tool (knowledge's Tool) as the release entry _release reads; {} for none."""
+    if tool is None:
+        return {}
+    return {"version": tool.version, "url": tool.url, "sha256": tool.sha256, "source": tool.source,
+            "size": tool.size}
+
+
 def _release(name: str, entry: dict) -> Tarball | None:
     if not entry.get("url") or not entry.get("sha256"):
         return None
@@ -103,8 +111,7 @@ def for_image(k, spec, form: str = "release") -> list[Tarball]:
     out: list[Tarball] = []
     wanted = []
     if spec.stack.get("cuda", NONE) != NONE:
-        tools = k.raw.get("tools", {})
-        wanted += [(b.name, tools.get(b.name, {})) for b in BLOCKS if b.pinned_by == "tools"]
+        wanted += [(b.name, _tool_entry(k.tools.get(b.name))) for b in BLOCKS if b.pinned_by == "tools"]
     for b in BLOCKS:
         if b.pinned_by == "family" and getattr(spec, b.name).get("install", "source") == "source":
             wanted.append((b.name, getattr(spec, b.name)))

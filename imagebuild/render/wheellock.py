@@ -118,7 +118,7 @@ def wheel_set(k, stack: dict, os_entry: dict, wheels: str | None,
             var = k.variants[(s["pytorch"], major_minor(s["cuda"]))]
             tag = var.tag
             if not var.default:
-                url = str(k.raw.get("tools", {}).get("pytorch-index", {}).get("url", ""))
+                url = k.tools["pytorch-index"].url if "pytorch-index" in k.tools else ""
                 if not url:
                     raise KnowledgeError("tools.pytorch-index.url is needed for non-default "
                                          "PyTorch variants", file=k.path)
