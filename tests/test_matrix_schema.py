@@ -17,7 +17,7 @@ import yaml
 from imagebuild import cli
 from imagebuild.knowledge import shapes
 
-from conftest import ROOT
+from conftest import ROOT, answer
 
 SCHEMA_FILE = ROOT / "matrix.schema.json"
 PLANTED = "planted_key"
@@ -41,8 +41,11 @@ def test_the_kept_schema_is_what_the_declarations_write(capsys, tmp_path):
     out = tmp_path / "m.schema.json"
     assert cli.main(["knowledge", "schema", "--output", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == printed
+    capsys.readouterr()
     assert cli.main(["knowledge", "schema", "--output", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip().endswith(f"argument --output: {tmp_path} is a folder")
+    assert cli.main(["knowledge", "schema", "--json"]) == 0
+    assert answer(capsys.readouterr().out, "knowledge schema")["schema"] == json.loads(printed)
 
 
 def test_matrix_yaml_names_the_schema_for_editors():

@@ -51,9 +51,8 @@ def configure(parser) -> None:
                    help="the package index (default: pip's configured index-url, else pip's default)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_matrix_option(p)
-    for name, p in sub.choices.items():
-        if name != "schema":     # its output is JSON already
-            p.add_argument("--json", action="store_true", help="print the result as JSON")
+    for p in sub.choices.values():
+        p.add_argument("--json", action="store_true", help="print the result as JSON")
     # subparsers inherit argparse's own error(); route theirs through the one-line error too
     for action in parser._subparsers._group_actions:  # noqa: SLF001 - argparse has no public API
         for name, subparser in action.choices.items():
@@ -92,16 +91,19 @@ def schema_text() -> str:
 
 
 def _schema(args) -> int:
-    """The JSON Schema of matrix.yaml, printed or written to --output. An editor with a YAML
-    language server reads it from matrix.yaml's first line; `jsonschema` validates against it."""
-    import sys
+    """The JSON Schema of matrix.yaml, printed (the schema itself; with --json inside the answer's
+    envelope) or written to --output. An editor with a YAML language server reads it from
+    matrix.yaml's first line; `jsonschema` validates against it."""
+    import hashlib
+    import json
     from pathlib import Path
 
     from ...atomic import write_atomic
 
     text = schema_text()
+    rep = Reporter.for_args("knowledge", args)
     if args.output is None:
-        sys.stdout.write(text)
+        rep.result({"schema": json.loads(text)}, text, end="")
         return 0
     out = Path(args.output)
     if out.is_dir():
@@ -110,7 +112,9 @@ def _schema(args) -> int:
         write_atomic(out, text.encode())
     except OSError as exc:
         raise UsageError(f"{out}: cannot write: {exc.strerror or exc}", argument="--output") from None
-    print(f"{out}: matrix.yaml's JSON Schema ({len(text)} bytes)", file=sys.stderr)
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    rep.result({"output": str(out), "bytes": len(text.encode()), "sha256": digest},
+               f"{out}: matrix.yaml's JSON Schema ({len(text.encode())} bytes, sha256 {digest[:12]})")
     return 0
 
 
