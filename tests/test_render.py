@@ -462,7 +462,7 @@ def test_a_new_compiled_component_is_one_block_and_one_fragment(k, specs, tmp_pa
 def test_build_choices_default_to_what_pytorch_clusters_use(k, specs):
     """A family that says nothing of `build:` gets no Fortran bindings and no OpenSHMEM, and says
     so in its label and configure line; GDA-KI and ROMIO stay as upstream builds them."""
-    from imagebuild.knowledge.grammar import BUILD_SWITCHES
+    from imagebuild.knowledge.recipe_inputs import BUILD_SWITCHES
     spec = next(s for s in specs if s.family == "comms" and s.os["id"] == "ubuntu24.04")
     assert spec.build == BUILD_SWITCHES               # its family says nothing of build:
     assert spec.labels["io.imagebuild.build"] == "fortran=off,gda=on,oshmem=off,romio=on,cuda_arch=default"

@@ -174,7 +174,7 @@ class Compat:
 
 @dataclass(frozen=True)
 class Tool:
-    """A `tools:` entry, as gate 3 (grammar.py) checked it: a tarball the CUDA recipes compile
+    """A `tools:` entry, as gate 3 (recipe_inputs.py) checked it: a tarball the CUDA recipes compile
     (version, url with {version}, sha256, size), a repository key (url, fingerprint) or the
     PyTorch index (url with {tag})."""
     name: str

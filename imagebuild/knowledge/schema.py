@@ -22,7 +22,7 @@ COMPONENTS = STACK + HOST
 
 
 # The top-level sections matrix.yaml may have (loader.build checks them; each has its module under
-# sections/, tools and images in grammar.py).
+# sections/, tools and images in recipe_inputs.py).
 TOP = {"schema", "as_of", "sources", "preference", "cuda", "drivers", "architectures", "gpus",
        "cudnn", "nccl", "pytorch", "ucx", "openmpi", "os", "gpudirect", "constraints", "images",
        "tools", "rdma", "platforms", "project"}

@@ -188,11 +188,11 @@ SHAPES: dict[str, Shape] = {
 assert set(SHAPES["matrix"].values) == TOP, set(SHAPES["matrix"].values) ^ TOP
 
 
-# --- image families and tools: their keys are declared in grammar.py (gate 3 checks them there);
+# --- image families and tools: their keys are declared in recipe_inputs.py (gate 3 checks them there);
 # their values here
 
 def _images_and_tools() -> dict[str, Shape]:
-    from .grammar import BUILD_KEYS, BUILD_SWITCHES, FAMILY_KEYS, TOOLS
+    from .recipe_inputs import BUILD_KEYS, BUILD_SWITCHES, FAMILY_KEYS, TOOLS
     family = {"family": "text", "description": "text", "flavors": "texts", "pytorch": "text",
               "variants": "text", "os": "texts", "cuda": "text-or-texts", "nccl": "text-or-texts",
               "ucx": "text", "openmpi": "text", "python": "text-or-texts", "wheels": "text",

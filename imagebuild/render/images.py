@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..errors import KnowledgeError, UsageError
 from ..platforms import PLATFORMS
-from ..knowledge.grammar import BUILD_SWITCHES, CUDA_FROM, FAMILY_KEYS, FLAVORS, VARIANT_MODES
+from ..knowledge.recipe_inputs import BUILD_SWITCHES, CUDA_FROM, FAMILY_KEYS, FLAVORS, VARIANT_MODES
 from ..knowledge import Knowledge, load, version_matcher
 from ..resolve.solver import Host, image_reading, resolve
 from ..versions import NONE, major_minor, parse_version
@@ -31,7 +31,7 @@ from .naming import _image_id, _tag
 
 # FLAVORS, VARIANT_MODES (which CUDA builds of each PyTorch release a family takes: every one, the
 # one PyPI serves by default, or that one plus the newest CUDA build) and the family keys are
-# defined in grammar.py, which validates the whole `images:` section when the matrix is loaded.
+# defined in knowledge/recipe_inputs.py, which validates the whole `images:` section when the matrix is loaded.
 _FAMILY_KEYS = set(FAMILY_KEYS)
 # What may reach a shell line, a tag or a path: checked again before any template sees it
 # (fullmatch: a `$` anchor would accept a trailing newline).
@@ -69,7 +69,7 @@ class ImageSpec:
     cuda_from: str = "repository"   # "wheels": CUDA is NVIDIA's wheels (torch's closure, cuda-toolkit)
     licenses: str | None = None     # an SPDX expression (matrix.yaml project.licenses), if set
     sources: str = "release"        # the UCX/Open MPI tarballs compiled: release assets or git tag archives
-    build: dict = field(default_factory=dict)   # build choices (grammar.BUILD_KEYS), defaults filled in
+    build: dict = field(default_factory=dict)   # build choices (recipe_inputs.BUILD_KEYS), defaults filled in
     # a devel image is built FROM its family's runtime image of the same stack (as NVIDIA's CUDA
     # images are): that image's local_ref; its id is depends_on[0]. None for every other image.
     from_image: str | None = None
@@ -289,7 +289,7 @@ def _read_family(k: Knowledge, fam) -> _Family:
         fail(f"{name}: cuda_from must be one of {', '.join(CUDA_FROM)}")
     # cuda_from: wheels' UCX/Open MPI choice (both from source against the cuda-toolkit
     # wheels, or both the OS's beside torch's closure) is checked when the matrix is loaded
-    # (grammar._wheels_comms), naming the family's line
+    # (recipe_inputs._wheels_comms), naming the family's line
     form = str(fam.get("sources", "release"))
     build = dict(BUILD_SWITCHES)
     build.update({key: v for key, v in (fam.get("build") or {}).items() if key in BUILD_SWITCHES})

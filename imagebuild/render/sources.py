@@ -33,7 +33,8 @@ from .blocks import BLOCKS
 from ..atomic import atomic_file
 from ..digests import sha256_file
 from ..errors import ImagebuildError, Unavailable, UsageError
-from ..knowledge.grammar import MAX_SOURCE_BYTES, release_file
+from ..knowledge.grammar import MAX_SOURCE_BYTES
+from ..knowledge.recipe_inputs import release_file
 from ..localfile import open_regular
 from ..redact import redact
 from ..versions import NONE

@@ -60,7 +60,7 @@ def stack_from_mapping(data: dict, origin: str) -> dict[str, str]:
 def _cuda_provider(data) -> str | None:
     """The io.imagebuild.cuda.provider label of labels, or of docker inspect output holding them
     (None when absent: CUDA from NVIDIA's repository); a value imagebuild does not write is refused."""
-    from ...knowledge.grammar import CUDA_FROM
+    from ...knowledge.recipe_inputs import CUDA_FROM
     from ...render.images import CUDA_PROVIDER_LABEL
     if isinstance(data, list) and data and isinstance(data[0], dict):
         data = data[0]

@@ -1,5 +1,5 @@
 """`rdma:`: RDMA user space other than the distribution's rdma-core (DOCA-OFED): a repository per
-OS, a signing key, and the package names that replace rdma-core's. (grammar.validate checks the
+OS, a signing key, and the package names that replace rdma-core's. (recipe_inputs.validate checks the
 fields that reach a recipe.)"""
 
 from __future__ import annotations
