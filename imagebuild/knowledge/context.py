@@ -12,6 +12,7 @@ from .grammar import check_mapping
 from ..versions import VersionSyntaxError, parse_driver, parse_spec, parse_version
 from .model import Rule
 from .schema import DEFAULT_PLATFORM
+from .shapes import SHAPES
 from .yamlfile import _List, _Map
 
 
@@ -64,7 +65,6 @@ class _Ctx:
         """``node`` checked against its declaration, shapes.SHAPES[name] (``where`` names it in a
         message; the declaration's name by default). ``keys``: the keys a mapping whose keys are
         data may hold here (the OS ids an RDMA repository names)."""
-        from .shapes import SHAPES
         shape = SHAPES[name]
         optional = shape.optional if keys is None else tuple(keys)
         if shape.any_key is not None and shape.keys_from is None and keys is None:

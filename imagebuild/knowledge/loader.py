@@ -53,5 +53,4 @@ def build(doc: Any, path: str) -> Knowledge:
         nccl_releases=nccl_releases, cudnn_releases=cudnn_releases,
         library_releases={"cudnn": cudnn_known, "nccl": nccl_known},
         tools={name: Tool.of(name, entry) for name, entry in (doc.get("tools") or {}).items()},
-        project=Project(**{key: None if (doc.get("project") or {}).get(key) is None
-                           else str(doc["project"][key]) for key in ("source", "licenses")}))
+        project=Project.of(doc.get("project")))

@@ -200,6 +200,11 @@ class Project:
     source: str | None = None
     licenses: str | None = None
 
+    @classmethod
+    def of(cls, entry: dict | None) -> "Project":
+        entry = entry or {}
+        return cls(*(None if entry.get(k) is None else str(entry[k]) for k in ("source", "licenses")))
+
 
 @dataclass(frozen=True)
 class LibraryRelease:
