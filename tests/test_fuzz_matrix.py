@@ -402,6 +402,8 @@ def test_rdma_name_with_a_newline_is_refused_on_its_line(original, tmp_path, cap
     (lambda t: t.replace("rdma: doca-ofed ", "rdma: doca-ofd ", 1), "unknown rdma 'doca-ofd'"),
     (lambda t: t.replace("flavors: [runtime, devel]", "flavors: [runtime, debug]", 1),
      "'debug' is not one of"),
+    (lambda t: t.replace("flavors: [runtime, devel]", "flavors: [devel]", 1),
+     "a devel image is built FROM the runtime image of its stack"),
     (lambda t: t.replace('runtime: [ibverbs-providers,', 'runtime: ["ibverbs-providers;id",', 1),
      "must be a package name"),
     (lambda t: t.replace('base: "ubuntu:24.04"', 'base: "ubuntu:24.04 AS x"', 1),

@@ -89,4 +89,4 @@ def test_2_9_builds_whose_nccl_only_third_party_copies_give_stay_unverified(k):
 
 def test_torchrel_sources_are_declared(k):
     for sid in ("TORCHREL213", "TORCHRELNCCL", "TORCHRELMD", "TORCHREL29ARCH", "TORCHREL29BM"):
-        assert sid in k.raw["sources"], sid
+        assert sid in k.document["sources"], sid

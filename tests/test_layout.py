@@ -9,6 +9,8 @@
   after it; the helpers import no package.
 - Nothing below `cli/` prints: no print() and no sys.stdout/sys.stderr outside `cli/` and the
   smoke suite (a program of its own, run inside images).
+- Nothing outside `knowledge/` reads the parsed matrix (`Knowledge.document`): the other packages
+  take typed values (families, tools, project, releases, ...) that the loader made once.
 
 Each rule is also checked against a small planted violation, so that none of them can pass by
 reading nothing."""
@@ -171,6 +173,18 @@ def _printers(root: Path, allowed: tuple[str, ...]) -> list[str]:
     return out
 
 
+def _document_readers(root: Path, owner: str = "knowledge") -> list[str]:
+    """Reads of the parsed matrix (an attribute `document`) outside the package that owns it."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] == owner:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr == "document":
+                out.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    return out
+
+
 def test_packages_follow_the_pipeline():
     assert _unknown_packages(PACKAGE, PIPELINE) == []
     assert _upward_imports(PACKAGE, PIPELINE) == []
@@ -186,6 +200,10 @@ def test_only_engines_import_the_docker_sdk():
 
 def test_no_import_cycle():
     assert _cycles(_graph(PACKAGE)) == []
+
+
+def test_nothing_outside_knowledge_reads_the_parsed_matrix():
+    assert _document_readers(PACKAGE) == []
 
 
 def test_no_function_over_120_lines():
@@ -221,7 +239,11 @@ def test_the_pipeline_rules_see_planted_violations(tmp_path):
     (pkg / "render" / "a.py").write_text("from ..build import b\nfrom .. import helper\n")
     (pkg / "build" / "b.py").write_text("from ..render import a\nimport sys\nsys.stderr.write('x')\n")
     (pkg / "cli" / "c.py").write_text("from ..build import b\nprint('ok')\n")
+    (pkg / "render" / "d.py").write_text("def f(k):\n    return k.document['images']\n")
+    (pkg / "knowledge").mkdir()
+    (pkg / "knowledge" / "e.py").write_text("def g(k):\n    return k.document\n")
     order = ("render", "build", "cli")
     assert _unknown_packages(pkg, order) == ["extra"]
     assert _upward_imports(pkg, order) == ["pkg.helper -> pkg.render", "pkg.render.a -> pkg.build.b"]
     assert _printers(pkg, ("cli",)) == ["pkg/build/b.py:3"]
+    assert _document_readers(pkg) == ["pkg/render/d.py:2"]     # knowledge/ itself may

@@ -414,7 +414,7 @@ def test_every_block_is_laid_out_from_its_entry(k, specs):
     text = render.Renderer().dockerfile(spec, k)
     devel, runtime = text.split("\nFROM ", 2)[1:]
     titles = [ln[2:] for ln in devel.splitlines() if ln.startswith("# ")]
-    versions = {b.name: spec.stack.get(b.name) or k.raw["tools"][b.name]["version"] for b in BLOCKS}
+    versions = {b.name: spec.stack.get(b.name) or k.document["tools"][b.name]["version"] for b in BLOCKS}
     placed = [titles.index(b.title.format(version=versions[b.name])) for b in BLOCKS]
     nccl = titles.index(f"NCCL {spec.stack['nccl']}")
     assert placed == sorted(placed)

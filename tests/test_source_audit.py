@@ -53,7 +53,7 @@ def _versions(values) -> set[Version]:
 
 
 def _release_lists(k, comp: str) -> dict[int, set[Version]]:
-    node = k.raw[comp]
+    node = k.document[comp]
     return {int(r["cuda_major"]): _versions(r["versions"]) for r in node.get("releases", [])}
 
 
@@ -75,7 +75,7 @@ def test_every_wheel_release_by_as_of_is_in_the_matrix(k, index, comp, major, ca
     assert not extra, f"matrix.yaml {comp}.releases names {project} releases the index lacks: " \
         f"{sorted(map(str, extra), key=Version)}"
     # the `builds` range of that CUDA major ends at the newest release
-    builds = next(b for b in k.raw[comp]["builds"] if b["cuda_major"] == major)
+    builds = next(b for b in k.document[comp]["builds"] if b["cuda_major"] == major)
     upper = re.search(r"<=\s*([0-9.]+)", builds["versions"])
     assert upper and Version(upper.group(1)) == max(on_index), \
         f"{comp}.builds for CUDA {major} ends at {upper and upper.group(1)}, the index's newest " \

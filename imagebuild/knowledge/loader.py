@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from .context import _Ctx
+from .families import families_of
 from .model import Knowledge, Project, Tool
 from .sections import (architectures, constraints, cuda, cudnn, document, drivers, gpudirect, gpus,
                        nccl, oses, platforms, preference, pytorch, rdma, recipes, sources,
@@ -49,8 +50,8 @@ def build(doc: Any, path: str) -> Knowledge:
         majors=majors, releases=releases, branches=branches, gpus=gpu_table,
         architectures=archs, variants=variants, pytorch=torch, ucx=ucx,
         openmpi=openmpi, os=os_table, gpudirect=gdr, nccl_features=nccl_features,
-        rules=tuple(c.rules), raw=doc, rdma=rdma_table, compat=compat, platforms=plats,
+        rules=tuple(c.rules), document=doc, rdma=rdma_table, compat=compat, platforms=plats,
         nccl_releases=nccl_releases, cudnn_releases=cudnn_releases,
         library_releases={"cudnn": cudnn_known, "nccl": nccl_known},
         tools={name: Tool.of(name, entry) for name, entry in (doc.get("tools") or {}).items()},
-        project=Project.of(doc.get("project")))
+        project=Project.of(doc.get("project")), families=families_of(doc))

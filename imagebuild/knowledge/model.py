@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..versions import NONE, version_key
+from .families import Family
 from .matchers import Matcher, version_matcher
 from .schema import DEFAULT_PLATFORM
 
@@ -239,7 +240,7 @@ class Knowledge:
     gpudirect: tuple[dict, ...]
     nccl_features: tuple[dict, ...]
     rules: tuple[Rule, ...]
-    raw: dict
+    document: dict                              # matrix.yaml as parsed and checked: read only inside knowledge/
     rdma: dict[str, dict] = field(default_factory=dict)   # id -> user-space RDMA alternative
     compat: dict[str, Compat] = field(default_factory=dict)   # CUDA major.minor -> cuda-compat
     platforms: dict[str, dict] = field(default_factory=dict)  # id -> entry, best first
@@ -250,6 +251,7 @@ class Knowledge:
     library_releases: dict[str, dict[str, LibraryRelease]] = field(default_factory=dict)
     tools: dict[str, Tool] = field(default_factory=dict)     # `tools:` by name
     project: Project = Project()
+    families: tuple[Family, ...] = ()       # `images:`, in the file's order
 
     # ---- queries the resolver asks
 

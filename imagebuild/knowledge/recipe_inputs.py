@@ -300,6 +300,9 @@ def _images(c: _Checker, doc, os_ids: set[str], rdma_ids: set[str]):
             if fl not in FLAVORS:
                 _fail_in(c, fam, "flavors", j, f"{where}.flavors: {fl!r} is not one of "
                          f"{', '.join(FLAVORS)}")
+        if "devel" in flavors and "runtime" not in flavors:
+            c.fail(f"{where}.flavors: a devel image is built FROM the runtime image of its stack: "
+                   "list runtime in flavors too", fam, "flavors")
         for j, os_id in enumerate(c.strings(fam, "os", where, "id")):
             if os_id not in os_ids:
                 _fail_in(c, fam, "os", j, f"{where}.os: unknown os {os_id!r} (known: "

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ..errors import KnowledgeError, UsageError
 from ..platforms import PLATFORMS
-from ..knowledge.recipe_inputs import BUILD_SWITCHES, CUDA_FROM, FAMILY_KEYS, FLAVORS, VARIANT_MODES
+from ..knowledge.families import Family
+from ..knowledge.recipe_inputs import BUILD_SWITCHES
 from ..knowledge import Knowledge, load, version_matcher
 from ..resolve.solver import Host, image_reading, resolve
 from ..versions import NONE, major_minor, parse_version
@@ -29,14 +30,11 @@ from .naming import _image_id, _tag
 # The wheel-lock module (.wheellock) is imported where it is used: it brings the index-sync
 # machinery with it, which a `resolve` that finds its expansion cached (expandcache.expand_cached) never needs.
 
-# FLAVORS, VARIANT_MODES (which CUDA builds of each PyTorch release a family takes: every one, the
-# one PyPI serves by default, or that one plus the newest CUDA build) and the family keys are
-# defined in knowledge/recipe_inputs.py, which validates the whole `images:` section when the matrix is loaded.
-_FAMILY_KEYS = set(FAMILY_KEYS)
-# What may reach a shell line, a tag or a path: checked again before any template sees it
-# (fullmatch: a `$` anchor would accept a trailing newline).
+# The `images:` section is checked in full when the matrix is loaded (knowledge/recipe_inputs.py,
+# gate 3) and read as typed values (knowledge/families.py): a family here is a Family.
+# What may reach a shell line, a tag or a path: a derived id and tag are checked before any
+# template sees them (fullmatch: a `$` anchor would accept a trailing newline).
 SAFE_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
-SAFE_VERSION = re.compile(r"[0-9]+(\.[0-9]+){0,4}")
 
 
 def compiles(stack: dict, ucx: dict) -> bool:
@@ -214,102 +212,9 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _as_list(value) -> list[str]:
-    if value is None:
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
-
-
-@dataclass(frozen=True)
-class _Family:
-    """One entry of `images:`, checked: what every image of the family shares."""
-    raw: dict
-    line: int | None
-    path: str | Path      # the matrix (k.path)
-    name: str
-    flavors: list[str]
-    oses: list[str]
-    wheels: str | None
-    rdma: dict | None
-    cuda_from: str
-    form: str               # sources: release | git
-    build: dict
-    platforms: list[str]    # matrix platform ids, one image each; empty: the resolver's choice
-
-    def fail(self, msg: str):
-        _family_error(self.path, self.line, msg)
-
-
-def _family_error(path, line: int | None, msg: str):
+def _family_error(k: Knowledge, f: Family, msg: str):
     """A family of `images:` that cannot be expanded: KnowledgeError naming the family's line."""
-    raise KnowledgeError(f"images: {msg}", file=path, line=line)
-
-
-def _read_family(k: Knowledge, fam) -> _Family:
-    """A family of `images:` checked against the matrix (its keys, flavors, OSes, versions,
-    RDMA, CUDA provider, source form and build switches); KnowledgeError naming its line."""
-    line = getattr(fam, "line", None)
-
-    def fail(msg):
-        _family_error(k.path, line, msg)
-
-    if not isinstance(fam, dict):
-        fail("each family is a mapping")
-    unknown = set(fam) - _FAMILY_KEYS
-    if unknown:
-        fail(f"unknown key {sorted(unknown)[0]!r} (allowed: {', '.join(sorted(_FAMILY_KEYS))})")
-    name = str(fam.get("family", ""))
-    if not SAFE_ID.fullmatch(name):
-        fail(f"family name {name!r} must match {SAFE_ID.pattern}")
-    flavors = _as_list(fam.get("flavors"))
-    if not flavors or any(f not in FLAVORS for f in flavors):
-        fail(f"{name}: flavors must be some of {', '.join(FLAVORS)}")
-    if "devel" in flavors and "runtime" not in flavors:
-        fail(f"{name}: a devel image is built FROM the runtime image of its stack: list runtime "
-             "in flavors too")
-    oses = _as_list(fam.get("os"))
-    for o in oses:
-        if o not in k.os:
-            fail(f"{name}: unknown os {o!r}")
-    for comp in ("ucx", "openmpi", "cuda", "python"):
-        for val in _as_list(fam.get(comp)):
-            if val != NONE and not SAFE_VERSION.fullmatch(val):
-                fail(f"{name}: {comp} {val!r} is not a version")
-    wheels = fam.get("wheels")
-    if wheels not in (None, "host"):
-        fail(f"{name}: wheels must be 'host'")
-    if fam.get("variants", "all") not in VARIANT_MODES:
-        fail(f"{name}: variants must be one of {', '.join(VARIANT_MODES)}")
-    rdma_id = str(fam.get("rdma", "rdma-core"))
-    if rdma_id != "rdma-core" and rdma_id not in k.rdma:
-        fail(f"{name}: unknown rdma {rdma_id!r} (rdma-core, or an id of the rdma: section: "
-             f"{', '.join(sorted(k.rdma)) or 'none'})")
-    cuda_from = str(fam.get("cuda_from", "repository"))
-    if cuda_from not in CUDA_FROM:
-        fail(f"{name}: cuda_from must be one of {', '.join(CUDA_FROM)}")
-    # cuda_from: wheels' UCX/Open MPI choice (both from source against the cuda-toolkit
-    # wheels, or both the OS's beside torch's closure) is checked when the matrix is loaded
-    # (recipe_inputs._wheels_comms), naming the family's line
-    form = str(fam.get("sources", "release"))
-    build = dict(BUILD_SWITCHES)
-    build.update({key: v for key, v in (fam.get("build") or {}).items() if key in BUILD_SWITCHES})
-    arch = (fam.get("build") or {}).get("cuda_arch")
-    if arch:
-        build["cuda_arch"] = tuple(_as_list(arch))
-    if form == "git":
-        for comp in ("ucx", "openmpi"):
-            entry = getattr(k, comp).get(str(fam.get(comp, "")))
-            if entry is not None and entry.get("install", "source") == "source" \
-                    and not entry.get("git_archive"):
-                fail(f"{name}: sources: git compiles {comp} {entry.get('version')} from its git "
-                     f"tag archive, which matrix.yaml's {comp} release does not record (git_archive:)")
-    platforms = _as_list(fam.get("platforms"))
-    for p in platforms:
-        if p not in k.platforms:
-            fail(f"{name}: unknown platform {p!r} (one of {', '.join(k.platforms)})")
-    return _Family(raw=fam, line=line, path=k.path, name=name, flavors=flavors, oses=oses,
-                   wheels=wheels, rdma=k.rdma.get(rdma_id), cuda_from=cuda_from, form=form,
-                   build=build, platforms=platforms)
+    raise KnowledgeError(f"images: {msg}", file=k.path, line=f.line)
 
 
 def _rdma_skip(rdma: dict | None, os_id: str, allow_unverified: bool) -> str | None:
@@ -325,7 +230,7 @@ def _rdma_skip(rdma: dict | None, os_id: str, allow_unverified: bool) -> str | N
     return None
 
 
-def _check_arch(k: Knowledge, f: "_Family", cuda: str) -> None:
+def _check_arch(k: Knowledge, f: Family, cuda: str) -> None:
     """`build.cuda_arch` names architectures this CUDA release compiles for: one added after it
     (first_cuda) or dropped before it (last_cuda) stops nvcc inside the build, so it is refused
     here, naming the family's line."""
@@ -336,10 +241,10 @@ def _check_arch(k: Knowledge, f: "_Family", cuda: str) -> None:
         arch = k.architectures.get(cc) or {}
         first, last = arch.get("first_cuda"), arch.get("last_cuda")
         if first and have < parse_version(first):
-            f.fail(f"{f.name}: build.cuda_arch {cc} ({arch.get('name')}) needs CUDA >= {first} "
+            _family_error(k, f, f"{f.name}: build.cuda_arch {cc} ({arch.get('name')}) needs CUDA >= {first} "
                    f"[{arch.get('source')}], and this image's CUDA is {cuda}")
         if last and have > parse_version(last):
-            f.fail(f"{f.name}: build.cuda_arch {cc} ({arch.get('name')}) was dropped after CUDA "
+            _family_error(k, f, f"{f.name}: build.cuda_arch {cc} ({arch.get('name')}) was dropped after CUDA "
                    f"{last} [{arch.get('source')}], and this image's CUDA is {cuda}")
 
 
@@ -359,8 +264,8 @@ class _Expansion:
         # before it is read; None when not asked for, and once a lock cannot be hashed
         self.lock_digests = lock_digests
 
-    def family(self, f: _Family) -> None:
-        combos = list(_combinations(self.k, f.raw))
+    def family(self, f: Family) -> None:
+        combos = list(_combinations(self.k, f))
         if not combos:
             # a family whose ranges match no release of the matrix declares nothing: said, not
             # dropped without a word
@@ -372,18 +277,18 @@ class _Expansion:
                 for plat in f.platforms or [None]:
                     self.combination(f, combo, wishes, vtag, os_id, plat)
 
-    def combination(self, f: _Family, combo: str, wishes: dict, vtag: str, os_id: str,
+    def combination(self, f: Family, combo: str, wishes: dict, vtag: str, os_id: str,
                     platform: str | None = None) -> None:
         """One combination of the family on one OS: resolved to a stack and, when it resolves and
         its wheel lock is there, one image per flavor; otherwise one Skipped saying why."""
         from .wheellock import read_lock, wheel_set
-        k, fam, rdma, cuda_from = self.k, f.raw, f.rdma, f.cuda_from
+        k, rdma, cuda_from = self.k, self.k.rdma.get(f.rdma), f.cuda_from
         w = dict(wishes, os=os_id)
         if platform is not None:          # the family lists its platforms: one image each
             w["platform"] = platform
         for comp in ("ucx", "openmpi", "python"):
-            if fam.get(comp) is not None:
-                w[comp] = "==" + str(fam[comp])
+            if f.pin(comp) is not None:
+                w[comp] = "==" + f.pin(comp)
         label = f"{combo} on {os_id}" + (f" with {rdma['name']} {rdma['version']}"
                                           if rdma else "")
         if cuda_from != "repository":
@@ -399,7 +304,7 @@ class _Expansion:
             res = resolve(k, Host(), w, allow_unverified=self.allow_unverified, explain=False,
                           **image_reading(k, cuda_from, w))
         except UsageError as exc:
-            f.fail(f"{f.name}: {exc}")
+            _family_error(k, f, f"{f.name}: {exc}")
         if not res.ok:
             self.skipped.append(Skipped(f.name, label, tuple(sorted(w.items())),
                                         cuda_from=cuda_from))
@@ -431,40 +336,40 @@ class _Expansion:
         except _NotCached:
             self.lock_digests = None     # read_lock says what is wrong with it, if anything
 
-    def flavors(self, f: _Family, stack: dict, vtag: str, os_id: str, min_driver,
+    def flavors(self, f: Family, stack: dict, vtag: str, os_id: str, min_driver,
                 ws) -> None:
         """One ImageSpec per flavor of a resolved stack (an id two wishes both resolved to is
         kept once), with its id, tags and everything the recipe reads."""
-        k = self.k
+        k, rdma = self.k, self.k.rdma.get(f.rdma)
         oci = str((k.platforms.get(stack["platform"]) or {}).get("oci") or "")
         # each platform's image has its own id (-arm64; x86_64's as before platforms were
         # listed) and the same tag, so that one published tag holds every platform
         suffix = PLATFORMS[oci].suffix if oci in PLATFORMS else ""
         for flavor in f.flavors:
-            iid = _image_id(f.name, stack, vtag, os_id, flavor, f.rdma) + suffix
+            iid = _image_id(f.name, stack, vtag, os_id, flavor, rdma) + suffix
             if iid in self.seen:
                 if self.specs[self.seen[iid]].cuda_from != f.cuda_from:
-                    f.fail(f"{f.name}: image {iid} is declared with CUDA from the "
+                    _family_error(k, f, f"{f.name}: image {iid} is declared with CUDA from the "
                            f"{self.specs[self.seen[iid]].cuda_from} and from the {f.cuda_from}")
                 continue  # two wishes resolved to the same stack
-            tag = _tag(stack, flavor, os_id, f.rdma)
+            tag = _tag(stack, flavor, os_id, rdma)
             if not SAFE_ID.fullmatch(iid) or not SAFE_ID.fullmatch(tag):
-                f.fail(f"{f.name}: derived id {iid!r} or tag {tag!r} is not safe")
+                _family_error(k, f, f"{f.name}: derived id {iid!r} or tag {tag!r} is not safe")
             self.seen[iid] = len(self.specs)
             base = {}
-            if flavor == "devel":   # FROM the runtime image of the same stack (_read_family: listed)
-                rid = _image_id(f.name, stack, vtag, os_id, "runtime", f.rdma) + suffix
+            if flavor == "devel":   # FROM the runtime image of the same stack (gate 3: listed)
+                rid = _image_id(f.name, stack, vtag, os_id, "runtime", rdma) + suffix
                 base = {"depends_on": (rid,),
-                        "from_image": f"imagebuild/{rid}:{_tag(stack, 'runtime', os_id, f.rdma)}"}
+                        "from_image": f"imagebuild/{rid}:{_tag(stack, 'runtime', os_id, rdma)}"}
             self.specs.append(ImageSpec(
                 id=iid, family=f.name, flavor=flavor,
-                description=str(f.raw.get("description", f.name)), stack=stack,
+                description=f.description, stack=stack,
                 os=k.os[os_id], variant_tag=vtag, min_driver=min_driver, tag=tag,
                 tags=(tag, f"{tag}-{k.as_of.replace('-', '')}"),
                 wheels=f.wheels, ucx=k.ucx[stack["ucx"]], openmpi=k.openmpi[stack["openmpi"]],
-                as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=f.rdma,
+                as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=rdma,
                 source=project_source(k), cuda_from=f.cuda_from, licenses=project_licenses(k),
-                sources=f.form, build=f.build, oci_platform=oci, **base))
+                sources=f.sources, build=dict(f.build), oci_platform=oci, **base))
 
 
 def skipped_summary(k: Knowledge, skipped: list[Skipped]) -> list[str]:
@@ -514,45 +419,35 @@ def expand(k: Knowledge, *, require_locks: bool = True,
 def _expansion(k: Knowledge, require_locks: bool, allow_unverified: bool,
                lock_digests: dict | None = None) -> _Expansion:
     out = _Expansion(k, require_locks, allow_unverified, lock_digests)
-    families = k.raw.get("images")
-    if families is None:
-        return out
-    if not isinstance(families, list):
-        raise KnowledgeError("images: expected a list of families", file=k.path)
-    for fam in families:
-        out.family(_read_family(k, fam))
+    for fam in k.families:
+        out.family(fam)
     return out
 
 
-def _combinations(k: Knowledge, fam: dict):
+def _combinations(k: Knowledge, fam: Family):
     """(label, wishes, variant tag) for each PyTorch release x variant (or NCCL for comms)."""
-    pt = fam.get("pytorch")
-    if pt is None or str(pt) == NONE:
-        cudas = _as_list(fam.get("cuda"))
-        for nccl in _as_list(fam.get("nccl")) or [None]:
+    if fam.pytorch is None or fam.pytorch == NONE:
+        for nccl in fam.nccl or (None,):
             w = {"pytorch": NONE}
             if nccl:
-                if not SAFE_VERSION.fullmatch(nccl):
-                    raise KnowledgeError(f"images: nccl {nccl!r} is not a version", file=k.path)
                 w["nccl"] = "==" + nccl
-            for cuda in cudas or [None]:
+            for cuda in fam.cuda or (None,):
                 ww = dict(w)
                 if cuda:
                     ww["cuda"] = cuda
                 yield (f"nccl {nccl}" if nccl else "comms"), ww, ""
         return
-    spec = str(pt)
-    try:
-        match = version_matcher(spec if spec[:1] in tuple("<>=!~") else "==" + spec)
-    except Exception:  # noqa: BLE001 - reported as one line
-        raise KnowledgeError(f"images: pytorch {spec!r} is not a specifier", file=k.path) from None
-    mode = fam.get("variants", "all")
-    cuda_fixed = fam.get("cuda")
+    spec = fam.pytorch
+    match = version_matcher(spec if spec[:1] in tuple("<>=!~") else "==" + spec)
+    mode = fam.variants
+    # a family without PyTorch's CUDA (cuda: none) takes the CPU builds; gate 3 allows it only
+    # for the cpu flavor
+    cpu_only = fam.cuda == (NONE,)
     for ver in sorted(k.pytorch, key=parse_version, reverse=True):
         if not match(ver):
             continue
         vs = [v for (pv, _), v in k.variants.items() if pv == ver and v.verified]
-        if cuda_fixed is not None and str(cuda_fixed) == NONE:
+        if cpu_only:
             vs = [v for v in vs if v.cuda == NONE]
         else:
             vs = [v for v in vs if v.cuda != NONE]
