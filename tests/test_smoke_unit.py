@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import imagebuild.smoke as smoke
-from imagebuild.smoke import bandwidth, checks, expect, gdr, libs, proc
+from imagebuild.smoke import bandwidth, checks, expect, gdr, libs, nccltests, proc
 from imagebuild.smoke.context import Context
 from imagebuild.smoke.report import FAIL, PASS, SKIP, CheckResult, Report, combine, junit_path, junit_text, write_atomic
 from imagebuild.smoke.workers import probe as probe_worker
@@ -816,7 +816,7 @@ def test_nccl_tests_check_fails_on_wrong_values_and_exit_codes(fake_nccl_tests, 
 def test_nccl_tests_check_skips_or_fails_without_the_binary(tmp_path, monkeypatch):
     monkeypatch.delenv(checks.NCCL_TESTS_ENV, raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(checks, "NCCL_TESTS_DIRS", (str(tmp_path / "none"),))
+    monkeypatch.setattr(nccltests, "NCCL_TESTS_DIRS", (str(tmp_path / "none"),))
     res = checks.check_nccl_tests(_gpu_ctx(tmp_path))
     assert res.status == SKIP and res.detail.startswith("nccl-tests not installed: all_reduce_perf is not on PATH")
     cuda_image = {"stack": {"cuda": "13.0.2", "nccl": "2.28.3"}}

@@ -126,25 +126,7 @@ def build_all(jobs: Sequence[BuildJob], *, engine: Engine, jobs_n: int = 1, keep
         return log_dir / f"{job.image_id}.log"
 
     def one(job: BuildJob) -> BuildOutcome:
-        say(f"{job.image_id}: building {job.ref}")
-        try:
-            if job.prepare is not None:
-                job.prepare()
-            extra = {"platform": job.platform} if job.platform else {}
-            res = engine.build(job.context, job.ref, dockerfile=job.dockerfile,
-                               buildargs=dict(job.buildargs) or None, labels=dict(job.labels) or None,
-                               secrets=dict(job.secrets) or None, log=log_of(job),
-                               progress=lambda line: say(f"{job.image_id}: {line}"), **extra)
-        except ImagebuildError as exc:
-            say(f"{job.image_id}: FAILED: {exc}")
-            return BuildOutcome(job.image_id, job.ref, FAILED, None, str(exc), log_of(job))
-        except Exception as exc:  # noqa: BLE001 - keep every other image's result
-            msg = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-            say(f"{job.image_id}: FAILED: {msg}")
-            return BuildOutcome(job.image_id, job.ref, FAILED, None, msg, log_of(job))
-        say(f"{job.image_id}: built {res.image_id[:19]} in {res.seconds:.1f} s "
-            f"({res.cached_steps}/{res.steps} steps cached)")
-        return BuildOutcome(job.image_id, job.ref, BUILT, res, None, log_of(job))
+        return _build_one(job, engine, say, log_of(job))
 
     index = {job.image_id: n for n, job in enumerate(jobs)}
     outcomes: dict[str, BuildOutcome] = {}
@@ -179,19 +161,47 @@ def build_all(jobs: Sequence[BuildJob], *, engine: Engine, jobs_n: int = 1, keep
         for job in left:
             why = "not started: an earlier image failed (use --keep-going to build the rest)"
             outcomes[job.image_id] = BuildOutcome(job.image_id, job.ref, NOT_STARTED, None, why, log_of(job))
-    except BaseException:
-        # Ctrl-C, SIGTERM or a bug in here: start nothing new, stop the running builds (the
-        # engine cancels their steps and removes their containers; no tag is written), and wait
-        # a bounded time for their threads to see it
-        pool.shutdown(wait=False, cancel_futures=True)
-        cancel = getattr(engine, "cancel_builds", None)
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while cancel is not None and not all(f.done() for f in running) and time.monotonic() < deadline:
-            cancel()  # again and again: a build still sending its context registers only then
-            cf.wait(list(running), timeout=0.5)
+    except BaseException:     # Ctrl-C, SIGTERM or a bug in here
+        _cancel_running(pool, engine, list(running))
         raise
     pool.shutdown(wait=True)
     return [outcomes[j.image_id] for j in jobs]
+
+
+def _build_one(job: BuildJob, engine: Engine, say: Callable[[str], None], log: Path) -> BuildOutcome:
+    """One image built on the engine: its outcome, never an exception but an interruption (a
+    failure is kept with its message, so that every other image's result is kept too)."""
+    say(f"{job.image_id}: building {job.ref}")
+    try:
+        if job.prepare is not None:
+            job.prepare()
+        extra = {"platform": job.platform} if job.platform else {}
+        res = engine.build(job.context, job.ref, dockerfile=job.dockerfile,
+                           buildargs=dict(job.buildargs) or None, labels=dict(job.labels) or None,
+                           secrets=dict(job.secrets) or None, log=log,
+                           progress=lambda line: say(f"{job.image_id}: {line}"), **extra)
+    except ImagebuildError as exc:
+        say(f"{job.image_id}: FAILED: {exc}")
+        return BuildOutcome(job.image_id, job.ref, FAILED, None, str(exc), log)
+    except Exception as exc:  # noqa: BLE001 - keep every other image's result
+        msg = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        say(f"{job.image_id}: FAILED: {msg}")
+        return BuildOutcome(job.image_id, job.ref, FAILED, None, msg, log)
+    say(f"{job.image_id}: built {res.image_id[:19]} in {res.seconds:.1f} s "
+        f"({res.cached_steps}/{res.steps} steps cached)")
+    return BuildOutcome(job.image_id, job.ref, BUILT, res, None, log)
+
+
+def _cancel_running(pool: cf.ThreadPoolExecutor, engine: Engine, running: list[cf.Future]) -> None:
+    """Ctrl-C, SIGTERM or a bug in the loop: start nothing new, stop the running builds (the
+    engine cancels their steps and removes their containers; no tag is written), and wait a
+    bounded time for their threads to see it."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    cancel = getattr(engine, "cancel_builds", None)
+    deadline = time.monotonic() + CANCEL_WAIT_S
+    while cancel is not None and not all(f.done() for f in running) and time.monotonic() < deadline:
+        cancel()  # again and again: a build still sending its context registers only then
+        cf.wait(running, timeout=0.5)
 
 
 def _unbuildable(jobs: Sequence[BuildJob], by_id: Mapping[str, BuildJob],

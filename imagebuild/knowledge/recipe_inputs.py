@@ -303,16 +303,7 @@ def _images(c: _Checker, doc, os_ids: set[str], rdma_ids: set[str]):
         if "devel" in flavors and "runtime" not in flavors:
             c.fail(f"{where}.flavors: a devel image is built FROM the runtime image of its stack: "
                    "list runtime in flavors too", fam, "flavors")
-        for j, os_id in enumerate(c.strings(fam, "os", where, "id")):
-            if os_id not in os_ids:
-                _fail_in(c, fam, "os", j, f"{where}.os: unknown os {os_id!r} (known: "
-                         f"{', '.join(sorted(os_ids)) or 'none'})")
-        if "platforms" in fam:
-            known = set(_ids(doc.get("platforms")))
-            for j, plat in enumerate(c.strings(fam, "platforms", where, "word")):
-                if plat not in known:
-                    _fail_in(c, fam, "platforms", j, f"{where}.platforms: unknown platform "
-                             f"{plat!r} (known: {', '.join(sorted(known)) or 'none'})")
+        _family_places(c, doc, fam, where, os_ids)
         pytorch = c.string(fam, "pytorch", where, "spec")
         if "variants" in fam:
             mode = c.string(fam, "variants", where, "id")
@@ -345,15 +336,7 @@ def _images(c: _Checker, doc, os_ids: set[str], rdma_ids: set[str]):
         if form is not None and form not in SOURCE_FORMS:
             c.fail(f"{where}.sources must be one of {', '.join(SOURCE_FORMS)}", fam, "sources")
         if "build" in fam:
-            b = c.mapping(fam["build"], f"{where}.build", (), BUILD_KEYS, fam, "build")
-            for key in BUILD_SWITCHES:
-                if key in b and not isinstance(b[key], bool):
-                    c.fail(f"{where}.build.{key} must be true or false, not {_kind(b[key])}", b, key)
-            if "cuda_arch" in b:
-                for j, arch in enumerate(c.strings(b, "cuda_arch", f"{where}.build", "version")):
-                    if not re.fullmatch(r"[1-9][0-9]?\.[0-9]", arch):
-                        _fail_in(c, b, "cuda_arch", j, f"{where}.build.cuda_arch: {arch!r} is not "
-                                 "a compute capability (8.0, 9.0, 10.0, ...)")
+            _family_build(c, fam, where)
         if cuda_from == "wheels":
             # CUDA is NVIDIA's wheels: torch's closure, or the cuda-toolkit wheels UCX, Open MPI
             # and nccl-tests are compiled against (see images.expand)
@@ -369,6 +352,33 @@ def _images(c: _Checker, doc, os_ids: set[str], rdma_ids: set[str]):
                        "flavor, or a devel one beside torch's closure, needs CUDA from the "
                        "repository, or none)", fam, "flavors")
         _what_images_need(c, doc, fam, where, flavors, pytorch, cuda_from or "repository")
+
+
+def _family_places(c: _Checker, doc, fam, where: str, os_ids: set[str]):
+    """A family's `os` and `platforms` name OSes and platforms of the matrix."""
+    for j, os_id in enumerate(c.strings(fam, "os", where, "id")):
+        if os_id not in os_ids:
+            _fail_in(c, fam, "os", j, f"{where}.os: unknown os {os_id!r} (known: "
+                     f"{', '.join(sorted(os_ids)) or 'none'})")
+    if "platforms" in fam:
+        known = set(_ids(doc.get("platforms")))
+        for j, plat in enumerate(c.strings(fam, "platforms", where, "word")):
+            if plat not in known:
+                _fail_in(c, fam, "platforms", j, f"{where}.platforms: unknown platform "
+                         f"{plat!r} (known: {', '.join(sorted(known)) or 'none'})")
+
+
+def _family_build(c: _Checker, fam, where: str):
+    """A family's `build:` choices: known keys, switches true or false, compute capabilities."""
+    b = c.mapping(fam["build"], f"{where}.build", (), BUILD_KEYS, fam, "build")
+    for key in BUILD_SWITCHES:
+        if key in b and not isinstance(b[key], bool):
+            c.fail(f"{where}.build.{key} must be true or false, not {_kind(b[key])}", b, key)
+    if "cuda_arch" in b:
+        for j, arch in enumerate(c.strings(b, "cuda_arch", f"{where}.build", "version")):
+            if not re.fullmatch(r"[1-9][0-9]?\.[0-9]", arch):
+                _fail_in(c, b, "cuda_arch", j, f"{where}.build.cuda_arch: {arch!r} is not "
+                         "a compute capability (8.0, 9.0, 10.0, ...)")
 
 
 def _wheels_comms(c: _Checker, doc, fam, where: str, pytorch) -> bool:

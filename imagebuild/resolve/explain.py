@@ -9,7 +9,8 @@ from __future__ import annotations
 from ..knowledge import STACK
 from ..versions import (NONE, major_minor, parse_version)
 
-from .problem import CudaMode, Problem, Resolution, _src, min_driver
+from .problem import CudaMode, Problem, Resolution, min_driver
+from .systemcopies import _src
 from .search import Trace, _first
 
 

@@ -26,8 +26,10 @@ from ..versions import NONE, parse_driver, parse_version
 # the resolver's parts (problem.py, search.py, explain.py); the names other packages and the tests
 # use are this module's, as before the split
 from .explain import _describe, _unverified_warning, explain_failure, gpudirect_paths  # noqa: F401
-from .problem import (MODE_RANK, SYSTEM_COPIES, CudaMode, Fact, Host, Problem, Resolution,  # noqa: F401
-                      _src, min_driver, system_copy_facts, system_copy_problems, system_releases)
+from .problem import (MODE_RANK, CudaMode, Fact, Host, Problem, Resolution,  # noqa: F401
+                      min_driver)
+from .systemcopies import (SYSTEM_COPIES, _src, system_copy_facts,  # noqa: F401
+                           system_copy_problems, system_releases)
 from .search import Trace, _first, _search  # noqa: F401
 
 

@@ -15,6 +15,11 @@ from .context import Context
 from .elastic import check_ddp_elastic
 from .registry import REGISTRY, check
 from .report import FAIL, PASS, SKIP, CheckResult, combine
+from .mpilaunch import (_mpirun_env, _rank_errors, bandwidth_metrics,  # noqa: F401 - re-exported
+                        judge_ucx_modules, mpirun_argv, parse_transports, parse_ucx_modules,
+                        UCX_FEATURE_MODULES, ucx_tls_for_one_host)
+from .nccltests import (NCCL_TESTS_ARGS, NCCL_TESTS_DIRS, NCCL_TESTS_ENV,  # noqa: F401 - re-exported
+                        NCCL_TESTS_SIZES, find_all_reduce_perf, judge_nccl_tests, parse_nccl_tests)
 from .torchplan import torch_plan
 from .workers import read_results
 from .workers.probe import nccl_code
@@ -249,43 +254,6 @@ def check_libraries(ctx: Context) -> CheckResult:
 # mpi.config
 # ---------------------------------------------------------------------------------------------
 
-def parse_transports(ucx_info_d: str) -> list[str]:
-    return sorted(set(re.findall(r"^#\s*Transport:\s*(\S+)", ucx_info_d, re.M)))
-
-
-# image.json feature -> the UCX transport module it needs (`ucx_info -b`: uct_MODULES, and the
-# CUDA transport's own sub-modules in uct_cuda_MODULES)
-UCX_FEATURE_MODULES = {"verbs": "ib", "rdmacm": "rdmacm", "ucx_cuda": "cuda", "gdrcopy": "cuda/gdrcopy"}
-
-
-def parse_ucx_modules(build_config: str) -> set[str]:
-    """The transport modules `ucx_info -b` says UCX was built with: "ib", "rdmacm", "cma",
-    "cuda", and a sub-module as "cuda/gdrcopy" (from `#define uct_cuda_MODULES ":gdrcopy"`)."""
-    found: set[str] = set()
-    for m in re.finditer(r'^#define\s+uct(?:_(\w+))?_MODULES\s+"([^"]*)"', build_config, re.M):
-        parent = m.group(1)
-        for name in filter(None, m.group(2).split(":")):
-            found.add(f"{parent}/{name}" if parent else name)
-    return found
-
-
-def judge_ucx_modules(modules: set[str], wanted: dict[str, bool], have_ib: bool) -> list[tuple[str, str]]:
-    """Parts for mpi.config: every module the image's features ask for is built in."""
-    parts: list[tuple[str, str]] = []
-    if not modules:
-        return [(FAIL, "ucx_info -b names no transport module (no uct_MODULES line)")]
-    parts.append((PASS, "UCX modules built in: " + ", ".join(sorted(modules))))
-    missing = [f"{mod} (for {feat})" for feat, mod in UCX_FEATURE_MODULES.items() if wanted.get(feat) and mod not in modules]
-    if wanted.get("verbs") and not have_ib:
-        missing.append("HAVE_IB (for verbs)")
-    if missing:
-        parts.append((FAIL, "UCX was built without " + ", ".join(missing) + ", but the image should have them"))
-    elif any(wanted.values()):
-        parts.append((PASS, "UCX has what the image promises: "
-                      + ", ".join(f"{feat} ({mod})" for feat, mod in UCX_FEATURE_MODULES.items() if wanted.get(feat))))
-    return parts
-
-
 @check('mpi.config', quick=True, what='Open MPI is built with UCX (and CUDA where the image has it)')
 def check_mpi_config(ctx: Context) -> CheckResult:
     parts: list[tuple[str, str]] = []
@@ -358,76 +326,6 @@ def check_mpi_config(ctx: Context) -> CheckResult:
 # ---------------------------------------------------------------------------------------------
 # mpi.allreduce
 # ---------------------------------------------------------------------------------------------
-
-def ucx_tls_for_one_host() -> str:
-    """self,sm when /dev/shm is usable (shared memory between the ranks), else self,tcp."""
-    if os.environ.get("UCX_TLS"):
-        return os.environ["UCX_TLS"]
-    shm = "/dev/shm"
-    return "self,sm" if os.path.isdir(shm) and os.access(shm, os.W_OK) else "self,tcp"
-
-
-def bandwidth_metrics(timings: dict[str, float], ranks: int) -> dict[str, float]:
-    metrics: dict[str, float] = {}
-    for size_s, seconds in timings.items():
-        size = int(size_s)
-        if seconds <= 0:
-            continue
-        tag = bandwidth.human(size)
-        metrics[f"time_us.{tag}"] = round(seconds * 1e6, 3)
-        metrics[f"algbw_GBps.{tag}"] = round(bandwidth.algbw(size, seconds) / 1e9, 6)
-        metrics[f"busbw_GBps.{tag}"] = round(bandwidth.busbw(size, seconds, ranks) / 1e9, 6)
-    return metrics
-
-
-def _rank_errors(results: dict[int, dict], outcomes, ranks: int, timeout: float) -> list[str]:
-    errs: list[str] = []
-    if any(o.timed_out for o in outcomes):
-        errs.append(f"timed out after {timeout:.0f}s")
-    for o in outcomes:
-        if o.returncode not in (0, None):
-            errs.append(f"{os.path.basename(o.argv[0])} exited {o.returncode}: {o.tail(4)}")
-            break
-    missing = [r for r in range(ranks) if r not in results]
-    if missing and not errs:
-        errs.append(f"rank(s) {missing} wrote no result: {outcomes[0].tail(4)}")
-    for r in sorted(results):
-        errs += [f"rank {r}: {e}" for e in results[r].get("errors", [])[:3]]
-    return errs
-
-
-def _mpirun_env(ctx: Context) -> dict:
-    env = ctx.env(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
-    if not proc.which("ssh") and not proc.which("rsh"):
-        # Open MPI 4 refuses to start even a local job without a remote shell agent on PATH;
-        # an empty agent lets it launch the ranks on this host only (images need no ssh)
-        env.setdefault("OMPI_MCA_plm_rsh_agent", "")
-    return env
-
-
-def mpirun_argv(mpirun: str, ranks: int, tls: str | None, python: str, lib: str, out_dir: str,
-                hosts: list[str] | None = None) -> list[str]:
-    """mpirun running the all-reduce worker on `ranks` ranks: over UCX with UCX_TLS=`tls` (None:
-    Open MPI's default pml), on this host or one rank on each of `hosts` (started over ssh)."""
-    argv = [mpirun, "--allow-run-as-root", "-np", str(ranks)]
-    if hosts:
-        # one rank on each host, never two on one; the remote daemon (prted/orted) is found under
-        # the prefix of this mpirun, and the ranks there get this side's search paths (an ssh
-        # session has the system's default PATH)
-        prefix = os.path.dirname(os.path.dirname(os.path.realpath(mpirun)))
-        argv += ["--host", ",".join(f"{h}:1" for h in hosts), "--map-by", "node", "--prefix", prefix]
-        argv += [a for v in ("PATH", "LD_LIBRARY_PATH") if os.environ.get(v) for a in ("-x", v)]
-    else:
-        argv.append("--oversubscribe")
-    if tls:
-        # Open MPI 4.1 only picks UCX on InfiniBand devices unless told otherwise
-        argv += ["--mca", "pml", "ucx", "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices",
-                 "any", "-x", f"UCX_TLS={tls}"]
-    # the UCX settings of this side reach every rank (UCX_TLS is the check's own, above)
-    argv += [a for v in sorted(os.environ) if v.startswith("UCX_") and v != "UCX_TLS" for a in ("-x", v)]
-    return argv + ["-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
-                   python, "-m", "imagebuild.smoke.workers.mpi_allreduce", "--lib", lib, "--out", out_dir]
-
 
 @check('mpi.allreduce', what='MPI_Allreduce over UCX across ranks, every element checked')
 def check_mpi_allreduce(ctx: Context) -> CheckResult:
@@ -594,116 +492,6 @@ def check_gpudirect(ctx: Context) -> CheckResult:
 # ---------------------------------------------------------------------------------------------
 # nccl-tests (tier gpu only)
 # ---------------------------------------------------------------------------------------------
-
-NCCL_TESTS_ENV = "IMAGEBUILD_NCCL_TESTS"  # a folder holding all_reduce_perf, or the binary itself
-NCCL_TESTS_DIRS = ("/opt/nccl-tests/bin",)  # where imagebuild's CUDA images install it
-NCCL_TESTS_ARGS = ("-b", "8", "-e", "256M", "-f", "2")
-NCCL_TESTS_SIZES = (8, 256 << 20, 2)  # the sizes those arguments ask for
-
-
-def find_all_reduce_perf() -> tuple[str | None, str]:
-    """(path, where it was found) or (None, why not); an explicit $IMAGEBUILD_NCCL_TESTS that
-    holds no binary is reported as such (the caller fails on it rather than skipping)."""
-    given = os.environ.get(NCCL_TESTS_ENV, "")
-    if given:
-        path = os.path.join(given, "all_reduce_perf") if os.path.isdir(given) else given
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path, f"${NCCL_TESTS_ENV}"
-        return None, f"${NCCL_TESTS_ENV}={given}: no executable all_reduce_perf there"
-    exe = proc.which("all_reduce_perf")
-    if exe:
-        return exe, "PATH"
-    for folder in NCCL_TESTS_DIRS:
-        path = os.path.join(folder, "all_reduce_perf")
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path, folder
-    return None, (f"all_reduce_perf is not on PATH nor in {', '.join(NCCL_TESTS_DIRS)}, "
-                  f"and ${NCCL_TESTS_ENV} is not set")
-
-
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
-
-
-def parse_nccl_tests(text: str) -> dict:
-    """The result table and summary lines of an nccl-tests *_perf run (rank 0's output).
-
-    rows: [{"size", "count", "type", "redop", "oop": {...}, "ip": {...}}], each side with time_us,
-    algbw, busbw (GB/s) and wrong (None when the run did not verify: "N/A");
-    out_of_bounds: (count, "OK"|"FAILED") or None; avg_busbw; devices (the "#  Rank N" lines);
-    nccl_library: the version code nccl-tests read from the library (ncclGetVersion), or None.
-    """
-    rows: list[dict] = []
-    found: dict = {"rows": rows, "out_of_bounds": None, "avg_busbw": None, "devices": 0, "nccl_library": None}
-    for line in text.splitlines():
-        m = re.match(r"#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)", line)
-        if m:
-            found["out_of_bounds"] = (int(m.group(1)), m.group(2))
-            continue
-        m = re.match(r"#\s*Avg bus bandwidth\s*:\s*(\S+)", line)
-        if m:
-            found["avg_busbw"] = _float(m.group(1))
-            continue
-        if re.match(r"#\s+Rank\s+\d+\s+Group\s+\d+", line):
-            found["devices"] += 1
-            continue
-        m = re.search(r"nccl-library=(\d+)", line)
-        if m and line.startswith("#"):
-            found["nccl_library"] = int(m.group(1))
-            continue
-        tok = line.split()
-        if line.lstrip().startswith("#") or len(tok) < 13 or not tok[0].isdigit() or not tok[1].isdigit():
-            continue
-        sides = []
-        for part in (tok[5:9], tok[9:13]):
-            time_us, algbw, busbw = (_float(x) for x in part[:3])
-            wrong = None if part[3] == "N/A" else _float(part[3])
-            if time_us is None or algbw is None or busbw is None or (wrong is None and part[3] != "N/A"):
-                break
-            sides.append({"time_us": time_us, "algbw": algbw, "busbw": busbw, "wrong": wrong})
-        if len(sides) == 2:
-            rows.append({"size": int(tok[0]), "count": int(tok[1]), "type": tok[2], "redop": tok[3],
-                         "oop": sides[0], "ip": sides[1]})
-    return found
-
-
-def judge_nccl_tests(found: dict, ranks: int, sizes: list[int]) -> list[str]:
-    """What is wrong with a parsed all_reduce_perf run of `ranks` ranks over `sizes` (empty: all good)."""
-    errs: list[str] = []
-    rows = found["rows"]
-    if not rows:
-        return ["no result table in the output"]
-    got = [r["size"] for r in rows]
-    if got != sizes:
-        errs.append(f"table has sizes {bandwidth.human(got[0])}..{bandwidth.human(got[-1])} ({len(got)} rows), "
-                    f"expected {bandwidth.human(sizes[0])}..{bandwidth.human(sizes[-1])} ({len(sizes)} rows)")
-    if found["devices"] != ranks:
-        errs.append(f"{found['devices']} rank(s) listed under '# Using devices', expected {ranks}")
-    unverified = [bandwidth.human(r["size"]) for r in rows if r["oop"]["wrong"] is None or r["ip"]["wrong"] is None]
-    if unverified:
-        errs.append(f"results not verified (#wrong N/A) at {', '.join(unverified[:4])}")
-    wrong = [f"{bandwidth.human(r['size'])}: {int((r['oop']['wrong'] or 0) + (r['ip']['wrong'] or 0))}"
-             for r in rows if (r["oop"]["wrong"] or 0) + (r["ip"]["wrong"] or 0) > 0]
-    if wrong:
-        errs.append(f"wrong elements at {', '.join(wrong[:4])}")
-    oob = found["out_of_bounds"]
-    if oob is None:
-        errs.append("no '# Out of bounds values' line")
-    elif oob != (0, "OK"):
-        errs.append(f"# Out of bounds values : {oob[0]} {oob[1]}")
-    # busbw = algbw * 2(n-1)/n for all-reduce: a table that disagrees was not run on `ranks` ranks
-    factor = 2.0 * (ranks - 1) / ranks
-    off = [bandwidth.human(r["size"]) for r in rows for side in (r["oop"], r["ip"])
-           if abs(side["busbw"] - side["algbw"] * factor) > 0.02 + 0.02 * side["busbw"]]
-    if off:
-        errs.append(f"busbw is not algbw*2(n-1)/n for {ranks} ranks at {', '.join(sorted(set(off))[:4])}")
-    if ranks > 1 and rows[-1]["oop"]["busbw"] <= 0:
-        errs.append(f"busbw 0 at {bandwidth.human(rows[-1]['size'])} with {ranks} ranks")
-    return errs
-
 
 def _visible_gpus(ctx: Context) -> tuple[int, str]:
     """GPUs the ranks may use: torch's count where torch is, else nvidia-smi -L (comms images)."""

@@ -67,29 +67,8 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
         c.fail(f"{w}: platforms_source names the source of platforms, which are not given", v,
                "platforms_source")
     verified = c.flag(v, "verified", w, True)
-    if c.flag(v, "cpu", w, False):
-        if "cuda" in v:
-            c.fail(f"{w}: a CPU variant has no cuda", v, "cuda")
-        cuda_mm, cudnn, nccl = NONE, NONE, NONE
-    else:
-        cuda_mm = c.version(v, "cuda", w)
-        if cuda_mm.count(".") != 1:
-            c.fail(f"{w}: cuda is a major.minor such as 12.4", v, "cuda")
-        if not any(major_minor(r) == cuda_mm for r in releases):
-            c.fail(f"{w}: CUDA {cuda_mm} has no release under cuda.releases", v, "cuda")
-        cudnn = c.version(v, "cudnn", w, optional=not verified)
-        nccl = c.version(v, "nccl", w, optional=not verified)
-        if verified and (cudnn is None or nccl is None):
-            c.fail(f"{w}: a verified variant names its cudnn and nccl", v)
-    arch = None
-    if "arch" in v:
-        arch_node = c.seq(v["arch"], f"{w}.arch", v, "arch")
-        for entry in arch_node:
-            try:
-                parse_version(str(entry).removesuffix("+PTX"))
-            except VersionSyntaxError as exc:
-                c.fail(f"{w}.arch: {exc}", v, "arch")
-        arch = tuple(str(e) for e in arch_node)
+    cuda_mm, cudnn, nccl = _variant_libraries(c, v, w, verified, releases)
+    arch = _variant_arch(c, v, w)
     key = (ver, cuda_mm)
     if key in variants:
         c.fail(f"{w}: torch {ver} has two {cuda_mm} variants", v)
@@ -113,21 +92,7 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
         floor = parse_version(nccl)
         req.append(("nccl", Matcher(f">= {nccl}", (lambda lo: lambda x: x != NONE and (
             parse_version(x) >= lo and parse_version(x).major == lo.major))(floor))))
-    runtime = c.version(v, "cuda_runtime", w, True)
-    var_tag = "cpu" if cuda_mm == NONE else "cu" + cuda_mm.replace(".", "")
-    if runtime in releases and major_minor(runtime) == cuda_mm:
-        # cu13-era wheels pin `cuda-toolkit==X.Y.Z`: the stack's CUDA is that release
-        c.add_rule(f"pytorch-{ver}-{var_tag}-cuda", when,
-                   [("cuda", Matcher(runtime, (lambda want: lambda x: x == want)(runtime)))],
-                   f"torch {ver}+{var_tag} wheels bring CUDA {runtime} (cuda-toolkit=={runtime})",
-                   vsrc, v.line, verified, tag="wheel-cuda")
-    plats = c.platform_list(v, "platforms", w) or (DEFAULT_PLATFORM,)
-    c.add_rule(f"pytorch-{ver}-{'cpu' if cuda_mm == NONE else 'cu' + cuda_mm.replace('.', '')}"
-               "-platform", when, [("platform", category_matcher(plats))],
-               f"torch {ver}+{'cpu' if cuda_mm == NONE else 'cu' + cuda_mm.replace('.', '')} "
-               + (f"wheels are published for {', '.join(plats)}" if "platforms" in v else
-                  f"wheels are known for {DEFAULT_PLATFORM} only (no other platform's build is recorded)"),
-               plat_src or vsrc, v.line, verified)
+    _wheel_rules(c, v, w, var, when, releases, plat_src)
     if arch:
         req.append(("gpu.cc", arch_matcher(list(arch))))
     if req:
@@ -137,3 +102,53 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
                    + (f" and is built for {req[-1][1].text}" if arch else ""),
                    vsrc, v.line, verified)
     return cuda_m, verified
+
+
+def _variant_libraries(c: _Ctx, v, w: str, verified: bool, releases) -> tuple:
+    """(CUDA major.minor, cuDNN, NCCL) of a variant: NONE each for the CPU build; a verified CUDA
+    build names both libraries, an unverified one may leave them out (None)."""
+    if c.flag(v, "cpu", w, False):
+        if "cuda" in v:
+            c.fail(f"{w}: a CPU variant has no cuda", v, "cuda")
+        return NONE, NONE, NONE
+    cuda_mm = c.version(v, "cuda", w)
+    if cuda_mm.count(".") != 1:
+        c.fail(f"{w}: cuda is a major.minor such as 12.4", v, "cuda")
+    if not any(major_minor(r) == cuda_mm for r in releases):
+        c.fail(f"{w}: CUDA {cuda_mm} has no release under cuda.releases", v, "cuda")
+    cudnn = c.version(v, "cudnn", w, optional=not verified)
+    nccl = c.version(v, "nccl", w, optional=not verified)
+    if verified and (cudnn is None or nccl is None):
+        c.fail(f"{w}: a verified variant names its cudnn and nccl", v)
+    return cuda_mm, cudnn, nccl
+
+
+def _variant_arch(c: _Ctx, v, w: str) -> tuple[str, ...] | None:
+    """The variant's GPU architectures (8.0, 9.0+PTX, ...), None when not given."""
+    if "arch" not in v:
+        return None
+    arch_node = c.seq(v["arch"], f"{w}.arch", v, "arch")
+    for entry in arch_node:
+        try:
+            parse_version(str(entry).removesuffix("+PTX"))
+        except VersionSyntaxError as exc:
+            c.fail(f"{w}.arch: {exc}", v, "arch")
+    return tuple(str(e) for e in arch_node)
+
+
+def _wheel_rules(c: _Ctx, v, w: str, var: Variant, when, releases, plat_src) -> None:
+    """What the variant's wheels bring and where they run: the CUDA release a cu13-era build pins
+    (`cuda-toolkit==X.Y.Z`), and the platforms its wheels are published for."""
+    ver, tag = var.pytorch, var.tag
+    runtime = var.cuda_runtime
+    if runtime in releases and major_minor(runtime) == var.cuda:
+        c.add_rule(f"pytorch-{ver}-{tag}-cuda", when,
+                   [("cuda", Matcher(runtime, (lambda want: lambda x: x == want)(runtime)))],
+                   f"torch {ver}+{tag} wheels bring CUDA {runtime} (cuda-toolkit=={runtime})",
+                   var.source, v.line, var.verified, tag="wheel-cuda")
+    plats = var.platforms
+    c.add_rule(f"pytorch-{ver}-{tag}-platform", when, [("platform", category_matcher(plats))],
+               f"torch {ver}+{tag} "
+               + (f"wheels are published for {', '.join(plats)}" if "platforms" in v else
+                  f"wheels are known for {DEFAULT_PLATFORM} only (no other platform's build is recorded)"),
+               plat_src or var.source, v.line, var.verified)

@@ -1,0 +1,396 @@
+"""The package index, read for torch's wheels without downloading them: its project page (PEP 503
+HTML or PEP 691 JSON), the wheel for a release and interpreter, and the wheel's metadata, from the
+PEP 658 metadata file when the index advertises it (its sha256 checked) or from the wheel's zip
+central directory through HTTP range requests (a few MB at most). An index that offers neither is
+refused, never downloaded from. The index is the one the user names, else pip's configured
+`index-url`, else pip's own default."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from html.parser import HTMLParser
+from typing import Any, Callable
+from urllib.parse import urldefrag, urljoin
+
+from ..redact import redact
+from ..versions import parse_version
+from .wheelpins import PROJECT, IndexUnavailable, SyncError, WheelPins, pins_from_metadata
+
+# the interpreters whose wheel is read, in this order (the first a release has; pins do not differ)
+PYTHON_TAGS = ("cp312", "cp311", "cp310", "cp313", "cp39", "cp38")
+_PLATFORM_RE = re.compile(r"^(manylinux1|manylinux2010|manylinux2014|manylinux_[0-9]+_[0-9]+|linux)"
+                          r"_x86_64\Z")
+_URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+\Z")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
+
+
+def validate_index_url(url: str) -> str:
+    if not _URL_RE.match(url):
+        raise SyncError(f"malformed index URL {redact(url)!r} (expected http://... or https://...)",
+                        argument="--index-url")
+    return url.rstrip("/") + "/"
+
+
+def pip_settings(runner: Callable[..., Any] = subprocess.run,
+                 keys: tuple[str, ...] = ("index-url", "cert")) -> dict[str, str]:
+    """pip's configured values of `keys` (environment first, then install, then global). Sync reads
+    only `index-url` and `cert`: find-links and extra-index-url are deliberately not read there."""
+    try:
+        proc = runner([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                      text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found: dict[str, dict[str, str]] = {}
+    for line in (proc.stdout or "").splitlines():
+        m = re.match(r"^(:env:|[a-z]+)\.([a-z-]+)='(.*)'\Z", line.strip())
+        if m:
+            found.setdefault(m.group(2), {})[m.group(1)] = m.group(3)
+    out = {}
+    for key in keys:
+        for section in (":env:", "install", "global"):
+            if section in found.get(key, {}):
+                out[key] = found[key][section]
+                break
+    return out
+
+
+def default_index() -> str:
+    """pip's own default index (read from pip, so no host name is written here)."""
+    try:
+        from pip._internal.models.index import PyPI  # noqa: PLC0415 - only for its default URL
+        return PyPI.simple_url
+    except Exception:  # noqa: BLE001 - pip's internals moved: ask the user
+        raise SyncError("cannot find pip's default index; pass --index-url",
+                        argument="--index-url") from None
+
+
+@dataclass(frozen=True)
+class Link:
+    filename: str
+    url: str
+    sha256: str | None
+    metadata: str | None       # None: not advertised; "": advertised without hash; else its sha256
+    upload_time: str | None = None   # PEP 691 `upload-time` (ISO 8601), when the index gives it
+    yanked: bool = False
+
+
+class _LinkParser(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links: list[dict[str, str | None]] = []
+        self._cur: dict[str, str | None] | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "a":
+            self._cur = dict(attrs)
+            self._cur["_text"] = ""
+
+    def handle_data(self, data):
+        if self._cur is not None:
+            self._cur["_text"] = (self._cur["_text"] or "") + data
+
+    def handle_endtag(self, tag):
+        if tag == "a" and self._cur is not None:
+            self.links.append(self._cur)
+            self._cur = None
+
+
+def _metadata_attr(value: Any) -> str | None:
+    if value is None or value is False or value == "false":
+        return None
+    if isinstance(value, dict):
+        return value.get("sha256", "")
+    text = str(value)
+    if text.startswith("sha256="):
+        return text[7:]
+    return ""
+
+
+def parse_project_page(body: str, content_type: str, page_url: str) -> list[Link]:
+    """Links of a PEP 503 (HTML) or PEP 691 (JSON) project page."""
+    links = []
+    if "json" in content_type:
+        import json
+        for f in json.loads(body).get("files", []):
+            url = urljoin(page_url, f["url"])
+            meta = f.get("core-metadata", f.get("dist-info-metadata"))
+            links.append(Link(f["filename"], urldefrag(url)[0], f.get("hashes", {}).get("sha256"),
+                              _metadata_attr(meta), f.get("upload-time"),
+                              bool(f.get("yanked"))))
+        return links
+    parser = _LinkParser()
+    parser.feed(body)
+    for a in parser.links:
+        href = a.get("href")
+        if not href:
+            continue
+        url, frag = urldefrag(urljoin(page_url, href))
+        sha = frag[7:] if frag.startswith("sha256=") else None
+        filename = url.rsplit("/", 1)[-1]
+        meta = a.get("data-core-metadata", a.get("data-dist-info-metadata"))
+        if "data-core-metadata" not in a and "data-dist-info-metadata" not in a:
+            meta = None
+        elif meta is None:
+            meta = "true"
+        links.append(Link(filename, url, sha, _metadata_attr(meta)))
+    return links
+
+
+def pick_wheel(links: list[Link], version: str) -> tuple[Link, str] | None:
+    """The default wheel of a torch release for Linux x86_64: for the first interpreter of
+    PYTHON_TAGS it is built for, the highest build number (as pip picks); with that tag."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import Version
+
+    want = Version(version)
+    parsed = []
+    for link in links:
+        if not link.filename.endswith(".whl"):
+            continue
+        try:
+            name, ver, build, tags = parse_wheel_filename(link.filename)
+        except InvalidWheelFilename:
+            continue
+        if name == PROJECT and ver == want and not ver.local:
+            parsed.append((link, build, tags))
+    for py in PYTHON_TAGS:
+        fits = [(build, link.filename, link) for link, build, tags in parsed
+                if any(t.interpreter == py and t.abi == py and _PLATFORM_RE.match(t.platform)
+                       for t in tags)]
+        if fits:
+            best = max(fits, key=lambda f: (f[0], f[1]))
+            return best[2], py
+    return None
+
+
+def published(links: list[Link], until: str | None = None,
+              platform: str | None = "x86_64") -> dict[str, str]:
+    """Final releases on a project page -> the day their first file was uploaded (YYYY-MM-DD),
+    keeping those uploaded by `until` that have a Linux wheel for `platform` (None: any file).
+    Pre-, dev- and yanked-only releases are left out; a post-release (2.26.2.post1, a re-upload)
+    counts as its base version."""
+    from packaging.utils import (InvalidSdistFilename, InvalidWheelFilename,
+                                 parse_sdist_filename, parse_wheel_filename)
+
+    out: dict[str, str] = {}
+    for link in links:
+        if link.yanked:
+            continue
+        try:
+            if link.filename.endswith(".whl"):
+                _, ver, _, tags = parse_wheel_filename(link.filename)
+                if platform is not None and not any(
+                        t.platform.startswith(("manylinux", "linux"))
+                        and t.platform.endswith("_" + platform) for t in tags):
+                    continue
+            elif platform is None:
+                ver = parse_sdist_filename(link.filename)[1]
+            else:
+                continue
+        except (InvalidWheelFilename, InvalidSdistFilename):
+            continue
+        if ver.is_prerelease or ver.is_devrelease or ver.local:
+            continue
+        base = ".".join(str(x) for x in ver.release)
+        day = (link.upload_time or "")[:10]
+        if until is not None and (not day or day > until):
+            continue
+        if base not in out or (day and day < out[base]):
+            out[base] = day
+    return out
+
+
+def wheel_pythons(links: list[Link], version: str) -> tuple[str, ...]:
+    """The CPython versions a torch release has Linux x86_64 wheels for, oldest first."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import Version
+
+    want = Version(version)
+    found = set()
+    for link in links:
+        if not link.filename.endswith(".whl"):
+            continue
+        try:
+            name, ver, _build, tags = parse_wheel_filename(link.filename)
+        except InvalidWheelFilename:
+            continue
+        if name != PROJECT or ver != want:
+            continue
+        for t in tags:
+            m = re.fullmatch(r"cp([0-9])([0-9]+)", t.interpreter)
+            if m and _PLATFORM_RE.match(t.platform):
+                found.add(f"{m.group(1)}.{m.group(2)}")
+    return tuple(sorted(found, key=parse_version))
+
+
+class _RangeFile(io.RawIOBase):
+    """A read-only, seekable view of a remote file through HTTP range requests, in blocks."""
+
+    BLOCK = 1 << 19
+
+    def __init__(self, session, url: str, size: int, timeout: float):
+        super().__init__()
+        self.session, self.url, self.size, self.timeout = session, url, size, timeout
+        self.pos = 0
+        self.blocks: dict[int, bytes] = {}
+        self.fetched = 0
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def tell(self):
+        return self.pos
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def _block(self, i: int) -> bytes:
+        if i not in self.blocks:
+            start = i * self.BLOCK
+            end = min(self.size, start + self.BLOCK) - 1
+            resp = self.session.get(self.url, headers={"Range": f"bytes={start}-{end}"},
+                                    timeout=self.timeout, stream=True)
+            if resp.status_code != 206:
+                resp.close()
+                raise SyncError(f"the index ignores byte ranges for {self.url.rsplit('/', 1)[-1]} "
+                                f"(HTTP {resp.status_code}); refusing to download the whole wheel")
+            data = resp.content
+            self.fetched += len(data)
+            self.blocks[i] = data
+        return self.blocks[i]
+
+    def readinto(self, buf):
+        if self.pos >= self.size:
+            return 0
+        n = min(len(buf), self.size - self.pos)
+        out = bytearray()
+        while len(out) < n:
+            i, off = divmod(self.pos + len(out), self.BLOCK)
+            chunk = self._block(i)[off:off + n - len(out)]
+            if not chunk:
+                break
+            out += chunk
+        buf[:len(out)] = out
+        self.pos += len(out)
+        return len(out)
+
+
+class Index:
+    """A PEP 503/691 package index, read with requests."""
+
+    def __init__(self, url: str | None = None, timeout: float = 60.0, session=None,
+                 settings: dict[str, str] | None = None):
+        import requests
+
+        settings = pip_settings() if settings is None else settings
+        self.url = validate_index_url(url or settings.get("index-url") or default_index())
+        self.timeout = timeout
+        self.session = session or requests.Session()
+        if settings.get("cert") and os.path.exists(settings["cert"]):
+            self.session.verify = settings["cert"]
+        self._pages: dict[str, list[Link]] = {}
+
+    @property
+    def shown(self) -> str:
+        """The index URL for messages and reports: its credentials hidden."""
+        return redact(self.url)
+
+    def _get(self, url: str, **kw):
+        import requests
+
+        try:
+            resp = self.session.get(url, timeout=self.timeout, **kw)
+        except requests.RequestException as exc:
+            detail = redact(str(exc).splitlines()[0][:160]) if str(exc) else ""
+            raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
+                                   f"{type(exc).__name__}: {detail}") from None
+        if resp.status_code == 404:
+            raise SyncError(f"the package index at {self.shown} has no "
+                            f"{redact(url[len(self.url):] or url)}")
+        if resp.status_code >= 400:
+            kind = IndexUnavailable if resp.status_code >= 500 or resp.status_code == 429 else SyncError
+            raise kind(f"the package index at {self.shown} answered HTTP {resp.status_code} for "
+                       f"{redact(url)}")
+        return resp
+
+    def links(self, project: str) -> list[Link]:
+        if project not in self._pages:
+            page = urljoin(self.url, f"{project}/")
+            resp = self._get(page, headers={
+                "Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+            self._pages[project] = parse_project_page(resp.text, resp.headers.get("content-type", ""),
+                                                      resp.url or page)
+        return self._pages[project]
+
+    def pins(self, version: str) -> WheelPins:
+        """Read the default wheel's metadata for one torch release, without the wheel."""
+        parse_version(version)
+        links = self.links(PROJECT)
+        picked = pick_wheel(links, version)
+        if picked is None:
+            raise SyncError(f"torch {version}: the index at {self.shown} has no CPython Linux x86_64 "
+                            "wheel")
+        link, py = picked
+        if link.metadata is not None:
+            resp = self._get(link.url + ".metadata")
+            raw = resp.content
+            if link.metadata and _SHA256_RE.match(link.metadata) and \
+                    hashlib.sha256(raw).hexdigest() != link.metadata:
+                raise SyncError(f"torch {version}: the metadata of {link.filename} does not match its "
+                                "sha256 on the index")
+            how = f"PEP 658 metadata ({len(raw)} bytes)"
+        else:
+            raw, how = self._metadata_by_ranges(link)
+        return _pins_from_metadata_file(version, link.filename, raw, how, py,
+                                        wheel_pythons(links, version))
+
+    def _metadata_by_ranges(self, link: Link) -> tuple[bytes, str]:
+        import requests
+
+        try:
+            head = self.session.head(link.url, timeout=self.timeout, allow_redirects=True)
+        except requests.RequestException as exc:
+            raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
+                                   f"{type(exc).__name__}") from None
+        size = int(head.headers.get("content-length") or 0)
+        if head.status_code >= 400 or size <= 0 or "bytes" not in head.headers.get("accept-ranges", ""):
+            raise SyncError(f"{link.filename}: the index offers neither PEP 658 metadata nor byte "
+                            "ranges; refusing to download the whole wheel")
+        remote = _RangeFile(self.session, head.url or link.url, size, self.timeout)
+        try:
+            with zipfile.ZipFile(io.BufferedReader(remote, buffer_size=1 << 16)) as zf:
+                names = [n for n in zf.namelist()
+                         if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
+                if len(names) != 1:
+                    raise SyncError(f"{link.filename}: no single .dist-info/METADATA in the wheel")
+                raw = zf.read(names[0])
+        except requests.RequestException as exc:
+            raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
+                                   f"{type(exc).__name__}") from None
+        except zipfile.BadZipFile as exc:
+            raise SyncError(f"{link.filename}: not a readable wheel ({exc})") from None
+        return raw, (f"METADATA through HTTP ranges ({remote.fetched / 1e6:.1f} MB of "
+                     f"{size / 1e6:.0f} MB)")
+
+
+def _pins_from_metadata_file(version: str, wheel: str, raw: bytes, how: str,
+                             python_tag: str = "cp312", pythons: tuple[str, ...] = ()) -> WheelPins:
+    msg = HeaderParser().parsestr(raw.decode("utf-8", errors="replace"))
+    if (msg.get("Name") or "").lower() != PROJECT or msg.get("Version") != version:
+        raise SyncError(f"{wheel}: its metadata names {msg.get('Name')} {msg.get('Version')}, "
+                        f"not torch {version}")
+    return pins_from_metadata(version, wheel, msg.get("Requires-Python"),
+                              msg.get_all("Requires-Dist") or [], how, python_tag, pythons)
