@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from imagebuild.deliver import publish, referrers, sbom, signing  # noqa: E402
 from imagebuild.engines import connect, get_engine  # noqa: E402
 from imagebuild.render.images import load_images  # noqa: E402
+from imagebuild.render.run import MatrixRun  # noqa: E402
 
 
 def timed(fn):
@@ -96,8 +97,9 @@ def main() -> int:
                 report={"image_id": image.id, "passed": True}, credentials=creds, api=api))
             digest = result.digest
             rows.append(("anchor: push of the image's tags (publish_image)", anchor))
-            generated = [timed(lambda: sbom.generate(get_engine(), matrix=str(ROOT / "matrix.yaml"),
-                                                     image=args.image)) for _ in range(args.repeat)]
+            run = MatrixRun.open(ROOT / "matrix.yaml")
+            generated = [timed(lambda: sbom.generate(get_engine(), run=run, image=args.image))
+                         for _ in range(args.repeat)]
             doc = generated[-1][1].text.encode()
             rows.append((f"SBOM generated from the image ({len(doc):,} bytes)",
                          statistics.median(t for t, _ in generated)))

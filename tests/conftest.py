@@ -29,6 +29,16 @@ def answer(stdout: str, command: str | None = None, *, code: int = 0):
     return doc["result"]
 
 
+def fake_matrix(monkeypatch, specs: dict) -> None:
+    """Commands in-process see ``specs`` (id -> a spec-like value) as the images of whatever matrix
+    they are given: render.run.MatrixRun.open, the one way a command reads its images, made to
+    return them (no matrix is read)."""
+    from imagebuild.render.run import MatrixRun
+
+    monkeypatch.setattr(MatrixRun, "open", classmethod(
+        lambda cls, matrix, **kw: cls(str(matrix), None, dict(specs))))
+
+
 def default_signals() -> None:
     """A child's SIGINT and SIGTERM at their defaults, as a shell in a terminal starts a command
     (Popen's preexec_fn). A job that a non-interactive shell put in the background (some CI

@@ -27,9 +27,11 @@ def _lock(tmp_path, *argv) -> int:
 def test_lock_of_a_devel_image_locks_its_runtime_first_and_says_so(tmp_path, capsys):
     from imagebuild.cli.commands.lock import _all_images, _brought
     from imagebuild.render.images import load_images
+    from imagebuild.render.run import MatrixRun
 
-    assert list(_all_images(MATRIX, [DEVEL])) == [RUNTIME, DEVEL]          # dependency order
-    assert _brought(_all_images(MATRIX, [DEVEL, RUNTIME]), [DEVEL, RUNTIME]) == {}   # both named
+    run = MatrixRun.open(MATRIX)
+    assert list(_all_images(run, [DEVEL])) == [RUNTIME, DEVEL]          # dependency order
+    assert _brought(_all_images(run, [DEVEL, RUNTIME]), [DEVEL, RUNTIME]) == {}   # both named
     assert _lock(tmp_path, DEVEL) == 0
     out, err = capsys.readouterr()
     assert err.splitlines() == [f"{RUNTIME}: locked too ({DEVEL} is built FROM it)"]

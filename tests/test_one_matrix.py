@@ -146,16 +146,39 @@ def test_test_command_reads_the_matrix_once(project, monkeypatch):
     assert _refs_for(["example/x:1"], str(project / "missing.yaml")) == ["example/x:1"]
 
 
-def test_lock_reads_the_matrix_once(project, monkeypatch):
-    """`imagebuild lock id1 id2` lists and looks up its images from one load of the named matrix."""
-    from imagebuild.cli.commands.lock import _all_images
-    from imagebuild.errors import ImagebuildError
+def test_lock_reads_the_matrix_once(project, tmp_path, monkeypatch, capsys):
+    """`imagebuild lock id1 id2` lists and looks up its images and hashes each recipe for its
+    provenance from one load of the named matrix (the recipe's hash used to load it again)."""
+    from imagebuild.deliver import lockfile
+    assert cli.main(["generate", IMAGE, "smoke-cpu", "--matrix", str(project / "other.yaml")]) == 0
     reads = _reads(monkeypatch)
-    specs = _all_images(str(project / "other.yaml"), [IMAGE, "smoke-cpu"])
+    lock = tmp_path / "images.lock"
+    assert cli.main(["lock", IMAGE, "smoke-cpu", "--no-engine", "--matrix", str(project / "other.yaml"),
+                     "--lock", str(lock), "--reports-dir", str(tmp_path),
+                     "--sbom-dir", str(tmp_path)]) == 0, capsys.readouterr().err
     assert reads == [str(project / "other.yaml")]
-    assert list(specs) == [IMAGE, "smoke-cpu"] and specs[IMAGE].id == IMAGE
-    with pytest.raises(ImagebuildError, match="unknown image 'nope'"):
-        _all_images(str(project / "other.yaml"), ["nope"])
+    entries = lockfile.read_lock(lock)
+    assert sorted(entries) == sorted([IMAGE, "smoke-cpu"])
+    assert all(len(e["provenance"]["recipe_sha256"]) == 64 for e in entries.values())
+    capsys.readouterr()
+    assert cli.main(["lock", "nope", "--no-engine", "--matrix", str(project / "other.yaml"),
+                     "--lock", str(lock)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown image 'nope'" in err and "other.yaml" in err and len(err.splitlines()) == 1
+
+
+def test_the_other_commands_read_the_matrix_once(project, tmp_path, monkeypatch, capsys):
+    """Every command that looks images up by id reads the named matrix once (the run value,
+    render/run.py, is made once and passed down)."""
+    other = str(project / "other.yaml")
+    for argv in (["tags", IMAGE], ["images"], ["resolve", "--driver", "580.65.06"],
+                 ["slurm-script", "smoke-cpu", "--nodes", "2", "--gpus-per-node", "1",
+                  "--output", str(tmp_path / "job.sbatch")]):
+        reads = _reads(monkeypatch)
+        rc = cli.main([*argv, "--matrix", other])
+        err = capsys.readouterr().err
+        assert rc == 0 and reads == [other], (argv, err)
+        monkeypatch.undo()
 
 
 def test_a_missing_matrix_is_one_line(tmp_path, capsys):

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import cli
+from imagebuild import cli, knowledge
 from imagebuild.deliver import lockfile, publish
 from imagebuild.errors import ImagebuildError
+
+from conftest import fake_matrix
 
 ROOT = Path(__file__).resolve().parent.parent
 ID_A = "sha256:" + "a" * 64
@@ -95,7 +97,7 @@ def test_lock_records_recipe_and_wheel_lock_hashes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     prov = lockfile.read_lock(lock)["smoke-cpu"]["provenance"]
     spec = load_images(ROOT / "matrix.yaml")["smoke-cpu"]
-    assert prov["recipe_sha256"] == lockfile.recipe_sha256(spec, ROOT / "matrix.yaml")
+    assert prov["recipe_sha256"] == lockfile.recipe_sha256(spec, knowledge.load(ROOT / "matrix.yaml"))
     assert prov["wheel_lock_sha256"] == lockfile.sha256_file(ROOT / spec.wheel_lock)
     assert (prov["base_digest"], prov["sbom_sha256"], prov["test_report_sha256"]) == (None, None, None)
     again = subprocess.run([sys.executable, "-m", "imagebuild", "lock", "smoke-cpu", "--no-engine", "--check",
@@ -138,9 +140,7 @@ def test_publish_cli_refuses_what_the_lock_does_not_vouch_for(docker_client, sma
     report = tmp_path / f"{name}.json"
     report.write_text(json.dumps({"image": name, "image_id": engine_id, "passed": True}))
     spec = types.SimpleNamespace(id=name, local_ref=small_image, tags=["1"], labels={}, stack={})
-    fake = types.ModuleType("imagebuild.render.images")
-    fake.load_images = lambda matrix: {name: spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
+    fake_matrix(monkeypatch, {name: spec})
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
     lock = tmp_path / "images.lock"
 

@@ -10,11 +10,11 @@ tested under emulation are the heavy tier's (test_arm64_images.py)."""
 from __future__ import annotations
 
 import json
-import sys
 import types
 
 import pytest
 
+from conftest import fake_matrix
 from imagebuild import cli
 from imagebuild.deliver import platforms, publish
 from imagebuild.deliver.referrers import OCI_INDEX, OCI_MANIFEST
@@ -56,9 +56,7 @@ def _publish(client, registry, tmp_path, monkeypatch, specs, iid, namespace):  #
     spec = specs[iid]
     report = tmp_path / f"{iid}.json"
     report.write_text(json.dumps(passing_report(client, spec.local_ref, iid)))
-    fake = types.ModuleType("imagebuild.render.images")
-    fake.load_images = lambda matrix: specs
-    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
+    fake_matrix(monkeypatch, specs)
     monkeypatch.setenv(publish.USER_ENV, USER)
     monkeypatch.setenv(publish.PASSWORD_ENV, PASSWORD)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))

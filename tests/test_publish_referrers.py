@@ -10,13 +10,12 @@ import base64
 import hashlib
 import http.server
 import json
-import sys
 import threading
 import types
 
 import pytest
 
-from conftest import answer
+from conftest import answer, fake_matrix
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -24,6 +23,7 @@ from imagebuild.digests import sha256_digest
 from imagebuild import cli
 from imagebuild.deliver import lockfile, publish, referrers, signing
 from imagebuild.errors import ImagebuildError
+from imagebuild.render.run import MatrixRun
 from test_publish import (BASE, CREDS, PASSWORD, USER, api_for, build_small, engine, free_port,  # noqa: F401
                           on_engine, passing_report, registry)
 
@@ -69,9 +69,7 @@ def cli_publish(engine, registry, ref, name, tmp_path, monkeypatch, *extra, sbom
     report = tmp_path / f"{name}.json"
     report.write_text(json.dumps(passing_report(engine, ref, name)))
     spec = types.SimpleNamespace(id=name, local_ref=ref, tags=list(tags), labels={}, stack={})
-    fake = types.ModuleType("imagebuild.render.images")
-    fake.load_images = lambda matrix: {name: spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
+    fake_matrix(monkeypatch, {name: spec})
     monkeypatch.setenv(publish.USER_ENV, USER)
     monkeypatch.setenv(publish.PASSWORD_ENV, PASSWORD)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
@@ -538,8 +536,8 @@ def test_the_sbom_written_after_a_push_is_the_one_written_before(engine, registr
     engine.images.build(fileobj=io.BytesIO(f"FROM {BASE}\nRUN echo {uuid.uuid4().hex} > /token\n"
                                            "LABEL io.imagebuild.image-id=smoke-cpu org.opencontainers.image.created=2026-11-21T00:00:00Z\n".encode()), tag=ref, rm=True)
     api = api_for(registry)
-    generate = lambda: sbom.generate(get_engine("docker", client=engine), matrix=str(ROOT / "matrix.yaml"),  # noqa: E731
-                                     image=ref).text
+    run = MatrixRun.open(ROOT / "matrix.yaml")
+    generate = lambda: sbom.generate(get_engine("docker", client=engine), run=run, image=ref).text  # noqa: E731
     before = generate()
     assert not engine.images.get(ref).attrs.get("RepoDigests")
     publish.publish_image(on_engine(engine), image_id="sbom-stable", local_ref=ref, tags=["1", "1-20260101"],

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import types
 
@@ -19,7 +18,7 @@ from imagebuild.deliver import export, slurm
 from imagebuild.engines import get_engine
 from imagebuild.errors import ImagebuildError
 
-from conftest import ROOT, need
+from conftest import ROOT, fake_matrix, need
 
 BASE = "imagebuild/base:debian-bookworm"
 
@@ -94,11 +93,9 @@ def test_hostile_values_are_refused(field, value):
 
 
 def fake_images(monkeypatch, *ids):
-    module = types.ModuleType("imagebuild.render.images")
-    module.load_images = lambda matrix: {
+    fake_matrix(monkeypatch, {
         i: types.SimpleNamespace(id=i, local_ref=f"imagebuild/{i}:test", tags=["t"], labels={}, stack={})
-        for i in ids}
-    monkeypatch.setitem(sys.modules, "imagebuild.render.images", module)
+        for i in ids})
 
 
 def test_cli_writes_the_script_and_refuses_hostile_arguments(tmp_path, monkeypatch, capsys):

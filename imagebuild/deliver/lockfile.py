@@ -44,7 +44,6 @@ image id is recorded (``--no-engine``). It is no build input: `lock --check` doe
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import re
@@ -431,26 +430,15 @@ def context_sha256(folder: str | os.PathLike, *,
     return sha256_bytes(("\n".join(lines) + "\n").encode())
 
 
-def recipe_sha256(spec, matrix: str | os.PathLike) -> str:
-    """context_sha256 of the context `imagebuild build` renders for ``spec`` from the matrix at
-    ``matrix`` (the Dockerfile, the smoke suite, image.json, the wheel lock)."""
+def recipe_sha256(spec, k) -> str:
+    """context_sha256 of the context `imagebuild build` renders for ``spec`` from the knowledge
+    ``k`` (the command's one load of its matrix): the Dockerfile, the smoke suite, image.json,
+    the wheel lock."""
     import tempfile
 
     from ..render.output import write_context
-    path = Path(matrix)
-    try:
-        st = path.stat()
-    except OSError:
-        raise ImagebuildError("file not found", file=str(matrix)) from None
-    k = _knowledge(str(path.resolve()), st.st_mtime_ns, st.st_size)
     with tempfile.TemporaryDirectory(prefix="imagebuild-recipe-") as tmp:
         return context_sha256(write_context(spec, Path(tmp) / spec.id, k=k))
-
-
-@functools.lru_cache(maxsize=4)
-def _knowledge(path: str, mtime_ns: int, size: int):
-    from ..knowledge import load
-    return load(path)
 
 
 def _read_if_there(path: str | os.PathLike) -> bytes | None:
@@ -491,7 +479,7 @@ def report_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | No
     return sha256_bytes(raw) if ok else None
 
 
-def provenance_for(engine, spec, matrix: str | os.PathLike, *, root: str | os.PathLike, built_id: str | None,
+def provenance_for(engine, spec, k, *, root: str | os.PathLike, built_id: str | None,
                    report_path: str | os.PathLike, sbom_path: str | os.PathLike) -> dict:
     """The provenance of one image: the base it was built on (the built image's
     org.opencontainers.image.base.digest label), the recipe's hash, the wheel lock's, and the
@@ -503,7 +491,7 @@ def provenance_for(engine, spec, matrix: str | os.PathLike, *, root: str | os.Pa
     wheel_lock = getattr(spec, "wheel_lock", None)
     return {
         "base_digest": base_digest,
-        "recipe_sha256": recipe_sha256(spec, matrix),
+        "recipe_sha256": recipe_sha256(spec, k),
         "sbom_sha256": sbom_sha256_for(sbom_path, built_id),
         "test_report_sha256": report_sha256_for(report_path, built_id),
         "wheel_lock_sha256": sha256_file(Path(root) / wheel_lock) if wheel_lock else None,

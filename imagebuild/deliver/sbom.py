@@ -272,19 +272,17 @@ def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base
     return SbomResult(text=text, problems=problems, counts=counts, image_id=info.id)
 
 
-def generate(engine, *, matrix: str, image: str, lock_path: str | None = None,
+def generate(engine, *, run, image: str, lock_path: str | None = None,
              verify_files: bool = False) -> SbomResult:
     """Everything `imagebuild sbom` does but writing: find the image and its spec, read it, check
-    it against its lock, build and validate the document."""
+    it against its lock, build and validate the document. ``run``: the command's matrix, read
+    once (render.run.MatrixRun)."""
     from ..engines import check_ref
-    from ..render.images import expand
-    from ..knowledge import load
     from .lockfile import dockerfile_path
     from ..render.sources import for_image
     from ..render.wheellock import LockError, parse_lock
 
-    k = load(matrix)
-    specs = {s.id: s for s in expand(k)[0]}
+    k, specs, matrix = run.k, run.images, run.matrix
     if ":" in image or "/" in image:
         ref = check_ref(image)
         info = engine.inspect(ref)

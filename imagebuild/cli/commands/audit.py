@@ -44,12 +44,13 @@ def _lock_of(args):
     if args.lock:
         path = args.lock
     else:
-        from ...render.images import load_images, select
-        spec = select(load_images(args.matrix), [args.image])[0]
+        from ...render.run import MatrixRun
+        matrix_run = MatrixRun.open(args.matrix)
+        spec = matrix_run.select([args.image])[0]
         if not spec.wheel_lock:
             raise UsageError(f"image {spec.id} installs no wheels from a lock: nothing to audit",
                              argument="IMAGE")
-        path = str(Path(args.matrix).resolve().parent / spec.wheel_lock)
+        path = str(matrix_run.root / spec.wheel_lock)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

@@ -37,15 +37,15 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from ... import knowledge
-    from ...render.images import expand, select
+    from ...render.run import MatrixRun
+    from ...render.images import select
     from ...sourcedate import source_epoch
     from ...engines import dockerfile_needs_buildkit
     from .build import CA_SECRET, build_labels, jobs_for
 
     rep = Reporter.for_args("context", args)
-    k = knowledge.load(args.matrix)
-    every = {s.id: s for s in expand(k)[0]}
+    matrix_run = MatrixRun.open(args.matrix)    # the run's one read of the matrix
+    k, every = matrix_run.k, dict(matrix_run.images)
     chosen = list(dict.fromkeys(s.id for s in select(every, args.images)))
     out = Path(args.output)
     for image_id in chosen:     # write_context replaces a folder: nothing of the user's is lost

@@ -36,9 +36,8 @@ def quote(arg: str) -> str:
 
 
 def run(args) -> int:
+    from ...render.run import MatrixRun
     from ...deliver import doctor
-    from ...render import images
-    from ... import knowledge
 
     rep = Reporter.for_args("doctor", args)
     if args.capture:
@@ -48,8 +47,8 @@ def run(args) -> int:
                    f"(read it with: imagebuild doctor --root {quote(args.capture)})")
         return 0
     node = doctor.read_node(args.root)
-    k = knowledge.load(args.matrix)
-    specs, _ = images.expand(k)
+    matrix_run = MatrixRun.open(args.matrix)    # the run's one read of the matrix
+    k, specs = matrix_run.k, list(matrix_run.images.values())
     d = doctor.diagnose(k, specs, node)
     if args.json:
         rep.result(d.to_json())

@@ -50,15 +50,15 @@ def resolve_ref(image: str, matrix: str, platform: str | None = None) -> str:
             raise UsageError(f"--platform picks a matrix image's twin; {image!r} is an image "
                              "reference already", argument="--platform")
         return check_ref(image)
-    from .publish import lookup_images
+    from ...render.run import MatrixRun
 
+    matrix_run = MatrixRun.open(matrix)
+    spec = matrix_run.lookup([image])[image]
     if platform:
         from ...build.emulation import platform_of
-        from ...render.images import for_platform, load_images
-        every = load_images(matrix)
-        spec = lookup_images(matrix, [image], every)[image]
-        return check_ref(for_platform(every, [spec], platform_of(platform).oci)[0].local_ref)
-    return check_ref(lookup_images(matrix, [image])[image].local_ref)
+        from ...render.images import for_platform
+        spec = for_platform(dict(matrix_run.images), [spec], platform_of(platform).oci)[0]
+    return check_ref(spec.local_ref)
 
 
 def run(args) -> int:

@@ -26,8 +26,8 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
+    from ...render.run import MatrixRun
     from ...render import images as I
-    from ... import knowledge
     from ...render import output, renderer as render
     from ...workspace import Workspace
 
@@ -36,8 +36,8 @@ def run(args) -> int:
     if args.allow_unverified and not args.output:
         raise UsageError("--allow-unverified needs --output DIR: the committed recipes hold images "
                          "built on verified facts only", argument="--allow-unverified")
-    k = knowledge.load(args.matrix)
-    specs, skipped = I.expand(k, allow_unverified=args.allow_unverified)
+    matrix_run = MatrixRun.open(args.matrix, allow_unverified=args.allow_unverified)   # its one read
+    k, specs, skipped = matrix_run.k, list(matrix_run.images.values()), list(matrix_run.skipped)
     summary = I.skipped_summary(k, skipped)
     if not specs:
         # a check (or a generation) over no image at all proves nothing: a mistake, said as one

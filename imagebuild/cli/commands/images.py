@@ -56,8 +56,8 @@ def _split(args, k, specs) -> int:
 
 
 def run(args) -> int:
+    from ...render.run import MatrixRun
     from ...render import images as I
-    from ... import knowledge
 
     from ...errors import UsageError
 
@@ -67,8 +67,8 @@ def run(args) -> int:
         raise UsageError("--shards lists the whole split: not with --shard or --all", argument="--shards")
     if args.format != "text" and not args.shards:
         raise UsageError("--format github is the job matrix of --shards N", argument="--format")
-    k = knowledge.load(args.matrix)
-    specs, skipped = I.expand(k, allow_unverified=args.allow_unverified)
+    matrix_run = MatrixRun.open(args.matrix, allow_unverified=args.allow_unverified)   # its one read
+    k, specs, skipped = matrix_run.k, list(matrix_run.images.values()), list(matrix_run.skipped)
     if args.shards:
         return _split(args, k, specs)
     shard_doc = None

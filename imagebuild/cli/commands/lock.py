@@ -47,18 +47,14 @@ def configure(parser) -> None:
     add_matrix_option(parser)
 
 
-def _all_images(matrix: str, names: list[str]) -> dict:
+def _all_images(matrix_run, names: list[str]) -> dict:
     """The images to lock, by id: all of them (sorted), or the named ones with the matrix images
-    they are built FROM, each after those (dependency order)."""
-    from ...render.images import load_images
-
-    specs = load_images(matrix)
+    they are built FROM, each after those (dependency order). ``matrix_run``: the command's MatrixRun."""
     if not names:
-        return dict(sorted(specs.items()))
+        return dict(sorted(matrix_run.images.items()))
     from ...render.images import with_bases
-    from .publish import lookup_images
-    named = lookup_images(matrix, names, specs)   # the same load: one matrix, read once
-    return {spec.id: spec for spec in with_bases(list(named.values()), specs)}
+    named = matrix_run.lookup(names)
+    return {spec.id: spec for spec in with_bases(list(named.values()), dict(matrix_run.images))}
 
 
 def _brought(specs: dict, names: list[str]) -> dict[str, str]:
@@ -111,7 +107,9 @@ def run(args) -> int:
     lock_path = args.lock or str(ws.lock)
     if args.merge:
         return _merge(args, lock_path)
-    specs = _all_images(args.matrix, list(dict.fromkeys(args.images)))
+    from ...render.run import MatrixRun
+    matrix_run = MatrixRun.open(args.matrix)       # the run's one read of the matrix
+    specs = _all_images(matrix_run, list(dict.fromkeys(args.images)))
     rep = Reporter.for_args("lock", args)
     for image_id, user in _brought(specs, args.images).items():
         rep.progress(f"{image_id}: {'checked' if args.check else 'locked'} too ({user} is built FROM it)",
@@ -133,7 +131,7 @@ def run(args) -> int:
     sbom_dir = args.sbom_dir or ws.sbom
     for image_id, spec in specs.items():
         current[image_id]["provenance"] = lockfile.provenance_for(
-            engine, spec, args.matrix, root=root, built_id=current[image_id]["image_id"],
+            engine, spec, matrix_run.k, root=root, built_id=current[image_id]["image_id"],
             report_path=default_report_path(image_id, reports_dir),
             sbom_path=os.path.join(sbom_dir, f"{image_id}.cdx.json"))
     if args.check:

@@ -34,8 +34,7 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from ...render import images as I
-    from ... import knowledge
+    from ...render.run import MatrixRun
     from ...deliver.plan import STATUSES, github_matrix, plan
     from ...versions import VersionSyntaxError, parse_host_driver
 
@@ -50,8 +49,8 @@ def run(args) -> int:
             raise UsageError(f"unknown verdict {status!r} (one of: {', '.join(STATUSES)})",
                              argument="--fail-on")
     gpu = None if args.gpu.lower() == "any" else args.gpu
-    k = knowledge.load(args.matrix)
-    specs, _ = I.expand(k)
+    matrix_run = MatrixRun.open(args.matrix)    # the run's one read of the matrix
+    k, specs = matrix_run.k, list(matrix_run.images.values())
     verdicts = plan(k, specs, args.driver_from, args.driver_to, gpu, args.date)
     failing = [v for v in verdicts if v.status in fail_on]
     if args.format == "github":

@@ -55,24 +55,7 @@ def configure(parser) -> None:
     add_matrix_option(parser)
 
 
-def lookup_images(matrix: str, names: list[str], specs: dict | None = None) -> dict:
-    """ImageSpecs by id for ``names`` (in order), through imagebuild.render.images.load_images, or from
-    ``specs`` when the caller already loaded ``matrix`` (one load per run)."""
-    if specs is None:
-        from ...render.images import load_images
-
-        specs = load_images(matrix)
-    missing = [n for n in names if n not in specs]
-    if missing:
-        known = sorted(specs)
-        close = [k for k in known if missing[0] in k or k in missing[0]][:3] or known[:3]
-        hint = ", ".join(close) + (f" and {len(known) - len(close)} more: `imagebuild images`"
-                                   if len(known) > len(close) else "")
-        raise ImagebuildError(f"unknown image {missing[0]!r} (known: {hint or 'none'})", file=matrix)
-    return {n: specs[n] for n in names}
-
-
-def image_sbom(image_id: str, engine_id: str, args) -> bytes | None:
+def image_sbom(image_id: str, engine_id: str, args, matrix_run) -> bytes | None:
     """The SBOM --sbom/--sbom-file attaches to one image, read and checked before anything is pushed:
     it must describe exactly the engine's image (its metadata.component bom-ref), and when images.lock
     records an sbom_sha256 for the image it must be that SBOM (the referrer's layer digest is then
@@ -97,7 +80,7 @@ def image_sbom(image_id: str, engine_id: str, args) -> bytes | None:
     else:
         from ...deliver import sbom
         from ...engines import get_engine
-        result = sbom.generate(get_engine(), matrix=args.matrix, image=image_id)
+        result = sbom.generate(get_engine(), run=matrix_run, image=image_id)
         for problem in result.problems:
             Reporter.for_args("publish", args).warn(f"{image_id}: SBOM: {problem}", image=image_id)
         raw, where = result.text.encode("utf-8"), {"argument": "--sbom"}
@@ -237,9 +220,10 @@ def run(args) -> int:
         key = load_signing_key(args.sign_key)
     else:
         key = None
-    from ...render.images import load_images
-    every = load_images(args.matrix)      # all of them: an image's twins on other platforms too
-    specs = lookup_images(args.matrix, list(dict.fromkeys(args.images)), every)
+    from ...render.run import MatrixRun
+    matrix_run = MatrixRun.open(args.matrix)     # the run's one read of the matrix
+    every = dict(matrix_run.images)              # all of them: an image's twins on other platforms too
+    specs = matrix_run.lookup(list(dict.fromkeys(args.images)))
     if args.fail_on:   # before anything else: a refused image stops the whole run
         from ...deliver.audit import gate
         from pathlib import Path
@@ -262,7 +246,7 @@ def run(args) -> int:
         report, source = reports[image_id]
         publish.check_report(report, engine_id, name=image_id, source=source)
         check_lock(image_id, engine_id, source, args)
-        sboms[image_id] = image_sbom(image_id, engine_id, args)
+        sboms[image_id] = image_sbom(image_id, engine_id, args, matrix_run)
     api = publish.RegistryAPI(target.host, credentials, auth_hosts=args.auth_host, deadline=args.timeout)
     results = []
     attached: dict = {}

@@ -55,8 +55,9 @@ def run(args) -> int:
         raise UsageError("give IMAGE (a built image) or --from-registry REF", argument="IMAGE")
     if args.lock and not os.path.isfile(args.lock):
         raise UsageError(f"no such file {args.lock}", argument="--lock")
-    result = sbom.generate(get_engine(), matrix=args.matrix, image=args.image, lock_path=args.lock,
-                           verify_files=args.verify_files)
+    from ...render.run import MatrixRun
+    result = sbom.generate(get_engine(), run=MatrixRun.open(args.matrix), image=args.image,
+                           lock_path=args.lock, verify_files=args.verify_files)
     rep = Reporter.for_args("sbom", args)
     for p in result.problems:
         rep.warn(p)

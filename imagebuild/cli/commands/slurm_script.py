@@ -49,10 +49,10 @@ def configure(parser) -> None:
 
 def run(args) -> int:
     from ...deliver import slurm
-    from .publish import lookup_images
+    from ...render.run import MatrixRun
 
     image_id = slurm.check_name(args.image, "IMAGE")
-    lookup_images(args.matrix, [image_id])  # an unknown image is one clear line
+    MatrixRun.open(args.matrix).lookup([image_id])  # an unknown image is one clear line
     image_path = args.image_path
     if image_path is None:
         suffix = ".bundle" if args.runtime == "oci" else ".sqsh"

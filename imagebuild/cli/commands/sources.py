@@ -32,13 +32,12 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from ...render import images as I
-    from ... import knowledge
+    from ...render.run import MatrixRun
     from ...render import sources as S
 
-    k = knowledge.load(args.matrix)
-    specs, _ = I.expand(k)
-    chosen = I.select({s.id: s for s in specs}, args.images)
+    matrix_run = MatrixRun.open(args.matrix)    # the run's one read of the matrix
+    k = matrix_run.k
+    chosen = matrix_run.select(args.images)
     tarballs = S.catalog(k, chosen, args.form)
     rep = Reporter.for_args("sources", args)
     if args.action == "list":

@@ -18,11 +18,11 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from ...render import images as I
+    from ...render.run import MatrixRun
     from ...deliver.publish import parse_target
 
     target = parse_target(args.registry) if args.registry else None
-    spec = I.select(I.load_images(args.matrix), [args.image])[0]
+    spec = MatrixRun.open(args.matrix).select([args.image])[0]
     rows = []
     for tag in spec.tags:
         row = {"tag": tag}

@@ -40,7 +40,7 @@ def _refs_for(names: list[str], matrix: str, platform: str | None = None) -> lis
     """Matrix image ids (smoke-cpu) become their local references, from one load of the matrix
     (and none when every name is a ref); anything with ':' or '/' is a ref already. With
     ``platform`` (OCI), each id names its twin for that platform."""
-    specs = None
+    matrix_run = None
     refs = []
     for name in names:
         if ":" in name or "/" in name:
@@ -49,12 +49,13 @@ def _refs_for(names: list[str], matrix: str, platform: str | None = None) -> lis
                                  "reference already", argument="--platform")
             refs.append(name)
             continue
-        from ...render.images import for_platform, load_images, select
-        if specs is None:
-            specs = load_images(matrix)
-        chosen = select(specs, [name])
+        from ...render.images import for_platform
+        from ...render.run import MatrixRun
+        if matrix_run is None:
+            matrix_run = MatrixRun.open(matrix)        # one read, and none when every name is a ref
+        chosen = matrix_run.select([name])
         if platform:
-            chosen = for_platform(specs, chosen, platform)
+            chosen = for_platform(dict(matrix_run.images), chosen, platform)
         refs.append(chosen[0].local_ref)
     return refs
 

@@ -31,13 +31,12 @@ def configure(parser) -> None:
 
 
 def _wheel_sets(args):
-    from ...render import images as I
-    from ...knowledge import load
+    from ...render.run import MatrixRun
     from ...render.wheellock import wheel_set
 
-    k = load(args.matrix)
-    specs, _ = I.expand(k, require_locks=False)
-    chosen = I.select({s.id: s for s in specs}, list(dict.fromkeys(args.images)))
+    matrix_run = MatrixRun.open(args.matrix, require_locks=False)   # the run's one read of the matrix
+    k = matrix_run.k
+    chosen = matrix_run.select(list(dict.fromkeys(args.images)))
     sets: dict[str, tuple] = {}
     for spec in chosen:
         ws = wheel_set(k, spec.stack, spec.os, spec.wheels, spec.toolkit_wheels)
