@@ -25,23 +25,12 @@ PACKAGERS = {
 # from NVIDIA's wheels (cuda_from: wheels), and the repository keys and files are never used.
 PACKAGERS["debian"] = dict(PACKAGERS["ubuntu"])
 # What compiling a git tag archive needs besides the release tarball's tools (autogen: flex, m4;
-# PRRTE's autogen.pl runs `git submodule status`), and the external hwloc and libevent Open MPI
-# then uses: development packages, run-time libraries. The archive has no bundled hwloc; its bundled
-# libevent (a tarball in 3rd-party/) would cost an autogen, a configure and a build of its own in
-# every cold build (about 70 s of one core of the 2-core CI machine, docs/benchmarks.md), where
-# the distribution's serves PMIx and Open MPI as it serves the distribution's own Open MPI. The
-# RDMA headers a devel stage installs (rdma-core's, unless the image's rdma: names others): with
-# the CUDA packages (cuda-devel) or, CUDA coming from the wheels, with the OS's build tools.
+# PRRTE's autogen.pl runs `git submodule status`); what a component's git form builds against is
+# its own row's (components.py, git_packages). The RDMA headers a devel stage installs
+# (rdma-core's, unless the image's rdma: names others): with the CUDA packages (cuda-devel) or,
+# CUDA coming from the wheels, with the OS's build tools.
 GIT_FORM_TOOLS = {"apt": ["flex", "git", "m4"], "dnf": ["flex", "git", "m4"]}
-OMPI_GIT_PACKAGES = {
-    "apt": (["libevent-dev", "libhwloc-dev"],
-            ["libevent-core-2.1-7", "libevent-pthreads-2.1-7", "libhwloc15"]),
-    "dnf": (["hwloc-devel", "libevent-devel"], ["hwloc-libs", "libevent"]),
-}
 RDMA_DEVEL = {"apt": ["libibverbs-dev", "librdmacm-dev"], "dnf": ["rdma-core-devel"]}
 # Open MPI's Fortran bindings (build.fortran: true): the compiler for the devel stage, its run time
 # for the run-time stage (libmpi_mpifh and libmpi_usempif08 link it).
 FORTRAN = {"apt": ("gfortran", "libgfortran5"), "dnf": ("gcc-gfortran", "libgfortran")}
-# GCC's OpenMP run time: UCX's ucx_perftest and its CUDA plugin link it (the devel stage has it with
-# the compiler; the run-time stage must install it, or they do not load).
-OPENMP_RUNTIME = {"apt": "libgomp1", "dnf": "libgomp"}

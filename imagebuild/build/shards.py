@@ -23,11 +23,12 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..components import COMPONENTS
 from ..errors import UsageError
 
 SHARD_RE = re.compile(r"^([1-9][0-9]{0,3})/([1-9][0-9]{0,3})\Z")
 SLACK = 1.1
-COMPILED_WEIGHT = {"ucx": 4, "openmpi": 4, "gdrcopy": 1, "nccl-tests": 1}
+COMPILED_WEIGHT = {c.name: c.weight for c in COMPONENTS}   # each compiled component's share
 
 
 def parse_shard(text: str, argument: str = "--shard") -> tuple[int, int]:

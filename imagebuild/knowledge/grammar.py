@@ -33,6 +33,7 @@ from typing import Any, Iterable
 
 import yaml
 
+from ..components import TARBALL_TOOLS
 from ..errors import KnowledgeError
 from ..localfile import read_bytes
 from ..reference import is_reference
@@ -361,12 +362,12 @@ FIELDS: tuple[tuple[tuple[str, ...], Any, str], ...] = (
                    ("sha256", "sha256"))],
     *[((comp, "releases", "*", "git_archive", f), g, "str") for comp in ("ucx", "openmpi")
       for f, g in (("file", "word"), ("sha256", "sha256"), ("commit", "commit"))],
-    *[(("tools", t, f), g, "str") for t in ("gdrcopy", "nccl-tests")
+    *[(("tools", t, f), g, "str") for t in TARBALL_TOOLS
       for f, g in (("version", "version"), ("url", _url("version")), ("sha256", "sha256"))],
     # a source tarball's exact length beside its sha256: a mirror or upstream is read no further
     *[((comp, "releases", "*", *where, "size"), "bytes", "int") for comp in ("ucx", "openmpi")
       for where in ((), ("git_archive",))],
-    *[(("tools", t, "size"), "bytes", "int") for t in ("gdrcopy", "nccl-tests")],
+    *[(("tools", t, "size"), "bytes", "int") for t in TARBALL_TOOLS],
     *[(("tools", t, f), g, "str") for t in ("cuda-repo-key", "cuda-repo-key-dnf")
       for f, g in (("fingerprint", "fingerprint"), ("url", _url("repo")))],
     (("tools", "pytorch-index", "url"), _url("tag"), "str"),

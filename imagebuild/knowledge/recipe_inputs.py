@@ -14,6 +14,7 @@ import re
 from typing import Iterable
 from urllib.parse import urlsplit
 
+from ..components import TARBALL_TOOLS
 from ..errors import KnowledgeError
 from ..packagers import PACKAGERS
 from .grammar import _item_pos, _kind, _show, _url, check, check_mapping
@@ -44,9 +45,9 @@ _TARBALL = (("version", "url", "sha256", "source"), ("note", "size"),
             {"version": "version", "url": _url("version"), "sha256": "sha256"})
 _KEY = (("fingerprint", "url", "source"), ("note",),
         {"fingerprint": "fingerprint", "url": _url("repo")})
+# the tarballs are the compiled components pinned by `tools:` (components.py's rows)
 TOOLS = {
-    "gdrcopy": _TARBALL,
-    "nccl-tests": _TARBALL,
+    **{name: _TARBALL for name in TARBALL_TOOLS},
     "cuda-repo-key": _KEY,
     "cuda-repo-key-dnf": _KEY,
     "pytorch-index": (("url", "source"), ("note",), {"url": _url("tag")}),
@@ -172,7 +173,7 @@ def _cache_names(c: _Checker, doc):
         seen.setdefault(name, what)
 
     tools = doc.get("tools") if isinstance(doc.get("tools"), dict) else {}
-    for name in ("gdrcopy", "nccl-tests"):
+    for name in TARBALL_TOOLS:
         entry = tools.get(name)
         claim(_release_file(name, entry), f"tools.{name}", tools, name)
     for comp in ("ucx", "openmpi"):
@@ -440,7 +441,7 @@ def _what_images_need(c: _Checker, doc, fam, where: str, flavors: list[str], pyt
                 c.fail(f"os {os_id}: {where} builds CUDA images on it, whose recipes are written "
                        f"for the families {', '.join(sorted(PACKAGERS))}, not {family!r}",
                        entry, "family")
-            for tool in ("gdrcopy", "nccl-tests", PACKAGERS[family]["key"]):
+            for tool in (*TARBALL_TOOLS, PACKAGERS[family]["key"]):
                 if tool not in tools:
                     c.fail(f"{where}: its CUDA images on {os_id} download and check "
                            f"tools.{tool}, which is missing", fam)

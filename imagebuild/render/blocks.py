@@ -1,11 +1,11 @@
-"""The compiled building blocks of a CUDA image, one entry per component, in the order the devel
-stage builds them (each may link what an earlier one installed): its tarball, its fragment and
-the values the fragment is written with, the prefix it installs into and the run-time stage
-copies whole, and what of that prefix goes on PATH and LD_LIBRARY_PATH.
+"""The compiled building blocks of a CUDA image as the renderer lays them out: each component of
+components.py (its row: tarball, prefix, search paths, OS packages) with the values its fragment
+is written with (configure flags computed from the family's build choices; the CUDA and NCCL
+homes for a component with no entry in VALUES), in the order the devel stage builds them.
 
-Adding a compiled component (a library built from a tarball, as HPC Container Maker's building
-blocks are) is one `Block` here, one `imagebuild/recipes/fragments/<name>.sh.j2` and its tarball in
-matrix.yaml; the renderer lays every block out the same way:
+Adding a compiled component is a row in components.py, its fragment
+(`imagebuild/recipes/fragments/<name>.sh.j2`) and its tarball in matrix.yaml; an entry in VALUES
+only when its fragment needs more than the homes. The renderer lays every block out the same way:
 
 - devel stage: the blocks that need no NCCL, NVIDIA's NCCL, then those that link it;
 - run-time stage: each block's prefix copied from the devel stage, in build order;
@@ -14,12 +14,13 @@ matrix.yaml; the renderer lays every block out the same way:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 from .checked import safe
 from .images import ImageSpec
-from ..packagers import FORTRAN, GIT_FORM_TOOLS, OMPI_GIT_PACKAGES
+from ..components import COMPONENTS, Component
+from ..packagers import FORTRAN, GIT_FORM_TOOLS
 from ..sourcedate import source_epoch
 
 
@@ -38,35 +39,19 @@ class Built:
         return self.spec.build_choices
 
 
+def _homes(b: Built) -> dict:
+    """What a component's fragment gets when VALUES has no entry for it: where CUDA and NCCL are."""
+    return {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home}
+
+
 @dataclass(frozen=True)
-class Block:
-    name: str                           # its tarball in matrix.yaml and its fragment's name
-    title: str                          # the step's comment, with {version}
-    prefix: str                         # where it installs; the run-time stage copies it whole
-    values: Callable[[Built], dict]     # the fragment's values beside the tarball's
-    # where the matrix pins its tarball: "tools" (the `tools:` entry of its name; compiled in
-    # every CUDA image) or "family" (the image family's own pin, ImageSpec.<name>; compiled when
-    # its `install:` is source)
-    pinned_by: str = "tools"
-    bin: bool = False                   # prefix/bin goes on PATH
-    lib: bool = False                   # prefix/lib goes on LD_LIBRARY_PATH
-    on_nccl: bool = False               # links NCCL: built once NCCL is in the devel stage
-    autogen: bool = False               # its git archive runs autogen (GIT_FORM_TOOLS)
-    git_packages: dict | None = None    # packager -> ([devel], [runtime]) OS packages its git form needs
-    # its git archive is unpacked and autogen'd in a stage of its own (SOURCE_STAGE), which needs
-    # nothing the devel stage builds, so BuildKit runs it beside the devel stage's CUDA and UCX;
-    # the devel stage copies the prepared tree (its `<name>-source` fragment)
-    source_stage: bool = False
+class Block(Component):
+    """A component with the values its fragment is written with besides its tarball."""
+    values: Callable[[Built], dict] = _homes
 
-    @property
-    def stage(self) -> str:
-        """The name of the stage that prepares its source tree (with source_stage)."""
-        return f"{self.name}-source"
-
-    @property
-    def workdir(self) -> str:
-        """Where its tree is unpacked and built (the fragment's #workdir)."""
-        return f"/tmp/build/{self.name}"
+    @classmethod
+    def of(cls, component: Component, values: Callable[[Built], dict] = _homes) -> "Block":
+        return cls(**{f.name: getattr(component, f.name) for f in fields(component)}, values=values)
 
 
 def ucx_flags(build: dict, cuda_home: str) -> list[str]:
@@ -88,7 +73,7 @@ def ucx_flags(build: dict, cuda_home: str) -> list[str]:
 def ompi_flags(spec: ImageSpec, build: dict, form: str, cuda_home: str) -> list[str]:
     """Open MPI's configure flags: the 4.1 line's or 5's, the distribution's hwloc and libevent for a
     git archive, and the parts (Fortran, ROMIO, OpenSHMEM) the family's build: leaves out."""
-    bundled = "external" if form == "git" else "internal"    # OMPI_GIT_PACKAGES for the git form
+    bundled = "external" if form == "git" else "internal"    # its row's git_packages for the git form
     flags = {"--prefix=/opt/openmpi", f"--with-cuda={cuda_home}", "--with-slurm",
              "--with-ucx=/opt/ucx", "--with-pmix=internal", f"--with-hwloc={bundled}",
              f"--with-libevent={bundled}", "--enable-mca-no-build=btl-uct"}
@@ -126,19 +111,17 @@ def gencode(build: dict) -> str | None:
                     + [f"-gencode=arch=compute_{codes[-1]},code=compute_{codes[-1]}"])
 
 
-BLOCKS: tuple[Block, ...] = (
-    Block("gdrcopy", "gdrcopy {version} (user space)", "/opt/gdrcopy", lib=True,
-          values=lambda b: {"cuda_home": b.cuda_home}),
-    Block("ucx", "UCX {version}", "/opt/ucx", bin=True, lib=True, autogen=True, pinned_by="family",
-          values=lambda b: {"flags": ucx_flags(b.build, b.cuda_home), "gencode": gencode(b.build)}),
-    Block("openmpi", "Open MPI {version}", "/opt/openmpi", bin=True, lib=True, autogen=True,
-          pinned_by="family", git_packages=OMPI_GIT_PACKAGES, source_stage=True,
-          values=lambda b: {"flags": ompi_flags(b.spec, b.build, b.form, b.cuda_home),
-                            "source_epoch": safe("version", source_epoch(b.spec.as_of), "source date")}),
-    Block("nccl-tests", "nccl-tests {version}", "/opt/nccl-tests", bin=True, on_nccl=True,
-          values=lambda b: {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home,
-                            "gencode": gencode(b.build), "first": NCCL_TESTS_FIRST}),
-)
+# a component's fragment values beyond the homes, by its name
+VALUES: dict[str, Callable[[Built], dict]] = {
+    "gdrcopy": lambda b: {"cuda_home": b.cuda_home},
+    "ucx": lambda b: {"flags": ucx_flags(b.build, b.cuda_home), "gencode": gencode(b.build)},
+    "openmpi": lambda b: {"flags": ompi_flags(b.spec, b.build, b.form, b.cuda_home),
+                          "source_epoch": safe("version", source_epoch(b.spec.as_of), "source date")},
+    "nccl-tests": lambda b: {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home,
+                             "gencode": gencode(b.build), "first": NCCL_TESTS_FIRST},
+}
+BLOCKS: tuple[Block, ...] = tuple(Block.of(c, VALUES.get(c.name, _homes)) for c in COMPONENTS)
+
 
 def search_path(kind: str, nccl: str | None, cuda: str) -> list[str]:
     """The blocks' folders of ``kind`` (bin or lib) in search order, with NCCL's (if any) between
@@ -152,8 +135,8 @@ def search_path(kind: str, nccl: str | None, cuda: str) -> list[str]:
 def os_extras(packager: str, forms: dict[str, str], build: dict) -> tuple[list[str], list[str]]:
     """The OS packages the blocks' tarball forms and the family's build choices add to the devel
     and run-time stages: the autogen tools of a git archive, what a block's git form builds
-    against (Open MPI's external hwloc), and the Fortran compiler and run time of Open MPI's
-    Fortran bindings."""
+    against (Open MPI's external hwloc and libevent), what a block's run time needs (UCX's
+    OpenMP), and the Fortran compiler and run time of Open MPI's Fortran bindings."""
     devel: list[str] = []
     runtime: list[str] = []
     if build["fortran"]:
@@ -165,6 +148,7 @@ def os_extras(packager: str, forms: dict[str, str], build: dict) -> tuple[list[s
         if b.git_packages and forms[b.name] == "git":
             devel += b.git_packages[packager][0]
             runtime += b.git_packages[packager][1]
+        runtime += b.runtime_packages.get(packager, ())
     return devel, runtime
 
 

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..components import prefixes
 from ..errors import KnowledgeError, UsageError
 from ..platforms import PLATFORMS
 from ..knowledge.families import Family
@@ -179,6 +180,7 @@ class ImageSpec:
         if self.stack["cuda"] != NONE:
             doc["cuda_provider"] = self.cuda_from
         if self.compiles:
+            doc["built"] = prefixes()      # what the smoke suite's libraries check walks
             doc["sources"] = self.sources
             doc["build"] = {k: (list(v) if isinstance(v, tuple) else v)
                             for k, v in sorted(self.build_choices.items())}

@@ -9,7 +9,7 @@ from . import blocks, sources as S
 from .checked import safe as _safe
 from ..errors import RenderError
 from .images import ImageSpec
-from ..packagers import OPENMP_RUNTIME, PACKAGERS
+from ..packagers import PACKAGERS
 from ..versions import NONE, major_minor, parse_version
 from .wheellock import LockError, read_lock, wheel_set
 
@@ -165,12 +165,11 @@ def _tarballs(spec: ImageSpec, k) -> dict[str, dict]:
 
 def _os_extras(c: _CudaLayout, tarballs: dict[str, dict], rdma_dev: list[str],
                build: dict) -> tuple[list[str], list[str]]:
-    """The OS packages each stage adds to its fragment's own: what the blocks' tarball forms need
-    (blocks.os_extras), OpenMP's run time, and the RDMA headers when CUDA (whose devel packages
-    bring them otherwise) comes from the wheels."""
+    """The OS packages each stage adds to its fragment's own: what the blocks' tarball forms and
+    run times need (blocks.os_extras: UCX's OpenMP among them), and the RDMA headers when CUDA
+    (whose devel packages bring them otherwise) comes from the wheels."""
     name = c.pm["name"]
     devel_extra, runtime_extra = blocks.os_extras(name, {n: t["form"] for n, t in tarballs.items()}, build)
-    runtime_extra.append(OPENMP_RUNTIME[name])
     if c.from_wheels:
         devel_extra += rdma_dev
     return sorted(set(devel_extra)), sorted(set(runtime_extra))

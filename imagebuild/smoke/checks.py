@@ -220,7 +220,7 @@ def check_libraries(ctx: Context) -> CheckResult:
                           "within the wheels' folders")]
     # what the image compiled: every ELF of the install prefixes (UCX's and Open MPI's plugins, the
     # nccl-tests binaries) resolves its libraries, the driver's own (libcuda, libnvidia-ml) aside
-    for tree in libs.BUILT_TREES:
+    for tree in ctx.built_trees(libs.BUILT_TREES):
         elves = libs.elf_files(tree) if os.path.isdir(tree) else []
         if not elves:
             continue

@@ -47,6 +47,13 @@ class Context:
     def feature(self, name: str) -> bool:
         return bool((self.expectation or {}).get("features", {}).get(name, False))
 
+    def built_trees(self, default: tuple[str, ...]) -> tuple[str, ...]:
+        """The install prefixes the image compiled: image.json's `built`, else ``default``."""
+        built = (self.expectation or {}).get("built")
+        if isinstance(built, list) and all(isinstance(t, str) and t.startswith("/") for t in built):
+            return tuple(built)
+        return default
+
     def promises(self, name: str) -> bool | None:
         """What image.json's features say of `name`: True, False, or None when they do not name it
         (an image.json written before the feature existed)."""

@@ -97,8 +97,10 @@ def wheel_lib_dirs() -> list[str]:
                    if os.path.isdir(d)})
 
 
-# The install prefixes an image's devel stage compiled (gdrcopy, UCX, Open MPI, nccl-tests): every
-# ELF in them (libraries, UCX's and Open MPI's plugins, the tools) must resolve its libraries.
+# The install prefixes an image's devel stage compiled: every ELF in them (libraries, UCX's and
+# Open MPI's plugins, the tools) must resolve its libraries. image.json's `built` lists them (from
+# imagebuild/components.py's rows); these are read where there is no such list (a bare host, an
+# image.json written before it had one).
 BUILT_TREES = ("/opt/gdrcopy", "/opt/ucx", "/opt/openmpi", "/opt/nccl-tests")
 
 
