@@ -12,14 +12,15 @@ manager, and the environment it sets.
 Adding a compiled component is three files: a row here, its fragment
 (`imagebuild/recipes/fragments/<name>.sh.j2`) and its tarball in matrix.yaml (`tools.<name>`:
 version, url, sha256, source). render/blocks.py gives its fragment the CUDA and NCCL homes, or
-the values a row's name has there (flags computed from the family's build choices);
+the values a row's name has there (flags computed from the family's build choices); the OS
+packages it needs are named by role, which each package manager's row in packagers.py maps to
+its packages;
 tests/test_components.py plants one and follows it to the matrix's checks, the recipe, image.json
 and the smoke suite. Pure data: imports nothing of imagebuild."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -34,15 +35,16 @@ class Component:
     bin: bool = False                   # prefix/bin goes on PATH
     lib: bool = False                   # prefix/lib goes on LD_LIBRARY_PATH
     on_nccl: bool = False               # links NCCL: built once NCCL is in the devel stage
-    autogen: bool = False               # its git archive runs autogen (packagers.GIT_FORM_TOOLS)
-    # package manager -> ([devel], [run time]) OS packages its git form builds against
-    git_packages: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]] | None = None
+    autogen: bool = False               # its git archive runs autogen (the autogen-tools role)
+    # ([devel], [run time]) package roles its git form builds against; each package manager's row
+    # (packagers.py) names their packages
+    git_packages: tuple[tuple[str, ...], tuple[str, ...]] | None = None
     # its git archive is unpacked and autogen'd in a stage of its own, which needs nothing the
     # devel stage builds, so BuildKit runs it beside the devel stage's CUDA and UCX; the devel
     # stage copies the prepared tree (its `<name>-source` fragment)
     source_stage: bool = False
-    # package manager -> OS packages the run-time stage installs for it, whatever its form
-    runtime_packages: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # package roles the run-time stage installs for it, whatever its form
+    runtime_packages: tuple[str, ...] = ()
     # its share of an image's cold build, against 1 for an image that compiles nothing: how
     # `--shard` balances builders (build/shards.py)
     weight: int = 1
@@ -63,16 +65,14 @@ COMPONENTS: tuple[Component, ...] = (
     # GCC's OpenMP run time: UCX's ucx_perftest and its CUDA plugin link it (the devel stage has it
     # with the compiler; the run-time stage must install it, or they do not load)
     Component("ucx", "UCX {version}", "/opt/ucx", pinned_by="family", bin=True, lib=True,
-              autogen=True, weight=4, runtime_packages={"apt": ("libgomp1",), "dnf": ("libgomp",)}),
+              autogen=True, weight=4, runtime_packages=("openmp-runtime",)),
     # The git archive's Open MPI builds against the distribution's hwloc (the archive bundles none)
     # and libevent (its bundled one would cost an autogen, a configure and a build of its own in
     # every cold build: about 70 s of one core of the 2-core CI machine, docs/benchmarks.md); the
     # distribution's serves PMIx and Open MPI as it serves the distribution's own Open MPI.
     Component("openmpi", "Open MPI {version}", "/opt/openmpi", pinned_by="family", bin=True,
-              lib=True, autogen=True, source_stage=True, weight=4, git_packages={
-                  "apt": (("libevent-dev", "libhwloc-dev"),
-                          ("libevent-core-2.1-7", "libevent-pthreads-2.1-7", "libhwloc15")),
-                  "dnf": (("hwloc-devel", "libevent-devel"), ("hwloc-libs", "libevent"))}),
+              lib=True, autogen=True, source_stage=True, weight=4,
+              git_packages=(("hwloc-devel", "libevent-devel"), ("hwloc-runtime", "libevent-runtime"))),
     Component("nccl-tests", "nccl-tests {version}", "/opt/nccl-tests", bin=True, on_nccl=True),
 )
 

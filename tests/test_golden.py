@@ -41,8 +41,12 @@ CASES = _cases()
 def test_every_fragment_has_golden_files_in_both_formats():
     fragments = {p.name[:-len(".sh.j2")] for p in (RECIPES / "fragments").glob("*.sh.j2")}
     covered = {name.rsplit(".", 1)[0] for name in CASES}
-    # tarball.sh.j2 is included by gdrcopy, ucx, openmpi and nccl-tests, not used on its own
-    assert fragments - covered == {"tarball"}
+    # tarball.sh.j2 is included by gdrcopy, ucx, openmpi and nccl-tests, not used on its own;
+    # packages.sh.j2 is every OS packages step, filed as <role>-<package manager>
+    assert fragments - covered == {"tarball", "packages"}
+    for manager in ("apt", "dnf"):
+        for role in ("os-runtime", "os-devel", "openssh", "rdma-runtime", "cuda-runtime", "cuda-devel"):
+            assert f"{role}-{manager}" in covered, (role, manager)
     for frag in covered:
         assert f"{frag}.docker" in CASES and f"{frag}.singularity" in CASES
 

@@ -20,7 +20,7 @@ from typing import Callable
 from .checked import safe
 from .images import ImageSpec
 from ..components import COMPONENTS, Component
-from ..packagers import FORTRAN, GIT_FORM_TOOLS
+from ..packagers import packages
 from ..sourcedate import source_epoch
 
 
@@ -132,7 +132,7 @@ def search_path(kind: str, nccl: str | None, cuda: str) -> list[str]:
     return [*group(False), *([nccl] if nccl else []), *group(True), cuda]
 
 
-def os_extras(packager: str, forms: dict[str, str], build: dict) -> tuple[list[str], list[str]]:
+def os_extras(pm: dict, forms: dict[str, str], build: dict) -> tuple[list[str], list[str]]:
     """The OS packages the blocks' tarball forms and the family's build choices add to the devel
     and run-time stages: the autogen tools of a git archive, what a block's git form builds
     against (Open MPI's external hwloc and libevent), what a block's run time needs (UCX's
@@ -140,15 +140,15 @@ def os_extras(packager: str, forms: dict[str, str], build: dict) -> tuple[list[s
     devel: list[str] = []
     runtime: list[str] = []
     if build["fortran"]:
-        devel.append(FORTRAN[packager][0])
-        runtime.append(FORTRAN[packager][1])
+        devel += packages(pm, "fortran-devel")
+        runtime += packages(pm, "fortran-runtime")
     if any(b.autogen and forms[b.name] == "git" for b in BLOCKS):
-        devel += GIT_FORM_TOOLS[packager]
+        devel += packages(pm, "autogen-tools")
     for b in BLOCKS:
         if b.git_packages and forms[b.name] == "git":
-            devel += b.git_packages[packager][0]
-            runtime += b.git_packages[packager][1]
-        runtime += b.runtime_packages.get(packager, ())
+            devel += [p for role in b.git_packages[0] for p in packages(pm, role)]
+            runtime += [p for role in b.git_packages[1] for p in packages(pm, role)]
+        runtime += [p for role in b.runtime_packages for p in packages(pm, role)]
     return devel, runtime
 
 

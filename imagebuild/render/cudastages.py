@@ -7,7 +7,7 @@ from . import blocks
 from .checked import format_url as _format_url, safe as _safe
 from ..errors import RenderError
 from .images import ImageSpec
-from ..packagers import RDMA_DEVEL
+from ..packagers import packages, pinned
 from ..versions import NONE, major_minor
 from .steps import (Stage, Step, _CudaLayout,
                     _cuda_layout, _key_check, _lock_copy, _os_extras, _tarballs, image_labels)
@@ -29,7 +29,7 @@ class CudaStages:
         if spec.stack["nccl"] == NONE:
             raise RenderError(f"image {spec.id}: a CUDA image needs an NCCL version")
         doca_repo, doca_copies, rdma_pk, rdma_name = self._rdma(spec, c.pm)
-        rdma_dev = rdma_pk.get("devel") or RDMA_DEVEL[c.pm["name"]]
+        rdma_dev = rdma_pk.get("devel") or c.os_packages("rdma-devel")
         devel_extra, runtime_extra = _os_extras(c, tarballs, rdma_dev, spec.build_choices)
         devel = self._devel_steps(spec, k, c, tarballs, devel_extra, doca_repo, rdma_dev)
         torch_steps = self._torch_steps(spec, k)
@@ -77,13 +77,12 @@ class CudaStages:
         repo_url = _safe("url", "https://developer.download.nvidia.com/compute/cuda/repos/"
                          f"{repo}/x86_64/", "CUDA repository URL")
         cuda_devel = [
-            self.fragment("cuda-repo" + c.sfx, "NVIDIA's CUDA repository, key fingerprint checked",
+            self.fragment(c.pm["repo_fragments"]["cuda"], "NVIDIA's CUDA repository, key fingerprint checked",
                           key_url=key_url, key_fingerprint=_safe(
                               "fingerprint", (key.fingerprint if key else None) or "", "CUDA key fingerprint"),
                           repo_url=repo_url),
             *doca_repo,
-            self.fragment("cuda-devel" + c.sfx, f"CUDA {c.cuda} development packages and RDMA headers",
-                          cuda=c.cuda, cuda_dash=c.dash, rdma_dev=rdma_dev),
+            self._cuda_devel_packages(c, rdma_dev),
         ]
         nccl_devel = [
             self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
@@ -100,8 +99,8 @@ class CudaStages:
         (nccl-tests), in that layer order."""
         cuda_devel, nccl_devel = self._cuda_devel(spec, k, c, doca_repo, rdma_dev)
         return [
-            self.fragment("os-devel" + c.sfx, "OS build tools (devel stage only)", python=c.python,
-                          extra=devel_extra),
+            self.packages(c.pm, "os-devel", "OS build tools (devel stage only)",
+                          c.os_packages("os-devel") + devel_extra),
             *cuda_devel,
             *self._compiled(spec, c, tarballs, on_nccl=False),
             *nccl_devel,
@@ -141,10 +140,10 @@ class CudaStages:
             raise RenderError(f"image {spec.id}: a CUDA image needs an NCCL version")
         tarballs = _tarballs(spec, k)
         _, _, rdma_pk, _ = self._rdma(spec, c.pm)
-        rdma_dev = rdma_pk.get("devel") or RDMA_DEVEL[c.pm["name"]]
+        rdma_dev = rdma_pk.get("devel") or c.os_packages("rdma-devel")
         devel_extra, _ = _os_extras(c, tarballs, rdma_dev, spec.build_choices)
-        steps = [self.fragment("os-devel" + c.sfx, "OS build tools and headers", python=c.python,
-                               extra=devel_extra)]
+        steps = [self.packages(c.pm, "os-devel", "OS build tools and headers",
+                               c.os_packages("os-devel") + devel_extra)]
         if c.from_wheels:
             steps += [
                 _lock_copy("wheels.txt"),
@@ -156,9 +155,7 @@ class CudaStages:
                 *self._pip_constraint(spec),
             ]
         else:   # the runtime image keeps the CUDA (and DOCA) repository the devel stage verified
-            steps.append(self.fragment("cuda-devel" + c.sfx, f"CUDA {c.cuda} development packages "
-                                       "and RDMA headers", cuda=c.cuda, cuda_dash=c.dash,
-                                       rdma_dev=rdma_dev))
+            steps.append(self._cuda_devel_packages(c, rdma_dev))
         steps += [
             Step("copy", comment="what the image is expected to contain (this image's id and flavor)",
                  src="image.json", dest="/opt/imagebuild/image.json"),
@@ -195,12 +192,22 @@ class CudaStages:
     def _cuda_runtime_packages(self, spec: ImageSpec, c: _CudaLayout) -> Step:
         """NVIDIA's run-time packages: cuda-compat always; cuda-libraries-X-Y only without PyTorch,
         whose wheels bring the same libraries (UCX and nccl-tests then load torch's libcudart)."""
+        # cuda-compat for forward compatibility on data-center GPUs (its version is the driver's it
+        # was cut from, so it follows the repository); the run-time libraries pinned to NVIDIA's
+        # X.Y.Z-1, only when no PyTorch wheels bring them (each library once)
+        compat = c.os_packages("cuda-compat")
         if not c.torch_libs:
-            return self.fragment("cuda-runtime" + c.sfx, f"CUDA {c.cuda} run-time libraries",
-                                 cuda=c.cuda, cuda_dash=c.dash, libraries=True)
-        return self.fragment("cuda-runtime" + c.sfx, f"CUDA {c.cuda} forward compatibility; its "
-                             "libraries come once, from PyTorch's wheels", cuda=c.cuda,
-                             cuda_dash=c.dash, libraries=False)
+            return self.packages(c.pm, "cuda-runtime", f"CUDA {c.cuda} run-time libraries",
+                                 compat + pinned(c.pm, c.os_packages("cuda-runtime"), f"{c.cuda}-1"))
+        return self.packages(c.pm, "cuda-runtime", f"CUDA {c.cuda} forward compatibility; its "
+                             "libraries come once, from PyTorch's wheels", compat)
+
+    def _cuda_devel_packages(self, c: _CudaLayout, rdma_dev: list[str]) -> Step:
+        """CUDA's compiler and development libraries from NVIDIA's repository, pinned to its
+        X.Y.Z-1, and the RDMA headers."""
+        return self.packages(c.pm, "cuda-devel", f"CUDA {c.cuda} development packages and RDMA "
+                             "headers", pinned(c.pm, c.os_packages("cuda-devel"), f"{c.cuda}-1")
+                             + list(rdma_dev))
 
     def _runtime_steps(self, spec: ImageSpec, c: _CudaLayout, runtime_extra: list[str],
                        doca_copies: list[Step], rdma_pk: dict, rdma_name: str) -> list[Step]:
@@ -209,24 +216,28 @@ class CudaStages:
         libraries."""
         cuda_runtime, cuda_libs = self._cuda_runtime(spec, c)
         return [
-            self.fragment("os-runtime" + c.sfx, "OS run-time packages (no compiler)", python=c.python,
-                          extra=runtime_extra),
-            self._openssh(c.sfx),
+            self.packages(c.pm, "os-runtime", "OS run-time packages (no compiler)",
+                          c.os_packages("os-runtime") + runtime_extra),
+            self._openssh(c.pm),
             *cuda_runtime,
             *doca_copies,
-            self.fragment("rdma-runtime" + c.sfx, f"RDMA user space: {rdma_name}",
-                          packages=rdma_pk.get("runtime"), rdma_name=rdma_name),
+            # the rdma: entry's packages (DOCA-OFED), else the distribution's rdma-core
+            self.packages(c.pm, "rdma-runtime", f"RDMA user space: {rdma_name}",
+                          rdma_pk.get("runtime") or c.os_packages("rdma-runtime")),
             *[Step("copy", comment=None if i else "install prefixes built in the devel stage",
                    from_stage="devel", src=b.prefix, dest=b.prefix) for i, b in enumerate(blocks.BLOCKS)],
             self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
             *cuda_libs,
         ]
 
-    def _openssh(self, sfx: str) -> Step:
+    def _openssh(self, pm: dict) -> Step:
         """OpenSSH client and server, in every image with Open MPI: mpirun reaches other hosts
-        over ssh where no Slurm runs (`imagebuild test`'s mpi.two-container does)."""
-        return self.fragment("openssh" + sfx, "OpenSSH for mpirun across hosts (no host keys in "
-                             "the image)")
+        over ssh where no Slurm runs (`imagebuild test`'s mpi.two-container does; NGC and AWS DLC
+        images and the Kubeflow MPI Operator expect it too). The host keys a package's scripts
+        made are removed: an image must not carry a private key, and a new one per build would
+        differ from build to build; keys are made per run."""
+        return self.packages(pm, "openssh", "OpenSSH for mpirun across hosts (no host keys in "
+                             "the image)", packages(pm, "openssh"), after=("rm -f /etc/ssh/ssh_host_*",))
 
     def _torch_steps(self, spec: ImageSpec, k) -> list[Step]:
         """PyTorch's CUDA build and its whole closure from the image's wheel lock (none without
@@ -258,7 +269,7 @@ class CudaStages:
         url = _format_url(r["repo"], f"{r['id']} repository URL", version=r["version"], os=os_token)
         host = _safe("host", url.split("/")[2], f"{r['id']} repository host")
         key_url = _safe("url", r["key"]["url"], f"{r['id']} key URL")
-        step = self.fragment("doca-repo" + pm["suffix"], f"{name} repository (user space only), key checked",
+        step = self.fragment(pm["repo_fragments"]["doca"], f"{name} repository (user space only), key checked",
                              version=r["version"], key_url=key_url, repo_url=url, repo_host=host,
                              **_key_check(r["key"], r["id"]))
         files = pm["doca_files"]

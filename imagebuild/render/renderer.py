@@ -76,8 +76,10 @@ class Renderer(CudaStages):
             raise RenderError(f"template error: {exc.message}",
                               file=str(self.recipes / name), line=exc.lineno) from None
 
-    def fragment(self, fragment: str, comment: str, **ctx) -> Step:
-        path = f"fragments/{fragment}.sh.j2"
+    def fragment(self, fragment: str, comment: str, *, template: str | None = None, **ctx) -> Step:
+        """One run step from fragments/<template or fragment>.sh.j2, named ``fragment`` (what the
+        golden tests file it under)."""
+        path = f"fragments/{template or fragment}.sh.j2"
         _safe("text", comment, f"comment of the {fragment} step")
         _guard(ctx, f"value for {path}:")
         try:
@@ -98,6 +100,15 @@ class Renderer(CudaStages):
                         and "--no-index" not in ln for ln in lines)
         return Step("run", comment=comment, commands=lines, workdir=workdir, downloads=downloads,
                     fragment=fragment, sources=sources, keep=keep)
+
+    def packages(self, pm: dict, role: str, comment: str, names: list[str],
+                 after: tuple[str, ...] = ()) -> Step:
+        """One OS packages step (fragments/packages.sh.j2) with package manager row ``pm``
+        (packagers.py): its update, install and clean-up around ``names``, and ``after`` once they
+        are installed. Named `<role>-<manager>`."""
+        return self.fragment(f"{role}-{pm['name']}", comment, template="packages",
+                             update=list(pm["update"]), install=pm["install"],
+                             clean=list(pm["clean"]), packages=list(names), after=list(after))
 
     # ---------------------------------------------------------------------------------------------
 
@@ -155,7 +166,7 @@ class Renderer(CudaStages):
             return [Stage(None, base, [
                 self.fragment("debian-mpi", "OS packages: Debian's Open MPI and UCX, Python",
                               openmpi=s["openmpi"], ucx=s["ucx"], python=s["python"]),
-                self._openssh(""),
+                self._openssh(PACKAGERS[spec.os["family"]]),
                 self.fragment("venv", "Python virtual environment", python_bin="python3"),
                 *self._torch_steps(spec, k),
                 *self._common_tail(spec, "/opt/venv/bin/python"),
@@ -168,7 +179,7 @@ class Renderer(CudaStages):
         os_step = self.fragment("debian-mpi", "OS packages: Debian's Open MPI and UCX, Python",
                                 openmpi=s["openmpi"], ucx=s["ucx"], python=s["python"])
         stages = []
-        steps = [os_step, self._openssh("")]
+        steps = [os_step, self._openssh(PACKAGERS[spec.os["family"]])]
         if s["pytorch"] != NONE:
             stages.append(Stage("torch", base, [
                 os_step,

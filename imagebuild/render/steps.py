@@ -9,7 +9,7 @@ from . import blocks, sources as S
 from .checked import safe as _safe
 from ..errors import RenderError
 from .images import ImageSpec
-from ..packagers import PACKAGERS
+from ..packagers import PACKAGERS, packages
 from ..versions import NONE, major_minor, parse_version
 from .wheellock import LockError, read_lock, wheel_set
 
@@ -114,9 +114,9 @@ class _CudaLayout:
     def dash(self) -> str:     # 13-0: how NVIDIA's packages name the release
         return self.mm.replace(".", "-")
 
-    @property
-    def sfx(self) -> str:      # the packager's fragment suffix ("" for apt, -dnf)
-        return self.pm["suffix"]
+    def os_packages(self, role: str) -> list[str]:
+        """The OS packages of ``role`` in this image's package manager row (packagers.py)."""
+        return packages(self.pm, role, python=self.python, cuda_dash=self.dash)
 
 
 def _cuda_layout(spec: ImageSpec) -> _CudaLayout:
@@ -168,8 +168,7 @@ def _os_extras(c: _CudaLayout, tarballs: dict[str, dict], rdma_dev: list[str],
     """The OS packages each stage adds to its fragment's own: what the blocks' tarball forms and
     run times need (blocks.os_extras: UCX's OpenMP among them), and the RDMA headers when CUDA
     (whose devel packages bring them otherwise) comes from the wheels."""
-    name = c.pm["name"]
-    devel_extra, runtime_extra = blocks.os_extras(name, {n: t["form"] for n, t in tarballs.items()}, build)
+    devel_extra, runtime_extra = blocks.os_extras(c.pm, {n: t["form"] for n, t in tarballs.items()}, build)
     if c.from_wheels:
         devel_extra += rdma_dev
     return sorted(set(devel_extra)), sorted(set(runtime_extra))
