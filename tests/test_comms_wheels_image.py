@@ -63,13 +63,13 @@ def test_the_same_fragments_compile_it_as_on_ubuntu(k, specs):
     # the git archives' Open MPI tree is prepared in a stage of its own, beside the devel stage
     source, *deb = r.stages(specs[IMAGE], k)
     ubu = r.stages(specs[UBUNTU_TWIN], k)
-    assert source.name == "openmpi-source" and _fragments(source) == ["os-devel", "openmpi-source"]
+    assert source.name == "openmpi-source" and _fragments(source) == ["os-devel-apt", "openmpi-source"]
     assert [s.name for s in deb] == ["devel", None] and [s.name for s in ubu] == ["devel", None]
     assert [f for f in _fragments(deb[0]) if f in COMPILED] == COMPILED
     assert [f for f in _fragments(ubu[0]) if f in COMPILED] == COMPILED
     # only where CUDA and NCCL come from differs: the wheels, or the repository's packages
     assert set(_fragments(deb[0])) - set(_fragments(ubu[0])) == {"cuda-wheels-devel"}
-    assert set(_fragments(ubu[0])) - set(_fragments(deb[0])) == {"cuda-repo", "cuda-devel", "nccl"}
+    assert set(_fragments(ubu[0])) - set(_fragments(deb[0])) == {"cuda-repo", "cuda-devel-apt", "nccl"}
     assert set(_fragments(deb[1])) - set(_fragments(ubu[1])) == {"cuda-wheels-runtime"}
 
 
@@ -125,7 +125,7 @@ def test_the_runtime_image_gets_sshd_from_the_shared_fragment_without_host_keys(
     """mpirun reaches another container or node over ssh: every image with Open MPI installs
     OpenSSH from one fragment per packager (apt, dnf), and leaves no host key in the image."""
     r = render.Renderer()
-    for image, fragment in ((IMAGE, "openssh"), (UBUNTU_TWIN, "openssh"),
+    for image, fragment in ((IMAGE, "openssh-apt"), (UBUNTU_TWIN, "openssh-apt"),
                             ("comms-cu130-nccl2.30.7-rockylinux9-runtime", "openssh-dnf")):
         runtime = r.stages(specs[image], k)[-1]
         step = next(s for s in runtime.steps if s.fragment == fragment)

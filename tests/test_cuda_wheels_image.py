@@ -86,11 +86,11 @@ def test_recipe_has_no_cuda_repository_package_or_second_nccl(k, specs):
     r = render.Renderer()
     steps = [s for st in r.stages(spec, k) for s in st.steps]
     fragments = [s.fragment for s in steps if s.fragment]
-    for absent in ("cuda-repo", "cuda-runtime", "cuda-devel", "nccl", "nccl-tests", "ucx", "openmpi",
-                   "gdrcopy", "os-devel"):
+    for absent in ("cuda-repo", "cuda-runtime-apt", "cuda-devel-apt", "nccl", "nccl-tests", "ucx",
+                   "openmpi", "gdrcopy", "os-devel-apt"):
         assert absent not in fragments
     # OpenSSH (every image with Open MPI: mpirun across containers without Slurm) after the OS's MPI
-    assert fragments[:5] == ["debian-mpi", "openssh", "venv", "pytorch", "smoke"]
+    assert fragments[:5] == ["debian-mpi", "openssh-apt", "venv", "pytorch", "smoke"]
     text = r.dockerfile(spec, k)
     assert "developer.download.nvidia.com" not in text and "cuda-libraries" not in text
     assert "nccl.txt" not in text and text.count("FROM ") == 1

@@ -67,11 +67,11 @@ def test_a_devel_recipe_is_one_stage_from_its_runtime_image_that_compiles_nothin
         frags = _fragments(stage)
         assert not COMPILED & set(frags), spec.id
         assert not any(s.from_stage for s in stage.steps if s.kind == "copy")
-        sfx = "-dnf" if spec.os["family"] == "rhel" else ""
+        pm = "dnf" if spec.os["family"] == "rhel" else "apt"     # packages steps: <role>-<manager>
         if spec.cuda_from == "wheels":
-            assert frags == ["os-devel", "cuda-wheels-devel", "pip-constraint"], spec.id
+            assert frags == [f"os-devel-{pm}", "cuda-wheels-devel", "pip-constraint"], spec.id
         else:
-            assert frags == [f"os-devel{sfx}", f"cuda-devel{sfx}"], spec.id
+            assert frags == [f"os-devel-{pm}", f"cuda-devel-{pm}"], spec.id
         text = r.dockerfile(spec, k)
         assert [ln for ln in text.splitlines() if ln.startswith("FROM ")] == [f"FROM {spec.from_image}"]
         assert dockerfile.base_refs(text) == [spec.from_image] == [dockerfile.final_base(text)]
