@@ -201,7 +201,7 @@ def test_python_ranges_read_from_the_wheels(k):
 
 
 def test_nccl_feature_dates(k):
-    feats = {f["feature"]: f["since"] for f in k.nccl_features}
+    feats = {f.feature: f.since for f in k.nccl_features}
     assert feats["NVLS + IB SHARP for all-gather and reduce-scatter"] == "2.27.3"
 
 

@@ -61,12 +61,12 @@ def section_tables(k: Knowledge, section: str) -> list[tuple[str | None, list[st
                  b.newest_cuda or "", b.source, b.lifecycle_source or ""] for b in k.branches.values()]
         return [(None, ["branch", "type", "eol", "newest cuda", "source", "type and eol from"], rows)]
     if section == "architectures":
-        rows = [[a["cc"], a["name"], a["first_cuda"] or "", a["last_cuda"] or "",
-                 f"R{a['last_branch']}" if a["last_branch"] else "", a["source"]]
+        rows = [[a.cc, a.name, a.first_cuda or "", a.last_cuda or "",
+                 f"R{a.last_branch}" if a.last_branch else "", a.source]
                 for a in k.architectures.values()]
         return [(None, ["cc", "name", "first cuda", "last cuda", "last branch", "source"], rows)]
     if section == "gpus":
-        rows = [[g.name, g.cc, k.architectures[g.cc]["name"], "yes" if g.datacenter else "no",
+        rows = [[g.name, g.cc, k.architectures[g.cc].name, "yes" if g.datacenter else "no",
                  g.source] for g in k.gpus.values()]
         return [(None, ["gpu", "cc", "architecture", "data center", "source"], rows)]
     if section == "pytorch":
@@ -96,7 +96,7 @@ def section_tables(k: Knowledge, section: str) -> list[tuple[str | None, list[st
                         for r in node.get("redist", [])]))
         if section == "nccl":
             tables.append(("features", ["since", "feature", "source"],
-                           [[f["since"], f["feature"], f["source"]] for f in k.nccl_features]))
+                           [[f.since, f.feature, f.source] for f in k.nccl_features]))
         return tables
     if section in ("ucx", "openmpi"):
         rows = [[v, e["install"], ",".join(e.get("os", [])) if e.get("os") else "",

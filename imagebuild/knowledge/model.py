@@ -123,6 +123,26 @@ class Branch:
 
 
 @dataclass(frozen=True)
+class Architecture:
+    """A GPU architecture by compute capability: the CUDA releases that compile for it (None:
+    no bound known) and the last driver branch that drives it, if it has one."""
+    cc: str
+    name: str
+    first_cuda: str | None
+    last_cuda: str | None
+    last_branch: int | None
+    source: str
+
+
+@dataclass(frozen=True)
+class NcclFeature:
+    """What an NCCL release brought (a GPU's or an architecture's support among them)."""
+    since: str
+    feature: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Gpu:
     name: str
     cc: str
@@ -231,14 +251,14 @@ class Knowledge:
     releases: dict[str, CudaRelease]
     branches: dict[int, Branch]
     gpus: dict[str, Gpu]
-    architectures: dict[str, dict]
+    architectures: dict[str, Architecture]
     variants: dict[tuple[str, str], Variant]     # (pytorch, cuda mm or none) -> Variant
     pytorch: dict[str, dict]
     ucx: dict[str, dict]
     openmpi: dict[str, dict]
     os: dict[str, dict]
     gpudirect: tuple[dict, ...]
-    nccl_features: tuple[dict, ...]
+    nccl_features: tuple[NcclFeature, ...]
     rules: tuple[Rule, ...]
     document: dict                              # matrix.yaml as parsed and checked: read only inside knowledge/
     rdma: dict[str, dict] = field(default_factory=dict)   # id -> user-space RDMA alternative
@@ -316,7 +336,7 @@ class Knowledge:
         if cc is not None and cc in self.architectures:
             arch = self.architectures[cc]
             return Gpu(name=f"sm_{cc.replace('.', '')}", cc=cc,
-                       datacenter=False, source=arch["source"])
+                       datacenter=False, source=arch.source)
         return None
 
     def branch_supported(self, branch: int, date: str) -> tuple[bool | None, str]:

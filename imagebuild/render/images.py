@@ -240,14 +240,15 @@ def _check_arch(k: Knowledge, f: Family, cuda: str) -> None:
         return
     have = parse_version(major_minor(cuda))
     for cc in f.build.get("cuda_arch", ()):
-        arch = k.architectures.get(cc) or {}
-        first, last = arch.get("first_cuda"), arch.get("last_cuda")
-        if first and have < parse_version(first):
-            _family_error(k, f, f"{f.name}: build.cuda_arch {cc} ({arch.get('name')}) needs CUDA >= {first} "
-                   f"[{arch.get('source')}], and this image's CUDA is {cuda}")
-        if last and have > parse_version(last):
-            _family_error(k, f, f"{f.name}: build.cuda_arch {cc} ({arch.get('name')}) was dropped after CUDA "
-                   f"{last} [{arch.get('source')}], and this image's CUDA is {cuda}")
+        arch = k.architectures.get(cc)      # gate 3 checked each is known
+        if arch is None:
+            continue
+        if arch.first_cuda and have < parse_version(arch.first_cuda):
+            _family_error(k, f, f"{f.name}: build.cuda_arch {cc} ({arch.name}) needs CUDA >= "
+                          f"{arch.first_cuda} [{arch.source}], and this image's CUDA is {cuda}")
+        if arch.last_cuda and have > parse_version(arch.last_cuda):
+            _family_error(k, f, f"{f.name}: build.cuda_arch {cc} ({arch.name}) was dropped after "
+                          f"CUDA {arch.last_cuda} [{arch.source}], and this image's CUDA is {cuda}")
 
 
 class _Expansion:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from ..context import _Ctx
 from ..matchers import category_matcher, mm_range
+from ..model import Architecture
 from .common import branch_rules
 
 
-def load(c: _Ctx, doc, sources) -> dict[str, dict]:
-    architectures: dict[str, dict] = {}
+def load(c: _Ctx, doc, sources) -> dict[str, Architecture]:
+    architectures: dict[str, Architecture] = {}
     for a in c.seq(doc["architectures"], "architectures", doc, "architectures"):
         w = "architectures[]"
         c.shape(a, "architectures[]", w)
@@ -18,8 +19,8 @@ def load(c: _Ctx, doc, sources) -> dict[str, dict]:
             c.fail(f"architectures: compute capability {cc} is listed twice", a, "cc")
         first, last = c.version(a, "first_cuda", w, True), c.version(a, "last_cuda", w, True)
         src = c.source(a, sources, w)
-        architectures[cc] = {"cc": cc, "name": c.text(a, "name", w), "first_cuda": first,
-                             "last_cuda": last, "last_branch": a.get("last_branch"), "source": src}
+        architectures[cc] = Architecture(cc, c.text(a, "name", w), first, last,
+                                         a.get("last_branch"), src)
         cc_is = category_matcher([cc])
         if first or last:
             c.add_rule(f"arch-{cc}-cuda", [("gpu.cc", cc_is)],

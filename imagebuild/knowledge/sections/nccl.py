@@ -10,7 +10,7 @@ from ..context import _Ctx
 from ..matchers import Matcher, category_matcher
 from ..yamlfile import _List
 from ...versions import NONE, parse_version
-from ..model import LibraryRelease
+from ..model import LibraryRelease, NcclFeature
 from .common import major_build_rule, redist_list, release_list
 
 
@@ -20,7 +20,7 @@ def _at_least(since: str) -> Matcher:
 
 
 def load(c: _Ctx, doc, sources, architectures=None, gpus=None
-         ) -> tuple[tuple[dict, ...], tuple[str, ...], dict[str, LibraryRelease]]:
+         ) -> tuple[tuple[NcclFeature, ...], tuple[str, ...], dict[str, LibraryRelease]]:
     """(features, the wheel releases, every release the section names with what names it); all
     empty without the section."""
     if "nccl" not in doc:
@@ -35,8 +35,7 @@ def load(c: _Ctx, doc, sources, architectures=None, gpus=None
     for f in c.seq(nd.get("features", _List()), "nccl.features", nd, "features"):
         w = "nccl.features[]"
         c.shape(f, "nccl.features[]", w)
-        feat = {"since": c.version(f, "since", w), "feature": c.text(f, "feature", w),
-                "source": c.source(f, sources, w)}
+        feat = NcclFeature(c.version(f, "since", w), c.text(f, "feature", w), c.source(f, sources, w))
         feats.append(feat)
         if "cc" in f and "gpu" in f:
             c.fail(f"{w}: give cc or gpu, not both", f, "gpu")
@@ -52,7 +51,7 @@ def load(c: _Ctx, doc, sources, architectures=None, gpus=None
             when, who = [("gpu", category_matcher([name]))], f"{name} GPUs"
         else:
             continue
-        c.add_rule(f"nccl-{feat['since']}-{f.get('cc') or f.get('gpu')}", when,
-                   [("nccl", _at_least(feat["since"]))],
-                   f"{who} need NCCL {feat['since']} or newer ({feat['feature']})", feat["source"], f.line)
+        c.add_rule(f"nccl-{feat.since}-{f.get('cc') or f.get('gpu')}", when,
+                   [("nccl", _at_least(feat.since))],
+                   f"{who} need NCCL {feat.since} or newer ({feat.feature})", feat.source, f.line)
     return tuple(feats), nccl_releases, known
