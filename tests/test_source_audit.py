@@ -114,13 +114,13 @@ def test_python_ranges_follow_the_wheels(k, index):
         pythons = sync.wheel_pythons(links, v)
         assert pythons, f"torch {v}: no Linux x86_64 CPython wheel on the index"
         spec = SpecifierSet(",".join(
-            a if not a[0].isdigit() else f"=={a}.*" for a in k.pytorch[v]["python"].split(",")))
+            a if not a[0].isdigit() else f"=={a}.*" for a in k.pytorch[v].python.split(",")))
         newest = Version(pythons[-1])
         beyond = f"{newest.major}.{newest.minor + 1}"
         inside = [p for p in pythons if Version(p) in spec]
         if inside != list(pythons) or Version(beyond) in spec:
             wrong.append(f"torch {v}: wheels for Python {', '.join(pythons)}, matrix says "
-                         f"{k.pytorch[v]['python']}")
+                         f"{k.pytorch[v].python}")
     assert not wrong, "\n".join(wrong)
 
 

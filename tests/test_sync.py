@@ -282,7 +282,7 @@ def test_write_edits_only_the_values(matrix):
     assert k2.variants[("2.11.0", "13.0")].cudnn == "9.20.0.48"
     assert k2.variants[("2.11.0", "13.0")].cuda_runtime == "13.0.2"
     assert k2.variants[("2.11.0", "13.0")].source == "S10"
-    assert k2.pytorch["2.4.1"]["python"] == ">=3.9,<3.13"
+    assert k2.pytorch["2.4.1"].python == ">=3.9,<3.13"
     # synced again: nothing left to do
     again = sync.compare(k2, {
         "2.11.0": pins("2.11.0", [l.replace("9.19.0.56", "9.20.0.48") for l in META_2_11_0], ">=3.11")})

@@ -75,7 +75,7 @@ def section_tables(k: Knowledge, section: str) -> list[tuple[str | None, list[st
             for (pv, _), v in k.variants.items():
                 if pv != ver:
                     continue
-                rows.append([ver, rel["python"], v.tag, v.cudnn, v.nccl, v.cuda_runtime or "",
+                rows.append([ver, rel.python, v.tag, v.cudnn, v.nccl, v.cuda_runtime or "",
                              "yes" if v.default else "", ",".join(v.arch) if v.arch else "?",
                              v.source, _mark(v.verified)])
         return [(None, ["torch", "python", "variant", "cudnn", "nccl", "cuda runtime", "default",

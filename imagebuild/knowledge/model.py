@@ -171,6 +171,15 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class TorchRelease:
+    """A PyTorch release: the Pythons it supports (a specifier) and its source (its variants are
+    Knowledge.variants)."""
+    version: str
+    python: str
+    source: str
+
+
+@dataclass(frozen=True)
 class Mode:
     id: str
     driver_floor: str            # release | major | none
@@ -253,7 +262,7 @@ class Knowledge:
     gpus: dict[str, Gpu]
     architectures: dict[str, Architecture]
     variants: dict[tuple[str, str], Variant]     # (pytorch, cuda mm or none) -> Variant
-    pytorch: dict[str, dict]
+    pytorch: dict[str, TorchRelease]
     ucx: dict[str, dict]
     openmpi: dict[str, dict]
     os: dict[str, dict]

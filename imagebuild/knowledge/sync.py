@@ -84,7 +84,7 @@ def matrix_values(k, release: str) -> tuple[dict[str, str | None], int | None]:
     if release not in k.pytorch:
         raise SyncError(f"torch {release} is not in {k.path} (pytorch.releases)")
     defaults = [v for (ver, _), v in k.variants.items() if ver == release and v.default]
-    out: dict[str, str | None] = {"python": python_floor(k.pytorch[release]["python"])}
+    out: dict[str, str | None] = {"python": python_floor(k.pytorch[release].python)}
     if not defaults:
         out.update(cuda=None, cudnn=None, nccl=None, cuda_runtime=None)
         return out, None

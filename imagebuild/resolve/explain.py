@@ -74,7 +74,7 @@ def _chosen_because(p: Problem, comp: str, val: str, sol: dict[str, str]) -> str
     if comp == "pytorch":
         if val == NONE:
             return "no PyTorch in this stack"
-        return f"the newest release that fits{_src(k.pytorch[val]['source'])}"
+        return f"the newest release that fits{_src(k.pytorch[val].source)}"
     if comp == "cuda":
         if val == NONE:
             return "a CPU stack"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...versions import NONE, VersionSyntaxError, major_minor, parse_version
 from ..context import _Ctx
 from ..matchers import Matcher, any_of, arch_matcher, category_matcher, version_matcher
-from ..model import Variant
+from ..model import TorchRelease, Variant
 from ..schema import DEFAULT_PLATFORM
 
 
@@ -30,7 +30,7 @@ def _release(c: _Ctx, rel, sources, releases, variants, pytorch):
         c.fail(f"pytorch.releases: {ver} is listed twice", rel, "version")
     py = c.spec(rel, "python", w)
     src = c.source(rel, sources, w)
-    pytorch[ver] = {"version": ver, "python": py, "source": src}
+    pytorch[ver] = TorchRelease(ver, py, src)
     c.add_rule(f"pytorch-{ver}-python", [("pytorch", version_matcher("==" + ver))],
                [("python", version_matcher(py))], f"torch {ver} supports Python {py}",
                src, rel.line)
