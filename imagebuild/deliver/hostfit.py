@@ -74,7 +74,7 @@ def platform_id(k: Knowledge, name: str | None) -> str | None:
     if name is None:
         return None
     for pid, entry in k.platforms.items():
-        if name == pid or name in entry.get("aliases", []):
+        if name == pid or name in entry.aliases:
             return pid
     return name
 

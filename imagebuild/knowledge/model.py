@@ -123,6 +123,17 @@ class Branch:
 
 
 @dataclass(frozen=True)
+class MatrixPlatform:
+    """A CPU architecture of `platforms:`: NVIDIA's repository folder for it, its OCI platform
+    and the other names it goes by (amd64, arm64, sbsa)."""
+    id: str
+    cuda_repo: str
+    oci: str
+    source: str
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Architecture:
     """A GPU architecture by compute capability: the CUDA releases that compile for it (None:
     no bound known) and the last driver branch that drives it, if it has one."""
@@ -272,7 +283,7 @@ class Knowledge:
     document: dict                              # matrix.yaml as parsed and checked: read only inside knowledge/
     rdma: dict[str, dict] = field(default_factory=dict)   # id -> user-space RDMA alternative
     compat: dict[str, Compat] = field(default_factory=dict)   # CUDA major.minor -> cuda-compat
-    platforms: dict[str, dict] = field(default_factory=dict)  # id -> entry, best first
+    platforms: dict[str, MatrixPlatform] = field(default_factory=dict)  # id -> entry, best first
     nccl_releases: tuple[str, ...] = ()     # every NCCL release the knowledge names
     cudnn_releases: tuple[str, ...] = ()    # every cuDNN release (wheel copies and system copies)
     # library (cudnn, nccl) -> version -> what names that release (wheels and redistributables):

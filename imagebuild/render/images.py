@@ -344,7 +344,8 @@ class _Expansion:
         """One ImageSpec per flavor of a resolved stack (an id two wishes both resolved to is
         kept once), with its id, tags and everything the recipe reads."""
         k, rdma = self.k, self.k.rdma.get(f.rdma)
-        oci = str((k.platforms.get(stack["platform"]) or {}).get("oci") or "")
+        entry = k.platforms.get(stack["platform"])
+        oci = entry.oci if entry else ""
         # each platform's image has its own id (-arm64; x86_64's as before platforms were
         # listed) and the same tag, so that one published tag holds every platform
         suffix = PLATFORMS[oci].suffix if oci in PLATFORMS else ""

@@ -93,7 +93,7 @@ def _chosen_because(p: Problem, comp: str, val: str, sol: dict[str, str]) -> str
         return "not part of this stack" if val == NONE else "newest that fits"
     if comp == "platform":
         entry = k.platforms.get(val)
-        return (f"the first platform in the matrix's order that fits{_src(entry['source'])}"
+        return (f"the first platform in the matrix's order that fits{_src(entry.source)}"
                 if entry else "the only platform the matrix knows")
     if comp == "python":
         return f"newest the OS offers that torch supports{_src(k.os[sol['os']]['source'])}"

@@ -173,7 +173,7 @@ class Problem:
         if comp in ("os", "platform"):
             names = [s.strip() for s in spec.split(",")]
             if comp == "platform":   # arm64, sbsa, amd64: the names other tools use
-                alias = {a: pid for pid, e in self.k.platforms.items() for a in e.get("aliases", [])}
+                alias = {a: pid for pid, e in self.k.platforms.items() for a in e.aliases}
                 names = [alias.get(n, n) for n in names]
             known = list(self.k.os) if comp == "os" else self.k.domain("platform")
             unknown = [n for n in names if n not in known]

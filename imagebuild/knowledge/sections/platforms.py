@@ -5,21 +5,21 @@ through `c.platform_list`, which this section's ids bound."""
 from __future__ import annotations
 
 from ..context import _Ctx
+from ..model import MatrixPlatform
 from ..schema import DEFAULT_PLATFORM
 from ..yamlfile import _List
 
 
-def load(c: _Ctx, doc, sources) -> dict[str, dict]:
-    platforms: dict[str, dict] = {}
+def load(c: _Ctx, doc, sources) -> dict[str, MatrixPlatform]:
+    platforms: dict[str, MatrixPlatform] = {}
     for pl in c.seq(doc.get("platforms", _List()), "platforms", doc, "platforms"):
         w = "platforms[]"
         c.shape(pl, "platforms[]", w)
         pid = c.text(pl, "id", w)
         if pid in platforms:
             c.fail(f"platforms: {pid} is listed twice", pl, "id")
-        platforms[pid] = {"id": pid, "cuda_repo": c.text(pl, "cuda_repo", w),
-                          "oci": c.text(pl, "oci", w), "source": c.source(pl, sources, w),
-                          "aliases": [str(a) for a in c.seq(pl.get("aliases", _List()),
-                                                              f"{w}.aliases", pl, "aliases")]}
+        platforms[pid] = MatrixPlatform(
+            pid, c.text(pl, "cuda_repo", w), c.text(pl, "oci", w), c.source(pl, sources, w),
+            tuple(str(a) for a in c.seq(pl.get("aliases", _List()), f"{w}.aliases", pl, "aliases")))
     c.known_platforms = list(platforms) or [DEFAULT_PLATFORM]
     return platforms
