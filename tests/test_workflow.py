@@ -155,7 +155,9 @@ def test_the_heavy_tier_runs_weekly_and_when_a_compiled_component_changes(heavy)
     # every compiled block's fragment, the blocks themselves, and what makes an image reproducible
     for block in BLOCKS:
         assert f"imagebuild/recipes/fragments/{block.name}.sh.j2" in paths, block.name
-    assert {"imagebuild/render/blocks.py", "imagebuild/build/reproducible.py", "matrix.yaml"} <= paths
+    assert {"imagebuild/render/blocks.py", "imagebuild/components.py", "imagebuild/packagers.py",
+            "imagebuild/recipes/fragments/packages.sh.j2", "imagebuild/build/reproducible.py",
+            "matrix.yaml"} <= paths
     for path in paths:
         assert (ROOT / path).is_file(), path
 
