@@ -280,7 +280,7 @@ def generate(engine, *, run, image: str, lock_path: str | None = None,
     from ..engines import check_ref
     from .lockfile import dockerfile_path
     from ..render.sources import for_image
-    from ..render.wheellock import LockError, parse_lock
+    from ..render.wheellock import LockError, lock_root, parse_lock
 
     k, specs, matrix = run.k, run.images, run.matrix
     if ":" in image or "/" in image:
@@ -301,7 +301,7 @@ def generate(engine, *, run, image: str, lock_path: str | None = None,
             raise SbomError(f"image {ref} is not in the engine; build it first (imagebuild build {image})")
         info = engine.inspect(ref)
     lock = None
-    lock_file = lock_path or (str(Path(k.path).resolve().parent / spec.wheel_lock)
+    lock_file = lock_path or (str(lock_root(k) / spec.wheel_lock)
                               if spec.wheel_lock else None)
     if lock_file:
         try:
@@ -312,7 +312,7 @@ def generate(engine, *, run, image: str, lock_path: str | None = None,
             lock = parse_lock(text, lock_file)
         except LockError as exc:
             raise UsageError(str(exc)) from None
-    dockerfile = Path(dockerfile_path(Path(k.path).resolve().parent, spec.id))
+    dockerfile = Path(dockerfile_path(lock_root(k), spec.id))
     try:
         base_ref = info.labels.get("org.opencontainers.image.base.name") or \
             final_base(dockerfile.read_text(encoding="utf-8"))

@@ -70,7 +70,9 @@ class Family:
 
     def pin(self, component: str) -> str | None:
         """The release the family pins for ucx, openmpi or python (None: the resolver's choice)."""
-        return {"ucx": self.ucx, "openmpi": self.openmpi, "python": self.python}[component]
+        if component not in ("ucx", "openmpi", "python"):
+            raise KeyError(component)
+        return getattr(self, component)
 
 
 def families_of(doc) -> tuple[Family, ...]:

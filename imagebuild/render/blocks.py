@@ -113,12 +113,10 @@ def gencode(build: dict) -> str | None:
 
 # a component's fragment values beyond the homes, by its name
 VALUES: dict[str, Callable[[Built], dict]] = {
-    "gdrcopy": lambda b: {"cuda_home": b.cuda_home},
     "ucx": lambda b: {"flags": ucx_flags(b.build, b.cuda_home), "gencode": gencode(b.build)},
     "openmpi": lambda b: {"flags": ompi_flags(b.spec, b.build, b.form, b.cuda_home),
                           "source_epoch": safe("version", source_epoch(b.spec.as_of), "source date")},
-    "nccl-tests": lambda b: {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home,
-                             "gencode": gencode(b.build), "first": NCCL_TESTS_FIRST},
+    "nccl-tests": lambda b: {**_homes(b), "gencode": gencode(b.build), "first": NCCL_TESTS_FIRST},
 }
 BLOCKS: tuple[Block, ...] = tuple(Block.of(c, VALUES.get(c.name, _homes)) for c in COMPONENTS)
 

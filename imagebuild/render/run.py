@@ -45,8 +45,3 @@ class MatrixRun:
     def select(self, names: list[str]) -> list[ImageSpec]:
         """Images by id or family name (images.select): all of them when none is named."""
         return select(dict(self.images), names)
-
-    @property
-    def root(self) -> Path:
-        """The folder of the matrix: wheel locks are named relative to it."""
-        return Path(self.matrix).resolve().parent

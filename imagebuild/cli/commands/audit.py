@@ -45,12 +45,13 @@ def _lock_of(args):
         path = args.lock
     else:
         from ...render.run import MatrixRun
+        from ...render.wheellock import lock_root
         matrix_run = MatrixRun.open(args.matrix)
         spec = matrix_run.select([args.image])[0]
         if not spec.wheel_lock:
             raise UsageError(f"image {spec.id} installs no wheels from a lock: nothing to audit",
                              argument="IMAGE")
-        path = str(matrix_run.root / spec.wheel_lock)
+        path = str(lock_root(matrix_run.k) / spec.wheel_lock)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:

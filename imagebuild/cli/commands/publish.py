@@ -226,8 +226,8 @@ def run(args) -> int:
     specs = matrix_run.lookup(list(dict.fromkeys(args.images)))
     if args.fail_on:   # before anything else: a refused image stops the whole run
         from ...deliver.audit import gate
-        from pathlib import Path
-        gate({i: (str(Path(args.matrix).resolve().parent / s.wheel_lock) if s.wheel_lock else None)
+        from ...render.wheellock import lock_root
+        gate({i: (str(lock_root(matrix_run.k) / s.wheel_lock) if s.wheel_lock else None)
               for i, s in specs.items()}, fail_on=args.fail_on, allow_partial=args.allow_partial_audit)
     reports_dir = args.reports_dir or Workspace.of(args.matrix).reports
     # every report is checked before anything is pushed: one untested image stops the whole run
