@@ -29,14 +29,14 @@ def answer(stdout: str, command: str | None = None, *, code: int = 0):
     return doc["result"]
 
 
-def fake_matrix(monkeypatch, specs: dict) -> None:
+def fake_matrix(monkeypatch, specs: dict, k=None) -> None:
     """Commands in-process see ``specs`` (id -> a spec-like value) as the images of whatever matrix
     they are given: render.run.MatrixRun.open, the one way a command reads its images, made to
-    return them (no matrix is read)."""
+    return them with the Knowledge ``k`` (None: no matrix is read)."""
     from imagebuild.render.run import MatrixRun
 
     monkeypatch.setattr(MatrixRun, "open", classmethod(
-        lambda cls, matrix, **kw: cls(str(matrix), None, dict(specs))))
+        lambda cls, matrix, **kw: cls(str(matrix), k, dict(specs))))
 
 
 def default_signals() -> None:

@@ -18,11 +18,11 @@ import pytest
 import requests
 
 from imagebuild import cli
-from imagebuild.render import images
 from imagebuild.deliver import lockfile, publish
 from imagebuild.render.images import ImageSpec
+from imagebuild.render.run import MatrixRun
 
-from conftest import ROOT, answer
+from conftest import ROOT, answer, fake_matrix
 from test_publish import (PASSWORD, USER, build_small, engine, free_port,  # noqa: F401 - fixtures
                           passing_report, registry)
 
@@ -44,8 +44,8 @@ class _StandIn(ImageSpec):
 
 
 @pytest.fixture(scope="module")
-def real_specs():
-    return images.load_images(MATRIX)
+def real_run():
+    return MatrixRun.open(MATRIX)
 
 
 @pytest.fixture(scope="module")
@@ -65,15 +65,15 @@ def built(engine, registry, tmp_path_factory):
                     pass
 
 
-def cli_run(capfd, monkeypatch, real_specs, refs, *argv, password=PASSWORD):
+def cli_run(capfd, monkeypatch, real_run, refs, *argv, password=PASSWORD):
     """One `imagebuild` command in-process, the matrix images' local references pointed at
     ``refs``; registry credentials from the environment. (code, stdout, stderr)."""
-    specs = dict(real_specs)
+    specs = dict(real_run.images)
     for image_id, ref in refs.items():
-        spec = real_specs[image_id]
+        spec = real_run.images[image_id]
         specs[image_id] = _StandIn(**{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)},
                                    built_ref=ref)
-    monkeypatch.setattr(images, "load_images", lambda matrix: specs)
+    fake_matrix(monkeypatch, specs, k=real_run.k)
     monkeypatch.setenv(publish.USER_ENV, USER)
     monkeypatch.setenv(publish.PASSWORD_ENV, password)
     capfd.readouterr()
@@ -85,8 +85,8 @@ def cli_run(capfd, monkeypatch, real_specs, refs, *argv, password=PASSWORD):
 class Project:
     """images.lock in a temporary folder, written by `imagebuild lock`, published by `publish`."""
 
-    def __init__(self, capfd, monkeypatch, real_specs, built, registry, tmp_path):
-        self.capfd, self.monkeypatch, self.real = capfd, monkeypatch, real_specs
+    def __init__(self, capfd, monkeypatch, real_run, built, registry, tmp_path):
+        self.capfd, self.monkeypatch, self.real = capfd, monkeypatch, real_run
         self.refs, self.reports, self.registry = dict(built.refs), built.reports, registry
         self.lock = tmp_path / "images.lock"
         self.tmp = tmp_path
@@ -113,12 +113,12 @@ class Project:
         return self.run(*argv, *(["--json"] if json_out else []))
 
     def dated(self, image_id):
-        return self.real[image_id].tags[-1]
+        return self.real.images[image_id].tags[-1]
 
 
 @pytest.fixture
-def project(capfd, monkeypatch, real_specs, built, registry, tmp_path):
-    return Project(capfd, monkeypatch, real_specs, built, registry, tmp_path)
+def project(capfd, monkeypatch, real_run, built, registry, tmp_path):
+    return Project(capfd, monkeypatch, real_run, built, registry, tmp_path)
 
 
 def api_for(host):
@@ -141,9 +141,9 @@ def test_publish_records_the_verified_digest_in_the_lock(project, registry, engi
         assert list(record) == [repo]
         digest = record[repo]["digest"]
         # the registry serves that digest under every tag, and the engine pushed it
-        assert {api.manifest_digest(f"rec/{image_id}", t) for t in project.real[image_id].tags} == {digest}
+        assert {api.manifest_digest(f"rec/{image_id}", t) for t in project.real.images[image_id].tags} == {digest}
         assert f"{repo}@{digest}" in engine.images.get(project.refs[image_id]).attrs["RepoDigests"]
-        assert record[repo]["tags"] == sorted(project.real[image_id].tags)
+        assert record[repo]["tags"] == sorted(project.real.images[image_id].tags)
         assert f"{repo}:{project.dated(image_id)}@{digest}" in printed
     # written by the lock's own writer: same entries, same bytes
     assert project.lock.read_text() == lockfile.dumps(entries)
@@ -218,7 +218,7 @@ def test_find_checks_each_tag_and_offers_the_digest(project):
         image_id, dated = item["image"], project.dated(item["image"])
         digest = entries[image_id]["published"][f"{reg}/ok/{image_id}"]["digest"]
         assert item["registry"]["status"] == "ok" and item["registry"]["serves"] == digest
-        assert item["registry"]["tags"] == {t: digest for t in project.real[image_id].tags}
+        assert item["registry"]["tags"] == {t: digest for t in project.real.images[image_id].tags}
         assert item["docker"][0] == f"{reg}/ok/{image_id}@{digest}"
         assert item["commands"][:2] == [f"docker pull {reg}/ok/{image_id}@{digest}",
                                         f"enroot import docker://{reg}#ok/{image_id}:{dated}"]

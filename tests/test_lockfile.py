@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 import types
 import uuid
 
@@ -15,7 +14,7 @@ from imagebuild import cli, dockerfile
 from imagebuild.deliver import lockfile
 from imagebuild.errors import ImagebuildError
 
-from conftest import need
+from conftest import fake_matrix, need
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 
@@ -142,9 +141,7 @@ def test_lock_command_writes_then_checks_drift(docker_client, tmp_path, monkeypa
          "summary": {"pass": 3, "fail": 0, "skip": 0}}))
     spec = types.SimpleNamespace(id="lock-test", local_ref=ref, tags=["t"], labels={},
                                  stack={"os": "debian-12", "python": "3.11"}, depends_on=())
-    fake = types.ModuleType("imagebuild.render.images")
-    fake.load_images = lambda matrix: {"lock-test": spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
+    fake_matrix(monkeypatch, {"lock-test": spec})
     matrix = str(tmp_path / "matrix.yaml")
     # no matrix here to render the context from: the recipe hash is that of the Dockerfile's folder
     monkeypatch.setattr(lockfile, "recipe_sha256", lambda spec, m: lockfile.context_sha256(folder))
@@ -211,9 +208,7 @@ def test_lock_records_every_base_and_names_the_one_that_moved(docker_client, tmp
     (folder / "Dockerfile").write_text(dockerfile)
     spec = types.SimpleNamespace(id="two-bases", local_ref=f"imagebuild/two-bases:{token}", tags=["t"],
                                  labels={}, stack={"os": "debian-12"}, depends_on=())
-    fake = types.ModuleType("imagebuild.render.images")
-    fake.load_images = lambda matrix: {"two-bases": spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
+    fake_matrix(monkeypatch, {"two-bases": spec})
     matrix = str(tmp_path / "matrix.yaml")
     monkeypatch.setattr(lockfile, "recipe_sha256", lambda spec, m: lockfile.context_sha256(folder))
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from imagebuild import cli, knowledge
+from imagebuild.deliver import lockfile
 from imagebuild.knowledge import grammar
 from imagebuild.render import renderer as render
 
@@ -171,13 +172,18 @@ def test_the_other_commands_read_the_matrix_once(project, tmp_path, monkeypatch,
     """Every command that looks images up by id reads the named matrix once (the run value,
     render/run.py, is made once and passed down)."""
     other = str(project / "other.yaml")
-    for argv in (["tags", IMAGE], ["images"], ["resolve", "--driver", "580.65.06"],
-                 ["slurm-script", "smoke-cpu", "--nodes", "2", "--gpus-per-node", "1",
-                  "--output", str(tmp_path / "job.sbatch")]):
+    empty = tmp_path / "empty.lock"
+    empty.write_text(lockfile.dumps({}), encoding="utf-8")
+    for argv, code in ((["tags", IMAGE], 0), (["images"], 0), (["resolve", "--driver", "580.65.06"], 0),
+                       (["slurm-script", "smoke-cpu", "--nodes", "2", "--gpus-per-node", "1",
+                         "--output", str(tmp_path / "job.sbatch")], 0),
+                       # an empty lock: nothing to offer is exit 1, after the matrix was read
+                       (["find", "--driver", "580.65.06", "--gpu", "NVIDIA H100 80GB HBM3",
+                         "--lock", str(empty)], 1)):
         reads = _reads(monkeypatch)
         rc = cli.main([*argv, "--matrix", other])
         err = capsys.readouterr().err
-        assert rc == 0 and reads == [other], (argv, err)
+        assert rc == code and reads == [other], (argv, err)
         monkeypatch.undo()
 
 

@@ -12,7 +12,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 import types
@@ -27,7 +26,7 @@ from imagebuild.deliver import publish
 from imagebuild.engines import PushResult
 from imagebuild.errors import ImagebuildError, RegistryError
 
-from conftest import need
+from conftest import fake_matrix, need
 
 BASE = "imagebuild/base:debian-bookworm"
 USER, PASSWORD = "ci-user", "Pw-9f3kQz7-not-in-output"
@@ -329,14 +328,12 @@ def test_wrong_password_is_one_line_and_never_printed(engine, registry, tmp_path
 
 
 def run_cli_publish(engine, registry, ref, name, tmp_path, monkeypatch, password=PASSWORD, tags=None):
-    """`imagebuild publish` in-process; imagebuild.render.images is replaced by a one-image lookup."""
+    """`imagebuild publish` in-process, the matrix replaced by a one-image lookup (conftest.fake_matrix)."""
     report = tmp_path / f"{name}.json"
     report.write_text(json.dumps(passing_report(engine, ref, name)))
     spec = types.SimpleNamespace(id=name, local_ref=ref, tags=tags or ["1", "1-20260101"],
                                  labels={}, stack={})
-    fake = types.ModuleType("imagebuild.render.images")
-    fake.load_images = lambda matrix: {name: spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
+    fake_matrix(monkeypatch, {name: spec})
     monkeypatch.setenv(publish.USER_ENV, USER)
     monkeypatch.setenv(publish.PASSWORD_ENV, password)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
@@ -643,9 +640,7 @@ def test_cli_publish_with_credential_helper_only(engine, registry, tmp_path, mon
     report = tmp_path / "pub-helper.json"
     report.write_text(json.dumps(passing_report(engine, ref, "pub-helper")))
     spec = types.SimpleNamespace(id="pub-helper", local_ref=ref, tags=["1", "1-20260101"], labels={}, stack={})
-    fake = types.ModuleType("imagebuild.render.images")
-    fake.load_images = lambda matrix: {"pub-helper": spec}
-    monkeypatch.setitem(sys.modules, "imagebuild.render.images", fake)
+    fake_matrix(monkeypatch, {"pub-helper": spec})
     monkeypatch.delenv(publish.USER_ENV, raising=False)
     monkeypatch.delenv(publish.PASSWORD_ENV, raising=False)
     docker_dir = tmp_path / "docker"

@@ -204,8 +204,7 @@ def host_facts(args) -> dict:
 
 def run(args) -> int:
     from ...deliver import hostfit
-    from ...render import images
-    from ... import knowledge
+    from ...render.run import MatrixRun
     from ...resolve.solver import Host
     from ...workspace import Workspace
 
@@ -217,7 +216,8 @@ def run(args) -> int:
     elif args.no_check:
         raise UsageError("--no-check goes with --registry (without it no registry is asked)",
                          argument="--no-check")
-    k = knowledge.load(args.matrix)
+    matrix_run = MatrixRun.open(args.matrix, allow_unverified=args.allow_unverified)   # its one read
+    k = matrix_run.k
     if facts["platform"] is not None:
         facts["platform"] = hostfit.platform_id(k, facts["platform"])
         if facts["platform"] not in k.platforms:
@@ -227,8 +227,7 @@ def run(args) -> int:
                 open_kernel_modules=facts["open_kernel_modules"], date=args.date)
     registry = functools.cache(lambda: _registry(args, target))
     locked, lock_path, refused_entries = published(args, target, Workspace.of(args.matrix).lock, registry)
-    specs = {s.id: s for s in images.expand(k, allow_unverified=args.allow_unverified)[0]}
-    candidates, left_out = _candidates(locked, specs)
+    candidates, left_out = _candidates(locked, dict(matrix_run.images))
     left_out[:0] = [(i, f"the registry's index entry is refused: {why}") for i, why in refused_entries]
     good, bad = hostfit.fits(k, candidates, host, facts["platform"], args.allow_unverified)
     left_out += [(m.spec.id, m.why) for m in bad]
