@@ -164,29 +164,44 @@ def test_an_nccl_feature_naming_an_unknown_gpu_is_refused(tmp_path, capsys):
 
 
 def test_allow_unverified_opens_a_release_s_unconfirmed_builds(k):
-    """torch 2.7.1's cu128 build (the first with sm_120 wheels, RELEASE.md's row: S14) is not
-    confirmed: refused by default with the reason, and --allow-unverified answers with it (the
+    """torch 2.8.0's cu129 build is known only from third-party copies of RELEASE.md (TORCHRELMD):
+    refused by default with the reason, and --allow-unverified answers with it (the
     confirmed-builds rule gave way to nothing before, so the flag changed nothing)."""
-    host = R.Host(driver="580.95.05", gpu="RTX 5090")
-    default = R.resolve(k, host, {"pytorch": "==2.7.1"})
+    host = R.Host(driver="580.95.05", gpu="H100")
+    wishes = {"pytorch": "==2.8.0", "cuda": "==12.9.*"}
+    default = R.resolve(k, host, wishes)
     assert not default.ok
-    assert any("torch 2.7.1 is built for CUDA 12.6, 11.8 (builds for 12.8 are not confirmed)" in line
+    assert any("torch 2.8.0 is built for CUDA 12.8, 12.6 (builds for 12.9 are not confirmed)" in line
                for line in default.explanation), default.explanation
-    opened = R.resolve(k, host, {"pytorch": "==2.7.1"}, allow_unverified=True)
-    assert opened.ok and opened.stack["cuda"].startswith("12.8")
+    opened = R.resolve(k, host, wishes, allow_unverified=True)
+    assert opened.ok and opened.stack["cuda"].startswith("12.9")
+
+
+def test_the_first_sm_120_wheels_serve_a_consumer_blackwell_card(k):
+    """torch 2.7.1's cu128 build is the first with sm_120 wheels (RELEASE.md's row, S14:
+    experimental, cuDNN 9.7.1.26, no NCCL listed). A published build, so it is offered by default
+    (issue 25, class 4); its NCCL is not confirmed, and the answer says so."""
+    res = R.resolve(k, R.Host(driver="575.57.08", gpu="RTX 5090"), {"pytorch": "==2.7.1"})
+    assert res.ok and res.stack["cuda"].startswith("12.8") and res.stack["cudnn"] == "9.7.1.26"
+    assert any("torch 2.7.1+cu128's wheels bundle is not confirmed" in w for w in res.warnings), res.warnings
+    older = R.resolve(k, R.Host(driver="575.57.08", gpu="RTX 5090"), {"pytorch": "==2.6.0"})
+    assert not older.ok and any("sm_120" in line or "12.0" in line for line in older.explanation)
 
 
 def test_grace_hosts_get_the_torch_releases_published_for_arm64(k):
     """aarch64 per release and CUDA build, each from its source: 2.9 built Linux aarch64 wheels for
-    every CUDA version (PT29), 2.7 its CUDA 12.8 build (PT27, an unconfirmed build: under
-    --allow-unverified); 2.8's aarch64 builds are not recorded, and the answer says so."""
+    every CUDA version (PT29), 2.7 its CUDA 12.8 build (PT27); 2.8's aarch64 builds are not
+    recorded, and the answer says so."""
     host = R.Host(driver="580.95.05", gpu="GH200")
     res = R.resolve(k, host, {"pytorch": "==2.9.1"})
-    assert res.ok and res.stack["platform"] == "aarch64" and res.stack["cuda"].startswith("12.8")
+    # the newest CUDA build that runs natively: cu130, published for aarch64 (PT29)
+    assert res.ok and res.stack["platform"] == "aarch64" and res.stack["cuda"].startswith("13.0")
     assert k.variants[("2.9.1", "13.0")].platforms == ("x86_64", "aarch64")
-    assert not R.resolve(k, host, {"pytorch": "==2.7.1"}).ok
-    opened = R.resolve(k, host, {"pytorch": "==2.7.1"}, allow_unverified=True)
-    assert opened.ok and opened.stack["cuda"].startswith("12.8")
+    cu128 = R.resolve(k, host, {"pytorch": "==2.9.1", "cuda": "==12.8.*"})
+    assert cu128.ok and cu128.stack["platform"] == "aarch64"
+    seven = R.resolve(k, host, {"pytorch": "==2.7.1"})
+    assert seven.ok and seven.stack["cuda"].startswith("12.8") and seven.stack["platform"] == "aarch64"
+    assert not R.resolve(k, host, {"pytorch": "==2.7.1", "cuda": "==12.6.*"}).ok   # x86_64 only
     older = R.resolve(k, host, {"pytorch": "==2.8.0"})
     assert not older.ok and any(
         "torch 2.8.0+cu128 wheels are known for x86_64 only (no other platform's build is recorded) [S10]" in line

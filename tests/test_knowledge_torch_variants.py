@@ -1,8 +1,9 @@
 """Published PyTorch CUDA variants beside the default build (issue 25, class 3): the cu132 builds of
 2.12 and 2.13 that RELEASE.md and the pull requests adding its rows list with their cuDNN and NCCL
 (TORCHREL213, TORCHRELNCCL, TORCHRELMD), and the cu126 builds kept for older GPUs when the default
-build dropped them (the `arch` lists: S14, S18, TORCHREL29ARCH). Variants whose NCCL is read only in
-third-party copies (TORCHREL29BM) stay unverified. Each test names the source ids it checks."""
+build dropped them (the `arch` lists: S14, S18, TORCHREL29ARCH). A build RELEASE.md lists is
+confirmed even where its NCCL is not (`nccl_verified: false`: none listed, or read only in
+third-party copies, TORCHREL29BM). Each test names the source ids it checks."""
 
 from __future__ import annotations
 
@@ -75,16 +76,38 @@ def test_the_arch_list_alone_refuses_a_cuda_that_still_supports_the_gpu(k):
     assert any("torch 2.11.0+cu128" in line and "sm 7.5" in line for line in res.explanation)
 
 
-def test_2_9_builds_whose_nccl_only_third_party_copies_give_stay_unverified(k):
-    """TORCHREL29BM: nvidia-nccl-cu12==2.27.5 (cu126) and nvidia-nccl-cu13==2.27.7 (cu130), read
-    only in copies; RELEASE.md lists no NCCL for 2.9. TORCHREL29ARCH: the arch lists."""
+def test_2_9_builds_are_confirmed_and_their_third_party_nccl_is_not(k):
+    """RELEASE.md (S14) lists 2.9's cu126 and cu130 builds, so they are offered by default
+    (issue 25, class 3); it lists no NCCL for 2.9: nvidia-nccl-cu12==2.27.5 (cu126) and
+    nvidia-nccl-cu13==2.27.7 (cu130) are read only in copies (TORCHREL29BM), a fact applied only
+    under --allow-unverified and named in the answer's warning."""
     for cuda, nccl in (("12.6", "2.27.5"), ("13.0", "2.27.7")):
         v = k.variants[("2.9.1", cuda)]
-        assert not v.verified and v.nccl == nccl
-    p100 = R.Host(driver="580.95.05", gpu="P100")
-    assert not R.resolve(k, p100, {"pytorch": "==2.9.1"}).ok
+        assert v.verified and not v.nccl_verified and v.nccl == nccl and v.nccl_source == "TORCHREL29BM"
+        assert v.confirmed_nccl() is None and v.confirmed_nccl(allow_unverified=True) == nccl
+    p100 = R.Host(driver="580.95.05", gpu="P100")   # sm_60: only the cu126 build serves it
+    res = R.resolve(k, p100, {"pytorch": "==2.9.1"})
+    assert res.ok and res.stack["cuda"].startswith("12.6.") and res.stack["nccl"] != "2.27.5"
+    assert any("torch 2.9.1+cu126's wheels bundle is not confirmed" in w and "2.27.5" in w
+               and "[TORCHREL29BM]" in w for w in res.warnings), res.warnings
     res = R.resolve(k, p100, {"pytorch": "==2.9.1"}, allow_unverified=True)
     assert res.ok and res.stack["cuda"].startswith("12.6.") and res.stack["nccl"] == "2.27.5"
+    assert any("nccl 2.27.5: bundled by torch 2.9.1+cu126 [TORCHREL29BM]" in line
+               for line in res.explanation), res.explanation
+
+
+def test_a_build_without_a_confirmed_nccl_is_offered_but_never_built_into_an_image(k):
+    """torch 2.7.1+cu128 (S14, experimental; RELEASE.md lists no NCCL) serves a consumer
+    Blackwell card and a Grace host (PT27: aarch64 wheels); the images are made only from builds
+    whose every library is confirmed."""
+    from imagebuild.render import images
+    rtx = R.resolve(k, R.Host(driver="575.57.08", gpu="RTX 5090"), {"pytorch": "==2.7.*"})
+    assert rtx.ok and rtx.stack["pytorch"] == "2.7.1" and rtx.stack["cuda"].startswith("12.8.")
+    gh = R.resolve(k, R.Host(driver="580.95.05", gpu="GH200"), {"pytorch": "==2.7.*"})
+    assert gh.ok and gh.stack["platform"] == "aarch64" and gh.stack["cudnn"] == "9.7.1.26"
+    specs, _ = images.expand(k)
+    assert not [s.id for s in specs if s.stack.get("pytorch") in ("2.7.1", "2.9.1")
+                and not k.variants[(s.stack["pytorch"], s.stack["cuda"].rsplit(".", 1)[0])].nccl_verified]
 
 
 def test_torchrel_sources_are_declared(k):

@@ -175,10 +175,23 @@ class Variant:
     source: str
     line: int
     platforms: tuple[str, ...] = (DEFAULT_PLATFORM,)
+    # False: the build is confirmed but the NCCL its wheels bundle is not (nccl: unknown, "none",
+    # or a value read only in third-party copies)
+    nccl_verified: bool = True
+    nccl_source: str | None = None    # where the NCCL was read, when not the variant's source
 
     @property
     def tag(self) -> str:
         return "cpu" if self.cuda == NONE else "cu" + self.cuda.replace(".", "")
+
+    def confirmed_nccl(self, allow_unverified: bool = False) -> str | None:
+        """The NCCL the wheels bundle where that is known (and confirmed, unless unverified facts
+        are allowed); "none" for the CPU build; None where not known."""
+        if self.cuda == NONE:
+            return NONE
+        if self.nccl == NONE or not ((self.verified and self.nccl_verified) or allow_unverified):
+            return None
+        return self.nccl
 
 
 @dataclass(frozen=True)
@@ -313,11 +326,13 @@ class Knowledge:
         if component == "cuda":
             vals = [r.version for r in self.releases.values() if r.verified or allow_unverified]
             return sorted(vals, key=version_key, reverse=True) + [NONE]
-        if component in ("cudnn", "nccl"):
-            vals = {getattr(v, component) for v in self.variants.values()
-                    if (v.verified or allow_unverified) and getattr(v, component) != NONE}
-            if component == "nccl":
-                vals |= set(self.nccl_releases)
+        if component == "cudnn":
+            vals = {v.cudnn for v in self.variants.values()
+                    if (v.verified or allow_unverified) and v.cudnn != NONE}
+            return sorted(vals, key=version_key, reverse=True) + [NONE]
+        if component == "nccl":
+            vals = {v.confirmed_nccl(allow_unverified) for v in self.variants.values()}
+            vals = (vals - {None, NONE}) | set(self.nccl_releases)
             return sorted(vals, key=version_key, reverse=True) + [NONE]
         if component == "platform":
             return list(self.platforms) or [DEFAULT_PLATFORM]

@@ -144,8 +144,8 @@ SHAPES: dict[str, Shape] = {
     "pytorch.releases[].variants[]": _s(
         "a build of the release: its CUDA (or CPU), cuDNN, NCCL, architectures and platforms",
         ("source",), cuda="text", cpu="bool", cudnn="text", nccl="text", cuda_runtime="text",
-        arch="texts", default="bool", verified="bool", platforms="texts", platforms_source="text",
-        **SOURCED),
+        arch="texts", default="bool", verified="bool", nccl_verified="bool", nccl_source="text",
+        platforms="texts", platforms_source="text", **SOURCED),
     # UCX, Open MPI
     "ucx": _s("UCX releases", ("releases",), releases=LIST_OF + "releases[] (ucx, openmpi)"),
     "openmpi": _s("Open MPI releases", ("releases",), releases=LIST_OF + "releases[] (ucx, openmpi)"),

@@ -450,7 +450,8 @@ def _combinations(k: Knowledge, fam: Family):
     for ver in sorted(k.pytorch, key=parse_version, reverse=True):
         if not match(ver):
             continue
-        vs = [v for (pv, _), v in k.variants.items() if pv == ver and v.verified]
+        # an image is built only from a build whose every library is confirmed
+        vs = [v for (pv, _), v in k.variants.items() if pv == ver and v.verified and v.nccl_verified]
         if cpu_only:
             vs = [v for v in vs if v.cuda == NONE]
         else:

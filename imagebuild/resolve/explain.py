@@ -59,6 +59,12 @@ def _describe(p: Problem, sol: dict[str, str], passed, brief: bool = False) -> R
         if var is not None and var.arch is None and var.cuda != NONE:
             res.warnings.append(f"the GPU architectures of torch {var.pytorch}+{var.tag} are not "
                                 "confirmed; only the CUDA toolkit's GPU support was checked")
+        if var is not None and var.cuda != NONE and var.confirmed_nccl(p.allow_unverified) is None:
+            seen = (f" (NCCL {var.nccl} is read only in third-party copies "
+                    f"[{var.nccl_source or var.source}])" if var.nccl != NONE else "")
+            res.warnings.append(f"the NCCL that torch {var.pytorch}+{var.tag}'s wheels bundle is not "
+                                f"confirmed{seen}: install nccl {sol['nccl']} over it, as the images "
+                                "do, and check what the wheel brings")
     return res
 
 
@@ -84,12 +90,17 @@ def _chosen_because(p: Problem, comp: str, val: str, sol: dict[str, str]) -> str
     if comp in ("cudnn", "nccl"):
         var = k.variants.get((sol["pytorch"], NONE if sol["cuda"] == NONE else major_minor(sol["cuda"])))
         if var is not None and val != NONE:
-            bundled = getattr(var, comp)
+            bundled = var.cudnn if comp == "cudnn" else var.confirmed_nccl(p.allow_unverified)
             if bundled == val:
-                return f"bundled by torch {var.pytorch}+{var.tag}{_src(var.source)}"
+                src = var.nccl_source if comp == "nccl" and var.nccl_source else var.source
+                return f"bundled by torch {var.pytorch}+{var.tag}{_src(src)}"
+            wheel = f"nvidia-{comp}-cu{major_minor(sol['cuda']).split('.')[0]}=={val}"
+            if bundled is None:
+                return (f"newest that fits; the NCCL torch {var.pytorch}+{var.tag} bundles is not "
+                        f"confirmed{_src(var.source)}, so this one is installed over it ({wheel}) "
+                        "and preloaded")
             return (f"newer than the {bundled} torch {var.pytorch}+{var.tag} bundles"
-                    f"{_src(var.source)}: installed over it (nvidia-{comp}-cu{val and major_minor(sol['cuda']).split('.')[0]}"
-                    f"=={val}) and preloaded, as you asked")
+                    f"{_src(var.source)}: installed over it ({wheel}) and preloaded, as you asked")
         return "not part of this stack" if val == NONE else "newest that fits"
     if comp == "platform":
         entry = k.platforms.get(val)

@@ -447,8 +447,8 @@ class _RuleSet:
                            and _tag_applies(r.tag, repo_cuda, allow_unverified))
         self.ids = tuple(r.id for r in self.rules)
         # (pytorch, cuda major.minor) -> the NCCL its wheels bundle (read-only: shared)
-        self.bundled_nccl = {key: v.nccl for key, v in k.variants.items()
-                             if v.nccl != NONE and (v.verified or allow_unverified)}
+        self.bundled_nccl = {key: v.confirmed_nccl(allow_unverified) for key, v in k.variants.items()
+                             if v.confirmed_nccl(allow_unverified) not in (None, NONE)}
         # min_driver's rules (those that ask for a driver) and the stack components they mention
         drules = tuple(r for r in self.rules
                        if any(comp == "driver" for comp, _ in r.require)

@@ -66,8 +66,12 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
     if plat_src is not None and "platforms" not in v:
         c.fail(f"{w}: platforms_source names the source of platforms, which are not given", v,
                "platforms_source")
+    nccl_src = c.source(v, sources, w, key="nccl_source", optional=True)
+    if nccl_src is not None and "nccl" not in v:
+        c.fail(f"{w}: nccl_source names the source of nccl, which is not given", v, "nccl_source")
     verified = c.flag(v, "verified", w, True)
-    cuda_mm, cudnn, nccl = _variant_libraries(c, v, w, verified, releases)
+    nccl_verified = c.flag(v, "nccl_verified", w, True)
+    cuda_mm, cudnn, nccl = _variant_libraries(c, v, w, verified, nccl_verified, releases)
     arch = _variant_arch(c, v, w)
     key = (ver, cuda_mm)
     if key in variants:
@@ -75,7 +79,8 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
     var = Variant(ver, cuda_mm, cudnn or NONE, nccl or NONE,
                   c.version(v, "cuda_runtime", w, True), arch,
                   c.flag(v, "default", w, False), verified, vsrc, v.line,
-                  c.platform_list(v, "platforms", w) or (DEFAULT_PLATFORM,))
+                  c.platform_list(v, "platforms", w) or (DEFAULT_PLATFORM,), nccl_verified,
+                  nccl_src)
     variants[key] = var
     cuda_m = Matcher("none", lambda x: x == NONE) if cuda_mm == NONE \
         else version_matcher(cuda_mm)
@@ -83,15 +88,15 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
     req = []
     if cudnn:
         req.append(("cudnn", Matcher(cudnn, (lambda want: lambda x: x == want)(cudnn))))
-    if nccl == NONE:
-        req.append(("nccl", Matcher(NONE, lambda x: x == NONE)))
-    elif nccl:
-        # The wheel's NCCL or a newer NCCL 2 installed over it (users upgrade NCCL for its
-        # fixes; the image installs it explicitly and preloads it). The bundled one ranks
-        # first (Problem orders it so).
-        floor = parse_version(nccl)
-        req.append(("nccl", Matcher(f">= {nccl}", (lambda lo: lambda x: x != NONE and (
-            parse_version(x) >= lo and parse_version(x).major == lo.major))(floor))))
+    nccl_req = _nccl_requirement(nccl)
+    if nccl_req is not None and nccl_verified:
+        req.append(nccl_req)
+    elif nccl_req is not None:
+        # a confirmed build whose NCCL is read only in third-party copies: that floor is an
+        # unverified fact of its own, applied under --allow-unverified only
+        c.add_rule(f"pytorch-{ver}-{var.tag}-nccl", when, [nccl_req],
+                   f"torch {ver}+{var.tag} bundles nccl {nccl_req[1].text} (read only in "
+                   "third-party copies)", nccl_src or vsrc, v.line, False)
     _wheel_rules(c, v, w, var, when, releases, plat_src)
     if arch:
         req.append(("gpu.cc", arch_matcher(list(arch))))
@@ -104,12 +109,31 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
     return cuda_m, verified
 
 
-def _variant_libraries(c: _Ctx, v, w: str, verified: bool, releases) -> tuple:
+def _nccl_requirement(nccl: str | None):
+    """What a variant's NCCL asks of the stack: none for the CPU build; else the wheel's NCCL or a
+    newer NCCL 2 installed over it (users upgrade NCCL for its fixes; the image installs it
+    explicitly and preloads it; the bundled one ranks first, Problem orders it so). None: not
+    known."""
+    if nccl == NONE:
+        return ("nccl", Matcher(NONE, lambda x: x == NONE))
+    if not nccl:
+        return None
+    floor = parse_version(nccl)
+    return ("nccl", Matcher(f">= {nccl}", lambda x: x != NONE and (
+        parse_version(x) >= floor and parse_version(x).major == floor.major)))
+
+
+def _variant_libraries(c: _Ctx, v, w: str, verified: bool, nccl_verified: bool, releases) -> tuple:
     """(CUDA major.minor, cuDNN, NCCL) of a variant: NONE each for the CPU build; a verified CUDA
-    build names both libraries, an unverified one may leave them out (None)."""
+    build names its cuDNN, and its NCCL unless `nccl_verified: false` says that NCCL is not
+    confirmed (then a value given is one read only in third-party copies); an unverified build may
+    leave both out (None)."""
     if c.flag(v, "cpu", w, False):
         if "cuda" in v:
             c.fail(f"{w}: a CPU variant has no cuda", v, "cuda")
+        if "nccl_verified" in v:
+            c.fail(f"{w}: a CPU variant bundles no NCCL, so nccl_verified does not apply", v,
+                   "nccl_verified")
         return NONE, NONE, NONE
     cuda_mm = c.version(v, "cuda", w)
     if cuda_mm.count(".") != 1:
@@ -117,9 +141,10 @@ def _variant_libraries(c: _Ctx, v, w: str, verified: bool, releases) -> tuple:
     if not any(major_minor(r) == cuda_mm for r in releases):
         c.fail(f"{w}: CUDA {cuda_mm} has no release under cuda.releases", v, "cuda")
     cudnn = c.version(v, "cudnn", w, optional=not verified)
-    nccl = c.version(v, "nccl", w, optional=not verified)
-    if verified and (cudnn is None or nccl is None):
-        c.fail(f"{w}: a verified variant names its cudnn and nccl", v)
+    nccl = c.version(v, "nccl", w, optional=True)
+    if verified and nccl_verified and nccl is None:
+        c.fail(f"{w}: a verified variant names its nccl, or says nccl_verified: false where no "
+               "first-party source gives it", v)
     return cuda_mm, cudnn, nccl
 
 
