@@ -20,7 +20,7 @@ from ..errors import KnowledgeError, UsageError
 from ..platforms import PLATFORMS
 from ..knowledge.families import Family
 from ..knowledge.recipe_inputs import BUILD_SWITCHES
-from ..knowledge import Knowledge, load, version_matcher
+from ..knowledge import Knowledge, version_matcher
 from ..resolve.solver import Host, image_reading, resolve
 from ..versions import NONE, major_minor, parse_version
 from .fingerprint import _NotCached, _lock_folder, file_sha256, matrix_sha256  # noqa: F401 - matrix_sha256: re-exported
@@ -468,9 +468,9 @@ def _combinations(k: Knowledge, fam: Family):
 
 
 def load_images(matrix_path: str | Path) -> dict[str, ImageSpec]:
-    k = load(matrix_path)
-    specs, _ = expand(k)
-    return {s.id: s for s in specs}
+    """Every image of the matrix by id (a MatrixRun's images: the one way the matrix is read)."""
+    from .run import MatrixRun
+    return dict(MatrixRun.open(matrix_path).images)
 
 
 def with_bases(specs: list[ImageSpec], every: dict[str, ImageSpec]) -> list[ImageSpec]:

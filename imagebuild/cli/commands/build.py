@@ -324,10 +324,9 @@ def run(args) -> int:
         jobs = jobs_for_contexts(args.context, secrets=secrets)
         engine = get_engine("docker")
     else:
-        from ...knowledge import load
-        from ...render.images import expand, select
-        k = load(args.matrix)   # the run's one matrix: everything below is rendered from it
-        every = {s.id: s for s in expand(k)[0]}    # and its images, expanded once
+        from ...render.run import MatrixRun
+        matrix_run = MatrixRun.open(args.matrix)   # the run's one matrix: all below comes from it
+        k, every = matrix_run.k, dict(matrix_run.images)
         if args.shard:
             from ...build import shards
             if args.images:
@@ -336,7 +335,7 @@ def run(args) -> int:
             if not args.images:
                 raise UsageError(f"shard {args.shard} holds no image (fewer chains than shards)",
                                  argument="--shard")
-        chosen = select(every, list(dict.fromkeys(args.images)))   # an unknown name: one line, first
+        chosen = matrix_run.select(list(dict.fromkeys(args.images)))   # an unknown name: one line, first
         if args.platform:
             from ...build.emulation import platform_of
             from ...render.images import for_platform
@@ -344,7 +343,7 @@ def run(args) -> int:
         if args.locked:
             pins = check_locked(list(dict.fromkeys(args.images)), k, args.lock or ws.lock, every=every)
         from ...render.images import with_bases
-        check_platforms(with_bases(select(every, list(dict.fromkeys(args.images))), every))
+        check_platforms(with_bases(matrix_run.select(list(dict.fromkeys(args.images))), every))
         # the engine before anything is downloaded or rendered for an engine that is not there
         engine = get_engine("docker")    # builds with secrets or RUN --mount go through the BuildKit CLI
         jobs = jobs_for(list(dict.fromkeys(args.images)), k, Path(output), secrets=secrets,
