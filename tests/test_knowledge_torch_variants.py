@@ -87,13 +87,20 @@ def test_2_9_builds_are_confirmed_and_their_third_party_nccl_is_not(k):
         assert v.confirmed_nccl() is None and v.confirmed_nccl(allow_unverified=True) == nccl
     p100 = R.Host(driver="580.95.05", gpu="P100")   # sm_60: only the cu126 build serves it
     res = R.resolve(k, p100, {"pytorch": "==2.9.1"})
-    assert res.ok and res.stack["cuda"].startswith("12.6.") and res.stack["nccl"] != "2.27.5"
+    # the copies' value ranks first (the likeliest match) and is said to be unconfirmed
+    assert res.ok and res.stack["cuda"].startswith("12.6.") and res.stack["nccl"] == "2.27.5"
     assert any("torch 2.9.1+cu126's wheels bundle is not confirmed" in w and "2.27.5" in w
                and "[TORCHREL29BM]" in w for w in res.warnings), res.warnings
+    assert any("nccl 2.27.5: what third-party copies say torch 2.9.1+cu126 bundles [TORCHREL29BM] "
+               "(not confirmed)" in line for line in res.explanation), res.explanation
+    # it constrains nothing by default: an older NCCL may be installed; the flag applies the floor
+    older = R.resolve(k, p100, {"pytorch": "==2.9.1", "nccl": "<2.27"})
+    assert older.ok and older.stack["nccl"].startswith("2.26.")
+    refused = R.resolve(k, p100, {"pytorch": "==2.9.1", "nccl": "<2.27"}, allow_unverified=True)
+    assert not refused.ok and any("torch 2.9.1+cu126 bundles nccl >= 2.27.5 (read only in third-party "
+                                  "copies) [TORCHREL29BM]" in line for line in refused.explanation)
     res = R.resolve(k, p100, {"pytorch": "==2.9.1"}, allow_unverified=True)
     assert res.ok and res.stack["cuda"].startswith("12.6.") and res.stack["nccl"] == "2.27.5"
-    assert any("nccl 2.27.5: bundled by torch 2.9.1+cu126 [TORCHREL29BM]" in line
-               for line in res.explanation), res.explanation
 
 
 def test_a_build_without_a_confirmed_nccl_is_offered_but_never_built_into_an_image(k):
@@ -103,6 +110,9 @@ def test_a_build_without_a_confirmed_nccl_is_offered_but_never_built_into_an_ima
     from imagebuild.render import images
     rtx = R.resolve(k, R.Host(driver="575.57.08", gpu="RTX 5090"), {"pytorch": "==2.7.*"})
     assert rtx.ok and rtx.stack["pytorch"] == "2.7.1" and rtx.stack["cuda"].startswith("12.8.")
+    v = k.variants[("2.7.1", "12.8")]     # RELEASE.md: no NCCL; a freeze's 2.26.2, unconfirmed
+    assert (v.nccl, v.nccl_verified, v.nccl_source) == ("2.26.2", False, "TORCHREL27FREEZE")
+    assert rtx.stack["nccl"] == "2.26.2"
     gh = R.resolve(k, R.Host(driver="580.95.05", gpu="GH200"), {"pytorch": "==2.7.*"})
     assert gh.ok and gh.stack["platform"] == "aarch64" and gh.stack["cudnn"] == "9.7.1.26"
     specs, _ = images.expand(k)

@@ -62,8 +62,9 @@ def _describe(p: Problem, sol: dict[str, str], passed, brief: bool = False) -> R
         if var is not None and var.cuda != NONE and var.confirmed_nccl(p.allow_unverified) is None:
             seen = (f" (NCCL {var.nccl} is read only in third-party copies "
                     f"[{var.nccl_source or var.source}])" if var.nccl != NONE else "")
+            how = "explicitly" if sol["nccl"] == var.nccl else "over it"
             res.warnings.append(f"the NCCL that torch {var.pytorch}+{var.tag}'s wheels bundle is not "
-                                f"confirmed{seen}: install nccl {sol['nccl']} over it, as the images "
+                                f"confirmed{seen}: install nccl {sol['nccl']} {how}, as the images "
                                 "do, and check what the wheel brings")
     return res
 
@@ -90,15 +91,21 @@ def _chosen_because(p: Problem, comp: str, val: str, sol: dict[str, str]) -> str
     if comp in ("cudnn", "nccl"):
         var = k.variants.get((sol["pytorch"], NONE if sol["cuda"] == NONE else major_minor(sol["cuda"])))
         if var is not None and val != NONE:
-            bundled = var.cudnn if comp == "cudnn" else var.confirmed_nccl(p.allow_unverified)
-            if bundled == val:
-                src = var.nccl_source if comp == "nccl" and var.nccl_source else var.source
-                return f"bundled by torch {var.pytorch}+{var.tag}{_src(src)}"
             wheel = f"nvidia-{comp}-cu{major_minor(sol['cuda']).split('.')[0]}=={val}"
-            if bundled is None:
+            confirmed = comp == "cudnn" or var.confirmed_nccl(p.allow_unverified) is not None
+            bundled = getattr(var, comp)
+            src = _src(var.nccl_source if comp == "nccl" and var.nccl_source else var.source)
+            if bundled == NONE:
                 return (f"newest that fits; the NCCL torch {var.pytorch}+{var.tag} bundles is not "
-                        f"confirmed{_src(var.source)}, so this one is installed over it ({wheel}) "
+                        f"known{_src(var.source)}, so this one is installed over it ({wheel}) "
                         "and preloaded")
+            if not confirmed:
+                said = f"third-party copies say torch {var.pytorch}+{var.tag} bundles{src} (not confirmed)"
+                if bundled == val:
+                    return f"what {said}: installed explicitly ({wheel}) and preloaded"
+                return f"newer than the {bundled} that {said}: installed over it ({wheel}) and preloaded"
+            if bundled == val:
+                return f"bundled by torch {var.pytorch}+{var.tag}{src}"
             return (f"newer than the {bundled} torch {var.pytorch}+{var.tag} bundles"
                     f"{_src(var.source)}: installed over it ({wheel}) and preloaded, as you asked")
         return "not part of this stack" if val == NONE else "newest that fits"

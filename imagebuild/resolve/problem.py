@@ -413,7 +413,8 @@ class Problem:
 
     def ordered(self, comp: str, assign: dict[str, str], values: list[str]) -> list[str]:
         """A component's candidates best first, given the components assigned before it: the NCCL
-        a PyTorch build bundles ranks before newer ones (installed over it on request)."""
+        a PyTorch build bundles (or, not confirmed, is read to bundle) ranks before newer ones
+        (installed over it on request)."""
         if comp == "nccl" and assign.get("pytorch", NONE) != NONE and assign.get("cuda", NONE) != NONE:
             bundled = self.bundled_nccl.get((assign["pytorch"], major_minor(assign["cuda"])))
             if bundled is not None and bundled in values and values[0] != bundled:
@@ -446,9 +447,11 @@ class _RuleSet:
                            and r.tag not in skip_tags
                            and _tag_applies(r.tag, repo_cuda, allow_unverified))
         self.ids = tuple(r.id for r in self.rules)
-        # (pytorch, cuda major.minor) -> the NCCL its wheels bundle (read-only: shared)
-        self.bundled_nccl = {key: v.confirmed_nccl(allow_unverified) for key, v in k.variants.items()
-                             if v.confirmed_nccl(allow_unverified) not in (None, NONE)}
+        # (pytorch, cuda major.minor) -> the NCCL its wheels bundle (read-only: shared), for the
+        # ranking only: a value read in third-party copies (nccl_verified: false) ranks first too,
+        # as the likeliest match, but constrains nothing unless unverified facts are allowed
+        self.bundled_nccl = {key: v.nccl for key, v in k.variants.items()
+                             if v.nccl != NONE and (v.verified or allow_unverified)}
         # min_driver's rules (those that ask for a driver) and the stack components they mention
         drules = tuple(r for r in self.rules
                        if any(comp == "driver" for comp, _ in r.require)
