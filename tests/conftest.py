@@ -256,7 +256,7 @@ def build_debian_image(docker_client, image_id: str):
     these machines reach no upstream release URL, and a test must not lean on another module having
     filled the source cache before it (the order of the modules is LATE's, not theirs)."""
     from imagebuild import cli
-    from imagebuild.render.images import load_images
+    from imagebuild.render.run import load_images
 
     matrix = ROOT / "matrix.yaml"
     spec = load_images(matrix)[image_id]
@@ -324,7 +324,7 @@ def smoke_cpu_image(docker_client) -> str:
     """smoke-cpu built once per session through the real path: matrix.yaml -> resolver -> renderer
     -> `imagebuild build` on the engine. Returns its local reference."""
     from imagebuild import cli
-    from imagebuild.render.images import load_images
+    from imagebuild.render.run import load_images
 
     spec = load_images(ROOT / "matrix.yaml")["smoke-cpu"]
     try:

@@ -31,7 +31,7 @@ MATRIX = ROOT / "matrix.yaml"
 @pytest.fixture(scope="module")
 def arm64_image(docker_client):
     from imagebuild.build.emulation import PLATFORMS, check_emulation
-    from imagebuild.render.images import load_images
+    from imagebuild.render.run import load_images
     try:
         check_emulation(PLATFORMS["linux/arm64"])
     except ImagebuildError as exc:

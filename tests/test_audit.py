@@ -53,7 +53,7 @@ def test_known_vulnerable_release_fails_with_its_advisory(tmp_path):
 
 def test_real_lock_of_smoke_cpu_against_the_index():
     from imagebuild.deliver.audit import default_json_api
-    from imagebuild.render.images import load_images
+    from imagebuild.render.run import load_images
     from imagebuild.render.wheellock import parse_lock
     import requests
 

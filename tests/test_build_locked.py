@@ -26,7 +26,7 @@ def _lock(tmp_path, *argv) -> int:
 
 def test_lock_of_a_devel_image_locks_its_runtime_first_and_says_so(tmp_path, capsys):
     from imagebuild.cli.commands.lock import _all_images, _brought
-    from imagebuild.render.images import load_images
+    from imagebuild.render.run import load_images
     from imagebuild.render.run import MatrixRun
 
     run = MatrixRun.open(MATRIX)
@@ -71,7 +71,7 @@ class _NothingBuilt:
 def test_build_locked_devel_finds_the_runtime_that_lock_devel_wrote(tmp_path, monkeypatch):
     from imagebuild import engines
     from imagebuild.cli.commands.build import check_locked
-    from imagebuild.render.images import load_images
+    from imagebuild.render.run import load_images
     from imagebuild.knowledge import load
 
     monkeypatch.setattr(engines, "get_engine", lambda *a, **kw: _NothingBuilt())

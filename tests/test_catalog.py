@@ -9,11 +9,11 @@ import json
 
 import pytest
 
+from imagebuild.render.run import load_images
 from imagebuild import cli
 from imagebuild.deliver import catalog, publish, signing
 from imagebuild.deliver.referrers import EMPTY_BLOB, OCI_MANIFEST, canonical_json
 from imagebuild.digests import sha256_digest
-from imagebuild.render import images
 
 from conftest import ROOT, answer
 from test_publish import PASSWORD, USER, registry  # noqa: F401 - fixture
@@ -27,7 +27,7 @@ DIGEST = "sha256:" + "ab" * 32
 
 
 def _lock_entry(repository: str, digest: str = DIGEST) -> dict:
-    spec = images.load_images(MATRIX)[CPU]
+    spec = load_images(MATRIX)[CPU]
     return {"stack": dict(spec.stack), "image_id": "sha256:" + "cd" * 32,
             "smoke": {"passed": True, "counts": {"pass": 10, "fail": 0, "skip": 0}},
             "provenance": {"recipe_sha256": "ef" * 32},
@@ -130,7 +130,7 @@ def test_with_a_key_only_signed_entries_are_believed(api, registry, tmp_path, en
     written = catalog.write(api, target, CPU, _lock_entry(target.reference(CPU)), key=key)
     assert written.signature is not None and written.signature.key_id == key.key_id
     unsigned = "pytorch-2.13.0-cu130-debian12-runtime"
-    spec = images.load_images(MATRIX)[unsigned]
+    spec = load_images(MATRIX)[unsigned]
     entry = _lock_entry(target.reference(unsigned))
     entry["stack"] = dict(spec.stack)
     catalog.write(api, target, unsigned, entry)

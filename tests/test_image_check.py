@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from imagebuild.render import images
+from imagebuild.render.run import load_images
 from imagebuild import knowledge
 from imagebuild.render.imageneeds import image_needs
 from imagebuild.smoke import imagecheck
 from imagebuild.smoke.imagecheck import CPU_ONLY, NO, OK, Unjudgeable, judge
 
 K = knowledge.load(ROOT / "matrix.yaml")
-SPECS = images.load_images(ROOT / "matrix.yaml")
+SPECS = load_images(ROOT / "matrix.yaml")
 CU128 = "pytorch-2.10.0-cu128-ubuntu24.04-runtime"   # min 525.60.13, native 570.124.06, compat R535
 CU130 = "comms-cu130-nccl2.30.7-ubuntu24.04-runtime"  # min 580.65.06, cuda-compat-13-0 on R570, R535
 H100 = [("NVIDIA H100 80GB HBM3", "9.0", "535.104.05")] * 2

@@ -88,7 +88,7 @@ def test_lock_provenance_is_checked_when_read_and_drift_names_it(tmp_path):
 
 
 def test_lock_records_recipe_and_wheel_lock_hashes(tmp_path):
-    from imagebuild.render.images import load_images
+    from imagebuild.render.run import load_images
 
     lock = tmp_path / "images.lock"
     proc = subprocess.run([sys.executable, "-m", "imagebuild", "lock", "smoke-cpu", "--no-engine", "--lock",

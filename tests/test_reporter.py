@@ -14,7 +14,7 @@ from pathlib import Path
 
 from conftest import ROOT
 from imagebuild import __version__, cli
-from imagebuild.render.images import load_images
+from imagebuild.render.run import load_images
 from imagebuild.cli.reporter import SCHEMA, Reporter, dumps
 
 MATRIX = str(ROOT / "matrix.yaml")

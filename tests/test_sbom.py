@@ -38,7 +38,7 @@ def sbom_doc(smoke_cpu_image, tmp_path_factory):
 
 
 def smoke_lock():
-    from imagebuild.render.images import load_images
+    from imagebuild.render.run import load_images
     from imagebuild.render.wheellock import parse_lock
     spec = load_images(ROOT / "matrix.yaml")["smoke-cpu"]
     path = ROOT / spec.wheel_lock

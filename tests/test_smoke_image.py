@@ -117,7 +117,7 @@ def test_labels_that_disagree_with_image_json_fail(smoke_cpu_image, docker_clien
 
 
 def test_installed_version_differing_from_image_json_fails(smoke_cpu_image, docker_client, tmp_path):
-    from imagebuild.render.images import load_images
+    from imagebuild.render.run import load_images
     stack = load_images(ROOT / "matrix.yaml")["smoke-cpu"].image_json
     stack["stack"]["ucx"] = "1.16.0"
     text = json.dumps(stack).replace('"', '\\"')

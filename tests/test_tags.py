@@ -5,14 +5,14 @@ from __future__ import annotations
 
 
 from conftest import ROOT, answer
+from imagebuild.render.run import load_images
 from imagebuild import cli
-from imagebuild.render import images
 
 MATRIX = str(ROOT / "matrix.yaml")
 
 
 def _spec():
-    return images.load_images(MATRIX)["smoke-cpu"]
+    return load_images(MATRIX)["smoke-cpu"]
 
 
 def test_tags_alone_are_the_floating_then_the_dated_tag(capsys):

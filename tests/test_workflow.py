@@ -111,7 +111,7 @@ def check_calls(workflow: dict) -> None:
 def test_plan_prints_the_matrix_the_workflow_expects(capsys):
     """The contract between job `plan` and job `images`: one line of JSON with an `include` list
     whose entries name images of the matrix under `image`."""
-    from imagebuild.render.images import load_images
+    from imagebuild.render.run import load_images
 
     driver = yaml.safe_load((ROOT / "cluster" / "driver.yaml").read_text())
     assert cli.main(["plan", "--matrix", str(ROOT / "matrix.yaml"), "--driver-from", "550.54.15",

@@ -467,12 +467,6 @@ def _combinations(k: Knowledge, fam: Family):
             yield f"torch {ver}+{v.tag}", {"pytorch": "==" + ver, "cuda": cuda_w}, v.tag
 
 
-def load_images(matrix_path: str | Path) -> dict[str, ImageSpec]:
-    """Every image of the matrix by id (a MatrixRun's images: the one way the matrix is read)."""
-    from .run import MatrixRun
-    return dict(MatrixRun.open(matrix_path).images)
-
-
 def with_bases(specs: list[ImageSpec], every: dict[str, ImageSpec]) -> list[ImageSpec]:
     """``specs`` with the matrix images they are built FROM (``depends_on``: a devel image's
     runtime) before them, each once, in dependency order: the images `build` builds for them, so

@@ -45,3 +45,8 @@ class MatrixRun:
     def select(self, names: list[str]) -> list[ImageSpec]:
         """Images by id or family name (images.select): all of them when none is named."""
         return select(dict(self.images), names)
+
+
+def load_images(matrix: str | Path) -> dict[str, ImageSpec]:
+    """Every image of the matrix by id: a MatrixRun's images."""
+    return dict(MatrixRun.open(matrix).images)
