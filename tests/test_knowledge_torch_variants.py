@@ -123,3 +123,15 @@ def test_a_build_without_a_confirmed_nccl_is_offered_but_never_built_into_an_ima
 def test_torchrel_sources_are_declared(k):
     for sid in ("TORCHREL213", "TORCHRELNCCL", "TORCHRELMD", "TORCHREL29ARCH", "TORCHREL29BM"):
         assert sid in k.document["sources"], sid
+
+
+def test_knowledge_show_says_which_nccl_is_not_confirmed(k):
+    """`imagebuild knowledge show pytorch`: a CUDA build's NCCL that no source gives is "not
+    known" (never "none", the CPU build's), one read in third-party copies names them."""
+    from imagebuild.knowledge.catalogue import section_tables
+    (_, header, rows), = section_tables(k, "pytorch")
+    cell = {(r[0], r[2]): r[header.index("nccl")] for r in rows}
+    assert cell[("2.7.1", "cu128")] == "2.26.2 (unconfirmed: TORCHREL27FREEZE)"
+    assert cell[("2.9.1", "cu126")] == "2.27.5 (unconfirmed: TORCHREL29BM)"
+    assert cell[("2.8.0", "cu126")] == cell[("2.8.0", "cu129")] == "not known"
+    assert cell[("2.8.0", "cu128")] == "2.27.3" and cell[("2.13.0", "cpu")] == "none"

@@ -43,6 +43,18 @@ def _mark(verified: bool) -> str:
     return "" if verified else "unverified"
 
 
+def _variant_nccl(v) -> str:
+    """A variant's NCCL as the table shows it: not known, or read only in third-party copies, is
+    said so (never "none", which is the CPU build's)."""
+    if v.cuda == "none":
+        return v.nccl
+    if v.nccl == "none":
+        return "not known"
+    if v.nccl_verified:
+        return v.nccl
+    return f"{v.nccl} (unconfirmed: {v.nccl_source or v.source})"
+
+
 def section_tables(k: Knowledge, section: str) -> list[tuple[str | None, list[str], list[list]]]:
     """One section of the knowledge as tables: (title or None, header, rows) each."""
     raw = k.document
@@ -75,7 +87,7 @@ def section_tables(k: Knowledge, section: str) -> list[tuple[str | None, list[st
             for (pv, _), v in k.variants.items():
                 if pv != ver:
                     continue
-                rows.append([ver, rel.python, v.tag, v.cudnn, v.nccl, v.cuda_runtime or "",
+                rows.append([ver, rel.python, v.tag, v.cudnn, _variant_nccl(v), v.cuda_runtime or "",
                              "yes" if v.default else "", ",".join(v.arch) if v.arch else "?",
                              v.source, _mark(v.verified)])
         return [(None, ["torch", "python", "variant", "cudnn", "nccl", "cuda runtime", "default",
