@@ -348,14 +348,14 @@ class Knowledge:
 
     def gpu_by_name(self, text: str) -> Gpu | None:
         """A GPU by product name (case and space insensitive), as nvidia-smi prints it too
-        ("NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB": the longest known name whose words
-        begin the given ones), or by sm_XY / compute capability."""
+        ("NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB", "NVIDIA GeForce RTX 4090": the longest
+        known name whose words begin the given ones), or by sm_XY / compute capability."""
         key = text.replace(" ", "").lower()
         for g in self.gpus.values():
             if g.name.replace(" ", "").lower() == key:
                 return g
         words = [w for w in text.lower().replace("-", " ").replace("_", " ").split()
-                 if w not in ("nvidia", "tesla")]
+                 if w not in ("nvidia", "tesla", "geforce")]
         best = None
         for g in self.gpus.values():
             name = g.name.lower().split()
