@@ -138,9 +138,27 @@ def test_grace_nodes_resolve_to_aarch64_stacks(k, gpu):
                                           ("Tesla V100-SXM2-16GB", "V100"),
                                           ("A100-SXM4-80GB", "A100"), ("GH200 480GB", "GH200"),
                                           ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition",
-                                           "RTX PRO 6000 Blackwell")])
+                                           "RTX PRO 6000 Blackwell"),
+                                          ("NVIDIA GeForce RTX 5090", "RTX 5090"),
+                                          ("NVIDIA GeForce RTX 4090", "RTX 4090"),
+                                          ("NVIDIA RTX 6000 Ada Generation", "RTX 6000 Ada"),
+                                          ("NVIDIA GeForce RTX 5080", "RTX 5080"),
+                                          ("NVIDIA RTX A6000", "RTX A6000"),
+                                          ("NVIDIA RTX 4000 SFF Ada Generation", "RTX 4000 SFF Ada"),
+                                          ("NVIDIA RTX PRO 4500 Blackwell Server Edition",
+                                           "RTX PRO 4500 Blackwell Server Edition")])
 def test_gpu_names_as_nvidia_smi_prints_them(k, printed, name):
     assert k.gpu_by_name(printed).name == name
+
+
+@pytest.mark.parametrize("name,cc,datacenter", [("RTX 5080", "12.0", False), ("RTX A6000", "8.6", False),
+                                                ("A16", "8.6", True), ("RTX 4060", "8.9", False),
+                                                ("RTX PRO 4500 Blackwell Server Edition", "12.0", True)])
+def test_workstation_and_consumer_gpus_from_nvidia_s_cuda_gpus_page(k, name, cc, datacenter):
+    """GPUS (developer.nvidia.com/cuda-gpus): the cc and the column (Data Center, or
+    Workstation/Consumer: no forward compatibility through cuda-compat) of each product."""
+    g = k.gpus[name]
+    assert (g.cc, g.datacenter, g.source) == (cc, datacenter, "GPUS")
 
 
 def test_platform_aliases(k):
