@@ -74,11 +74,12 @@ def parse_host_driver(text: str) -> DriverVersion:
     """A host's driver as a user gives it: a release (535.104.05), never a bare branch. A branch
     stands for every release on it, and the answers differ across them (a CUDA release needs the
     driver it shipped with, which is a release inside a branch), so `580` is refused rather than
-    read as 580.0.0, which no driver is."""
-    drv = parse_driver(text)
+    read as 580.0.0, which no driver is; so is NVIDIA's way of naming a branch, R580."""
+    branch = re.fullmatch(r"\s*[Rr](\d{3})\s*", str(text))
+    drv = parse_driver(branch.group(1) if branch else text)
     if "." not in drv.text:
         raise VersionSyntaxError(
-            f"{drv.text!r} is a driver branch, not a driver release: give the whole version the "
+            f"{str(text).strip()!r} is a driver branch, not a driver release: give the whole version the "
             f"node reports (nvidia-smi --query-gpu=driver_version --format=csv,noheader, or "
             f"`imagebuild doctor`), such as {drv.text}.NN.NN")
     return drv

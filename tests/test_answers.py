@@ -53,6 +53,8 @@ def _one_line(err: str) -> str:
     (["check", "--driver", "550", "--gpu", "H100", "--cuda", "12.4.1"], "--driver"),
     (["plan", "--driver-from", "535", "--driver-to", "580.95.05", "--gpu", "H100"], "--driver-from"),
     (["plan", "--driver-from", "535.104.05", "--driver-to", "580", "--gpu", "H100"], "--driver-to"),
+    (["resolve", "--driver", "R580", "--gpu", "H100"], "--driver"),      # NVIDIA's way of naming it
+    (["find", "--driver", "r620", "--gpu", "H100"], "--driver"),
 ])
 def test_a_driver_branch_is_refused_in_every_command(capsys, argv, flag):
     """One meaning everywhere: a branch is not a release (580 read as 580.0.0 gave 26 broken images
@@ -60,6 +62,18 @@ def test_a_driver_branch_is_refused_in_every_command(capsys, argv, flag):
     code, _, err = _cli(capsys, *argv, "--matrix", MATRIX)
     line = _one_line(err)
     assert code == 2 and f"argument {flag}:" in line and "driver branch, not a driver release" in line
+
+
+def test_a_driver_of_a_branch_the_matrix_does_not_know_is_answered_with_a_warning(capsys):
+    """A release on a branch the matrix does not list (a newer one, or one it skipped) still gets
+    its answer from the version, and the answer says that the branch's support is not known."""
+    for drv in ("999.1.1", "600.10.01"):
+        code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", drv, "--gpu", "H100")
+        branch = drv.split(".")[0]
+        assert code == 0 and f"warning: driver {drv}: branch R{branch} is not in the knowledge base" in out
+        assert "whether NVIDIA still supports it is not known" in out
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu", "H100")
+    assert code == 0 and "is not in the knowledge base" not in out
 
 
 # -- plan for CI -------------------------------------------------------------------------------

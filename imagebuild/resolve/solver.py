@@ -91,7 +91,12 @@ def _end_of_life(p: Problem, mode: CudaMode | None = None) -> list[str]:
     drv = p.facts_host.get("driver")
     if drv is None:
         return []
-    supported, why = p.k.branch_supported(parse_driver(drv).branch, p.date)
+    branch = parse_driver(drv).branch
+    supported, why = p.k.branch_supported(branch, p.date)
+    if supported is None and branch not in p.k.branches and p.k.branches:
+        known = sorted(p.k.branches)
+        return [f"driver {drv}: {why} (it knows R{known[0]} to R{known[-1]}): whether NVIDIA still "
+                "supports it is not known; the answer reads its CUDA support from its version only"]
     if supported is not False:
         return []
     day = f"on {p.date}" + (" (--date)" if p.host.date else " (the matrix's as_of)")
