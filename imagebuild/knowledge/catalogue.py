@@ -6,6 +6,7 @@ knowledge/, so that nothing outside it reads matrix.yaml's entries as plain mapp
 
 from __future__ import annotations
 
+from ..versions import NONE
 from .model import Knowledge
 
 SECTIONS = ("sources", "cuda", "drivers", "architectures", "gpus", "cudnn", "nccl", "pytorch", "ucx",
@@ -46,13 +47,13 @@ def _mark(verified: bool) -> str:
 def _variant_nccl(v) -> str:
     """A variant's NCCL as the table shows it: not known, or read only in third-party copies, is
     said so (never "none", which is the CPU build's)."""
-    if v.cuda == "none":
+    if v.cuda == NONE:
         return v.nccl
-    if v.nccl == "none":
+    if v.nccl == NONE:
         return "not known"
     if v.nccl_verified:
         return v.nccl
-    return f"{v.nccl} (unconfirmed: {v.nccl_source or v.source})"
+    return f"{v.nccl} (unconfirmed: {v.nccl_cited})"
 
 
 def section_tables(k: Knowledge, section: str) -> list[tuple[str | None, list[str], list[list]]]:

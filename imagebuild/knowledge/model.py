@@ -184,6 +184,11 @@ class Variant:
     def tag(self) -> str:
         return "cpu" if self.cuda == NONE else "cu" + self.cuda.replace(".", "")
 
+    @property
+    def nccl_cited(self) -> str:
+        """The source of the NCCL value: its own where one is named, else the variant's."""
+        return self.nccl_source or self.source
+
     def confirmed_nccl(self, allow_unverified: bool = False) -> str | None:
         """The NCCL the wheels bundle where that is known (and confirmed, unless unverified facts
         are allowed); "none" for the CPU build; None where not known."""

@@ -61,7 +61,7 @@ def _describe(p: Problem, sol: dict[str, str], passed, brief: bool = False) -> R
                                 "confirmed; only the CUDA toolkit's GPU support was checked")
         if var is not None and var.cuda != NONE and var.confirmed_nccl(p.allow_unverified) is None:
             seen = (f" (NCCL {var.nccl} is read only in third-party copies "
-                    f"[{var.nccl_source or var.source}])" if var.nccl != NONE else "")
+                    f"[{var.nccl_cited}])" if var.nccl != NONE else "")
             how = "explicitly" if sol["nccl"] == var.nccl else "over it"
             res.warnings.append(f"the NCCL that torch {var.pytorch}+{var.tag}'s wheels bundle is not "
                                 f"confirmed{seen}: install nccl {sol['nccl']} {how}, as the images "
@@ -94,7 +94,7 @@ def _chosen_because(p: Problem, comp: str, val: str, sol: dict[str, str]) -> str
             wheel = f"nvidia-{comp}-cu{major_minor(sol['cuda']).split('.')[0]}=={val}"
             confirmed = comp == "cudnn" or var.confirmed_nccl(p.allow_unverified) is not None
             bundled = getattr(var, comp)
-            src = _src(var.nccl_source if comp == "nccl" and var.nccl_source else var.source)
+            src = _src(var.nccl_cited if comp == "nccl" else var.source)
             if bundled == NONE:
                 return (f"newest that fits; the NCCL torch {var.pytorch}+{var.tag} bundles is not "
                         f"known{_src(var.source)}, so this one is installed over it ({wheel}) "

@@ -96,7 +96,7 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
         # unverified fact of its own, applied under --allow-unverified only
         c.add_rule(f"pytorch-{ver}-{var.tag}-nccl", when, [nccl_req],
                    f"torch {ver}+{var.tag} bundles nccl {nccl_req[1].text} (read only in "
-                   "third-party copies)", nccl_src or vsrc, v.line, False)
+                   "third-party copies)", var.nccl_cited, v.line, False)
     _wheel_rules(c, v, w, var, when, releases, plat_src)
     if arch:
         req.append(("gpu.cc", arch_matcher(list(arch))))
