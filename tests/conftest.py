@@ -75,7 +75,8 @@ SERVICE_FIXTURES = {"docker_client": "engine", "smoke_cpu_image": "engine", "reg
 # with the real error if the prebuild failed. The CUDA-wheels module comes last and drops its
 # image and the build cache made since that module began (the prebuild's stays: the session ends).
 LATE = ("test_comms_wheels_image.py", "test_devel_image.py", "test_cuda_wheels_image.py")
-PREBUILD = {"comms-cu130-nccl2.30.7-debian12-runtime": ("session", ("test_comms_wheels_image.py", "test_devel_image.py")),
+PREBUILD = {"comms-cu130-nccl2.30.7-debian12-runtime": ("session", ("test_comms_wheels_image.py", "test_devel_image.py",
+                                                                   "test_shards_engines.py")),
             "pytorch-2.13.0-cu130-debian12-runtime": ("late", ("test_cuda_wheels_image.py",))}
 _PREBUILD_LATE: list[str] = []
 _PREBUILDS: dict[str, "subprocess.Popen"] = {}
