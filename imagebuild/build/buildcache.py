@@ -17,7 +17,7 @@ from ..errors import ImagebuildError
 
 #: bumped whenever normalising changes what it makes from the same image: a memo of an older
 #: normaliser is then never taken for this one's
-NORMALIZER = 1
+NORMALIZER = 2
 
 
 def _memo_folder() -> Path:

@@ -19,6 +19,14 @@ hostname. :func:`normalize_image` rewrites the built image through the engine's 
   (its ``.py`` was clamped to the same second, so Python still takes the cache as valid);
 - ``/etc/shadow``'s last-change day of an account added in the build (useradd writes the day it
   ran) is clamped to the source date's day, as ``imagebuild base`` does for the base;
+- what differs between builders and not between file systems goes (:class:`Lower` tracks what
+  the layers below hold): owner and group *names* (a builder writes those of its own host's user
+  database, or none; the numeric ids stay), a whiteout's own mode and times, an opaque-directory
+  marker for a directory the layers below do not have (BuildKit writes one for each directory a
+  step creates), a directory entry the layers below hold with the same mode and owner when the
+  layer has nothing under it (a step that only touched it: BuildKit's and buildah's mount points),
+  and the empty ``/etc/hosts``, ``/etc/hostname`` and ``/etc/resolv.conf`` a builder leaves as
+  mount points where the layers below have none;
 - the config's ``created`` and every history entry's ``created`` become the source date; a
   COPY/ADD step's source hash in the history (the classic builder's, which covers mtimes) becomes
   the diff id of the layer the step made; the
@@ -67,6 +75,7 @@ from ..digests import sha256_file
 from ..dockerfile import BASE_DIGEST_LABEL, BASE_NAME_LABEL, final_base
 from ..sourcedate import rfc3339
 from .buildcache import NormalizeMemo, SharedCache, _reuse  # noqa: F401 - SharedCache: re-exported
+from .builders import Lower, _clean, _is_whiteout, as_buildkit, builder_noise, built_by_buildah
 
 #: regular files (and symlinks) under these paths are left out of every normalised layer
 VOLATILE = re.compile(
@@ -78,11 +87,6 @@ VOLATILE = re.compile(
 
 def _sort_key(name: str) -> tuple[str, ...]:
     return tuple(name.strip("/").split("/"))
-
-
-def _clean(name: str) -> str:
-    name = name[2:] if name.startswith("./") else name
-    return name.strip("/")
 
 
 def _pyc(data: bytes, clamp: int) -> bytes:
@@ -111,15 +115,19 @@ def _shadow(data: bytes, clamp: int) -> bytes:
     return b"\n".join(lines)
 
 
-def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int) -> str:
+def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int,
+                    lower: Lower | None = None) -> str:
     """Rewrite the layer tar ``src`` into ``dst`` (see the module's docstring); returns the
-    ``sha256:<hex>`` of the new tar (its diff id)."""
+    ``sha256:<hex>`` of the new tar (its diff id). ``lower``: what the layers below hold (a
+    layer is then rewritten as any builder's would be, and ``lower`` gets this layer's entries);
+    None: the layer on its own (nothing is dropped for what lies below)."""
     with tarfile.open(src, "r:") as tin:
         members = tin.getmembers()
         by_name = {_clean(m.name): m for m in members}
+        noise = builder_noise(members, lower) if lower is not None else set()
         # directories and whiteouts (.wh.*) always stay: only files the build left are dropped
-        kept = [m for m in members if m.isdir() or _clean(m.name).rsplit("/", 1)[-1].startswith(".wh.")
-                or not VOLATILE.match(_clean(m.name))]
+        kept = [m for m in members if _clean(m.name) not in noise and (
+                m.isdir() or _is_whiteout(_clean(m.name)) or not VOLATILE.match(_clean(m.name)))]
         # hard links: the group's first name in the new order holds the data, the others link to it
         groups: dict[str, list[str]] = {}
         for m in kept:
@@ -139,8 +147,9 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int) 
                     continue
                 info = tarfile.TarInfo(name)
                 info.mode, info.uid, info.gid = m.mode, m.uid, m.gid
-                info.uname, info.gname = m.uname, m.gname
                 info.mtime = min(int(m.mtime), clamp)
+                if _is_whiteout(name):                  # only its name means anything
+                    info.mode = info.mtime = 0
                 info.pax_headers = {k: v for k, v in sorted(m.pax_headers.items())
                                     if k.startswith("SCHILY.xattr.")}
                 data = None
@@ -168,6 +177,8 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int) 
                     out.addfile(info)
         finally:
             out.close()
+        if lower is not None:
+            lower.add(kept)
     digest = hashlib.sha256()
     with open(dst, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -294,9 +305,11 @@ def normalize_image(engine, ref: str, epoch: int, *, base: str | None = None,
                     workdir: str | os.PathLike | None = None,
                     progress: Callable[[str], None] | None = None,
                     labels: dict[str, str] | None = None, reuse: bool = False,
-                    memo: NormalizeMemo | None = None) -> str:
+                    memo: NormalizeMemo | None = None, dockerfile: str | None = None) -> str:
     """Rewrite the engine's image ``ref`` into its normalised form and move ``ref`` to it; returns
     the new image ID (``sha256:<hex>`` of its config). ``engine`` is an imagebuild Engine.
+    ``dockerfile``: the text it was built from; with it, an image buildah built gets the config
+    BuildKit would have written (imagebuild.build.builders), so it normalises to BuildKit's ID.
 
     The layers of ``base`` (the image the last stage starts from), when they are the image's
     lowest, are kept byte for byte: the base is an input, named by its own digest, and an SBOM or
@@ -322,7 +335,7 @@ def normalize_image(engine, ref: str, epoch: int, *, base: str | None = None,
     where.mkdir(parents=True, exist_ok=True)
     _check_free(where, ref, int(built.size or 0))
     try:
-        new_id = _normalize_in(engine, ref, epoch, base, where, progress, labels)
+        new_id = _normalize_in(engine, ref, epoch, base, where, progress, labels, dockerfile)
     except OSError as exc:
         if exc.errno != errno.ENOSPC:
             raise
@@ -366,7 +379,8 @@ def _check_free(where: Path, ref: str, size: int) -> None:
 
 
 def _normalize_in(engine, ref: str, epoch: int, base: str | None, where: Path,
-                  progress: Callable[[str], None] | None, labels: dict[str, str] | None = None) -> str:
+                  progress: Callable[[str], None] | None, labels: dict[str, str] | None = None,
+                  dockerfile: str | None = None) -> str:
     tmp = Path(tempfile.mkdtemp(prefix="imagebuild-normalize-", dir=where))
     try:
         # the engine's save stream is unpacked as it comes (no copy of the whole image on disk)
@@ -384,19 +398,27 @@ def _normalize_in(engine, ref: str, epoch: int, base: str | None, where: Path,
         out.mkdir()
         keep = _base_layers(engine, base, (config.get("rootfs") or {}).get("diff_ids") or [])
         diff_ids, layer_paths = [], []
+        lower = Lower()
         for i, layer in enumerate(entry["Layers"]):
             dst = out / f"{i}.tar"
             if i < len(keep) and "sha256:" + sha256_file(src / layer) == keep[i]:
                 os.replace(src / layer, dst)          # the base's own layer, as the base has it
                 diff_ids.append(keep[i])
+                lower.add_tar(dst)
             else:
-                diff_ids.append(normalize_layer(src / layer, dst, epoch))
+                diff_ids.append(normalize_layer(src / layer, dst, epoch, lower))
             (src / layer).unlink(missing_ok=True)
             name = f"{diff_ids[-1].split(':', 1)[1]}/layer.tar"
             (out / name).parent.mkdir(exist_ok=True)
             os.replace(dst, out / name)
             layer_paths.append(name)
         shutil.rmtree(src)
+        if dockerfile is not None and built_by_buildah(config):
+            base_image = engine.lookup(base) if base else None
+            config = as_buildkit(config, dockerfile, dict(base_image.config or {}) if base_image else {},
+                                 base_layers=len(keep), what=f"image {ref}")
+            if progress:
+                progress(f"{ref}: built by buildah: its config written as BuildKit writes it")
         cfg = config_bytes(normalize_config(config, diff_ids, epoch, labels))
         new_id = "sha256:" + hashlib.sha256(cfg).hexdigest()
         (out / f"{new_id.split(':', 1)[1]}.json").write_bytes(cfg)

@@ -48,6 +48,7 @@ def run(args) -> int:
     rep = Reporter.for_args("normalize", args)
     labels = {**base_labels(engine, dockerfile), **meta["labels"]}
     new_id = normalize_image(engine, args.ref, meta["source_date_epoch"], base=final_base(dockerfile),
-                             workdir=Path(args.context).parent, progress=rep.progress, labels=labels)
+                             workdir=Path(args.context).parent, progress=rep.progress, labels=labels,
+                             dockerfile=dockerfile)
     rep.result({"ref": args.ref, "image_id": new_id, "labels_added": labels}, f"{args.ref} {new_id}")
     return 0
