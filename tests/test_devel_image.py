@@ -52,7 +52,8 @@ def test_every_devel_image_depends_on_its_runtime_image(specs):
     devels = [s for s in specs.values() if s.flavor == "devel"]
     assert len(devels) > 20 and DEVEL in specs
     for spec in devels:
-        runtime = specs[spec.id.removesuffix("-devel") + "-runtime"]
+        head, _, platform = spec.id.rpartition("-devel")          # platform: "" or "-arm64"
+        runtime = specs[f"{head}-runtime{platform}"]
         assert spec.depends_on == (runtime.id,)
         assert spec.from_image == runtime.local_ref
         assert spec.stack == runtime.stack and spec.wheel_lock == runtime.wheel_lock

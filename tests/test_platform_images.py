@@ -39,8 +39,33 @@ def test_the_family_gives_one_image_per_platform_under_one_tag(k, every):
     assert amd.name == "" and arm.name == NAME          # x86_64's id is as before
     assert {c: v for c, v in amd.stack.items() if c != "platform"} == \
         {c: v for c, v in arm.stack.items() if c != "platform"}
-    # every other image is for the matrix's first platform, ids unchanged
-    assert all(s.oci_platform == "linux/amd64" and s.name == "" for i, s in every.items() if i != ARM)
+    # every other image is for the matrix's first platform, ids unchanged, but the twins the
+    # matrix asks for (the Ubuntu images of the newest releases, for Grace nodes)
+    arm64 = {i for i, s in every.items() if s.oci_platform == "linux/arm64"}
+    assert arm64 == {i for i in every if i.endswith("-arm64")}
+    assert all(s.oci_platform == "linux/amd64" and s.name == "" for i, s in every.items() if i not in arm64)
+    assert all(every[i[:-len("-arm64")]].tag == every[i].tag for i in arm64)
+
+
+def test_ubuntu_twins_take_cuda_from_the_sbsa_repository(k, every):
+    """An Ubuntu image for Grace nodes installs CUDA from the sbsa folder of NVIDIA's repository of
+    its Ubuntu release (matrix.yaml platforms: cuda_repo), with the key checked as for x86_64; its
+    devel image is built FROM the arm64 runtime; PyTorch and NCCL from the aarch64 wheel lock."""
+    ubuntu = sorted(i for i, s in every.items() if s.platform == "aarch64" and s.os["id"].startswith("ubuntu"))
+    assert ubuntu and {every[i].stack["pytorch"] for i in ubuntu} >= {"2.13.0", "2.14.1", "2.15.0"}
+    for image_id in ubuntu:
+        spec, twin = every[image_id], every[image_id[:-len("-arm64")]]
+        text = (ROOT / "Dockerfiles" / image_id / "Dockerfile").read_text()
+        assert 'io.imagebuild.stack.platform="aarch64"' in text
+        if spec.flavor == "devel":
+            runtime = every[image_id.replace("-devel-", "-runtime-")]
+            assert f"\nFROM {runtime.local_ref}\n" in text and runtime.id.endswith("-arm64")
+            continue
+        repo = spec.os["nvidia_repo"]
+        assert f"https://developer.download.nvidia.com/compute/cuda/repos/{repo}/sbsa/ /" in text
+        assert "/x86_64/ /" not in text
+        assert f"/cuda/repos/{repo}/x86_64/ /" in (ROOT / "Dockerfiles" / twin.id / "Dockerfile").read_text()
+        assert spec.wheel_lock.endswith("_aarch64.txt") and (ROOT / spec.wheel_lock).is_file()
 
 
 def test_each_platform_has_its_base_wheels_and_recipe(k, every):

@@ -74,8 +74,12 @@ class CudaStages:
                      f"NVIDIA repository of {spec.os['id']}")
         key = k.tools.get(c.pm["key"])
         key_url = _format_url(key.url if key else "", "CUDA repository key URL", repo=repo)
+        # the repository's folder of the image's CPU (matrix.yaml platforms: cuda_repo): x86_64,
+        # sbsa for Grace nodes. The key is one for every folder; its fingerprint is checked.
+        target = k.platforms.get(spec.platform)
+        arch = _safe("word", target.cuda_repo if target else "", f"NVIDIA repository folder of {spec.platform}")
         repo_url = _safe("url", "https://developer.download.nvidia.com/compute/cuda/repos/"
-                         f"{repo}/x86_64/", "CUDA repository URL")
+                         f"{repo}/{arch}/", "CUDA repository URL")
         cuda_devel = [
             self.fragment(c.pm["repo_fragments"]["cuda"], "NVIDIA's CUDA repository, key fingerprint checked",
                           key_url=key_url, key_fingerprint=_safe(
