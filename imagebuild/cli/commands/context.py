@@ -10,7 +10,9 @@ plain BuildKit `docker build` (DOCKER_BUILDKIT=1 with Docker's own client, or bu
 `imagebuild normalize REF --context DIR/<image id>` rewrites the result as `build` does, with the
 base image's labels read from the engine, to the image ID `imagebuild build` gives on BuildKit:
 always for the recipes that mount (the CUDA images), and with --ca-bundle for the others, which
-`build` otherwise gives to Docker's classic builder (its history differs, and so does its ID)."""
+`build` otherwise gives to Docker's classic builder (its history differs, and so does its ID).
+Built by `buildah bud --layers --format docker` and loaded into the engine, `normalize` gives it
+the same ID too: it rewrites buildah's config as BuildKit writes it (imagebuild.build.builders)."""
 
 from __future__ import annotations
 
@@ -75,6 +77,10 @@ def run(args) -> int:
         lines += [f"{spec.id}: {job.context}" + (f" (FROM {spec.from_image}: build it first)" if spec.from_image else ""),
                   f"  DOCKER_BUILDKIT=1 docker build [--secret id={CA_SECRET},src=CA.pem] "
                   + (labels + " " if labels else "") + f"-t {spec.local_ref} {ctx}",
+                  f"  (or buildah: buildah bud --layers --format docker [--secret id={CA_SECRET},src=CA.pem] "
+                  f"-t {spec.local_ref} {ctx} && buildah push {spec.local_ref} "
+                  f"docker-archive:{shlex.quote(str(job.context) + '.tar')}:{spec.local_ref} && "
+                  f"docker load -i {shlex.quote(str(job.context) + '.tar')})",
                   f"  imagebuild normalize {spec.local_ref} --context {ctx}"]
     rep.result({"contexts": docs}, "\n".join(lines))
     return 0
