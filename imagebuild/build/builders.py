@@ -78,14 +78,15 @@ def last_stage(text: str) -> list[tuple[str, str]]:
     return stage
 
 
-def _flags(rest: str, allowed: set[str], what: str) -> tuple[dict[str, str], str]:
-    flags = {}
+def _without_flags(rest: str, allowed: set[str], what: str) -> str:
+    """The instruction's arguments after its --flags (which BuildKit leaves out of the history),
+    each flag one of ``allowed``."""
+    rest += " "
     while (m := _FLAG.match(rest)) is not None:
         if m.group(1) not in allowed:
             raise ImagebuildError(f"{what} --{m.group(1)}: how BuildKit records it is not known here")
-        flags[m.group(1)] = m.group(2)
         rest = rest[m.end():]
-    return flags, rest
+    return rest
 
 
 def _pairs(rest: str, what: str) -> list[tuple[str, str]]:
@@ -119,11 +120,14 @@ def _go_quoted(args: list[str]) -> str:
 
 def buildkit_history(dockerfile_text: str, base_shell: list[str] | None = None) -> list[dict]:
     """The history entries BuildKit writes for the last stage's instructions after FROM, without
-    ``created``: [{created_by, comment, empty_layer?}]. Also the stage's environment steps and
-    whether it sets ENTRYPOINT or CMD, for :func:`as_buildkit`."""
+    ``created``: [{created_by, comment, empty_layer?}]."""
+    return _history(last_stage(dockerfile_text), base_shell)
+
+
+def _history(stage: list[tuple[str, str]], base_shell: list[str] | None) -> list[dict]:
     shell = list(base_shell or ["/bin/sh", "-c"])
     entries = []
-    for word, rest in last_stage(dockerfile_text)[1:]:
+    for word, rest in stage[1:]:
         what = f"Dockerfile instruction {word}"
         if word not in _KNOWN or word == "FROM":
             raise ImagebuildError(f"{what}: how BuildKit records it in the history is not known here")
@@ -131,12 +135,12 @@ def buildkit_history(dockerfile_text: str, base_shell: list[str] | None = None) 
             shell = _json_list(rest, what)
             text = "SHELL [" + " ".join(shell) + "]"
         elif word == "RUN":
-            _, cmd = _flags(rest + " ", {"mount"}, what)
+            cmd = _without_flags(rest, {"mount"}, what)
             if cmd.lstrip().startswith("["):
                 raise ImagebuildError(f"{what}: the exec form is not known here")
             text = "RUN " + " ".join(shell + [cmd.strip()]) + " # buildkit"
         elif word == "COPY":
-            _, args = _flags(rest + " ", {"from"}, what)
+            args = _without_flags(rest, {"from"}, what)
             text = "COPY " + " ".join(args.split()) + " # buildkit"
         elif word in ("ENV", "LABEL"):
             text = word + " " + " ".join(f"{k}={v}" for k, v in _pairs(rest, what))
@@ -149,11 +153,11 @@ def buildkit_history(dockerfile_text: str, base_shell: list[str] | None = None) 
     return entries
 
 
-def _environment(base_env: list[str], dockerfile_text: str) -> list[str]:
+def _environment(base_env: list[str], stage: list[tuple[str, str]]) -> list[str]:
     """BuildKit's Env: the base's, each ENV of the last stage setting its key in place or
     appending it."""
     env = [str(e) for e in base_env]
-    for word, rest in last_stage(dockerfile_text)[1:]:
+    for word, rest in stage[1:]:
         if word != "ENV":
             continue
         for key, value in _pairs(rest, "Dockerfile instruction ENV"):
@@ -178,7 +182,8 @@ def as_buildkit(config: dict, dockerfile_text: str, base_config: dict, *, base_l
     ``base_layers``: how many of the image's layers are the base's. ImagebuildError (naming
     ``what``) when the image does not match the Dockerfile."""
     try:
-        entries = buildkit_history(dockerfile_text, base_config.get("Shell"))
+        stage = last_stage(dockerfile_text)
+        entries = _history(stage, base_config.get("Shell"))
     except ImagebuildError as exc:
         raise ImagebuildError(f"{what}: built by buildah; {exc}") from None
     diff_ids = (config.get("rootfs") or {}).get("diff_ids") or []
@@ -198,14 +203,14 @@ def as_buildkit(config: dict, dockerfile_text: str, base_config: dict, *, base_l
     out["history"] = history[:first] + [dict(e, created=created) for e in entries]
     inner = dict(config.get("config") or {})
     labels = {k: v for k, v in (inner.get("Labels") or {}).items() if k != BUILDAH_LABEL}
-    env = _environment(base_config.get("Env") or [], dockerfile_text)
+    env = _environment(base_config.get("Env") or [], stage)
     if sorted(env) != sorted(inner.get("Env") or []):
         raise ImagebuildError(f"{what}: its environment is not the one its base and Dockerfile give")
     inner.update(Env=env, Labels=labels)
     canon = {k: inner[k] for k in _FIELDS if inner.get(k)}
     canon["OnBuild"] = inner.get("OnBuild") or None
-    stage = [word for word, _ in last_stage(dockerfile_text)]
-    if base_config.get("ArgsEscaped") or "CMD" in stage or "ENTRYPOINT" in stage:
+    words = {word for word, _ in stage}
+    if base_config.get("ArgsEscaped") or words & {"CMD", "ENTRYPOINT"}:
         canon["ArgsEscaped"] = True          # BuildKit sets it with every CMD and ENTRYPOINT
     out["config"] = canon
     return out
@@ -213,7 +218,8 @@ def as_buildkit(config: dict, dockerfile_text: str, base_config: dict, *, base_l
 
 # -- layers ---------------------------------------------------------------------------------
 
-def _clean(name: str) -> str:
+def clean_name(name: str) -> str:
+    """A tar member's name as a path in the image: no ./ in front, no slashes around."""
     name = name[2:] if name.startswith("./") else name
     return name.strip("/")
 
@@ -224,7 +230,7 @@ MOUNT_STUBS = frozenset({"etc/hosts", "etc/hostname", "etc/resolv.conf"})
 _OPAQUE = ".wh..wh..opq"
 
 
-def _is_whiteout(name: str) -> bool:
+def is_whiteout(name: str) -> bool:
     return name.rsplit("/", 1)[-1].startswith(".wh.")
 
 
@@ -242,9 +248,9 @@ class Lower:
 
     def add(self, members) -> None:
         """One layer's tar members, on top of what is below."""
-        entries = [(_clean(m.name), m) for m in members]
+        entries = [(clean_name(m.name), m) for m in members]
         for name, _ in entries:           # a layer's whiteouts apply to the layers below it only
-            if not _is_whiteout(name):
+            if not is_whiteout(name):
                 continue
             folder, _, leaf = name.rpartition("/")
             if leaf == _OPAQUE:
@@ -256,7 +262,7 @@ class Lower:
                     del self.paths[gone]
                     self._drop_under(gone)
         for name, m in entries:
-            if name and not _is_whiteout(name):
+            if name and not is_whiteout(name):
                 self.paths[name] = (m.isdir(), m.mode & 0o7777, m.uid, m.gid)
 
     def add_tar(self, path: str | os.PathLike) -> None:
@@ -273,7 +279,7 @@ def builder_noise(members, lower: Lower) -> set[str]:
     reproducible's docstring), given what the layers below hold."""
     parents = set()
     for m in members:
-        name = _clean(m.name)
+        name = clean_name(m.name)
         while "/" in name:
             name = name.rsplit("/", 1)[0]
             if name in parents:
@@ -281,7 +287,7 @@ def builder_noise(members, lower: Lower) -> set[str]:
             parents.add(name)
     noise = set()
     for m in members:
-        name = _clean(m.name)
+        name = clean_name(m.name)
         folder, _, leaf = name.rpartition("/")
         if leaf == _OPAQUE and folder not in lower.paths:
             noise.add(name)

@@ -75,7 +75,7 @@ from ..digests import sha256_file
 from ..dockerfile import BASE_DIGEST_LABEL, BASE_NAME_LABEL, final_base
 from ..sourcedate import rfc3339
 from .buildcache import NormalizeMemo, SharedCache, _reuse  # noqa: F401 - SharedCache: re-exported
-from .builders import Lower, _clean, _is_whiteout, as_buildkit, builder_noise, built_by_buildah
+from .builders import Lower, as_buildkit, builder_noise, built_by_buildah, clean_name, is_whiteout
 
 #: regular files (and symlinks) under these paths are left out of every normalised layer
 VOLATILE = re.compile(
@@ -123,17 +123,17 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int,
     None: the layer on its own (nothing is dropped for what lies below)."""
     with tarfile.open(src, "r:") as tin:
         members = tin.getmembers()
-        by_name = {_clean(m.name): m for m in members}
+        by_name = {clean_name(m.name): m for m in members}
         noise = builder_noise(members, lower) if lower is not None else set()
         # directories and whiteouts (.wh.*) always stay: only files the build left are dropped
-        kept = [m for m in members if _clean(m.name) not in noise and (
-                m.isdir() or _is_whiteout(_clean(m.name)) or not VOLATILE.match(_clean(m.name)))]
+        kept = [m for m in members if clean_name(m.name) not in noise and (
+                m.isdir() or is_whiteout(clean_name(m.name)) or not VOLATILE.match(clean_name(m.name)))]
         # hard links: the group's first name in the new order holds the data, the others link to it
         groups: dict[str, list[str]] = {}
         for m in kept:
             if m.islnk():
-                groups.setdefault(_clean(m.linkname), []).append(_clean(m.name))
-        kept_names = {_clean(m.name) for m in kept}
+                groups.setdefault(clean_name(m.linkname), []).append(clean_name(m.name))
+        kept_names = {clean_name(m.name) for m in kept}
         canonical: dict[str, str] = {}
         for target, links in groups.items():
             names = sorted(([target] if target in kept_names else []) + links, key=_sort_key)
@@ -141,14 +141,14 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int,
                 canonical[n] = names[0]
         out = tarfile.open(dst, "w:", format=tarfile.PAX_FORMAT)
         try:
-            for m in sorted(kept, key=lambda m: _sort_key(_clean(m.name))):
-                name = _clean(m.name)
+            for m in sorted(kept, key=lambda m: _sort_key(clean_name(m.name))):
+                name = clean_name(m.name)
                 if not name:
                     continue
                 info = tarfile.TarInfo(name)
                 info.mode, info.uid, info.gid = m.mode, m.uid, m.gid
                 info.mtime = min(int(m.mtime), clamp)
-                if _is_whiteout(name):                  # only its name means anything
+                if is_whiteout(name):                  # only its name means anything
                     info.mode = info.mtime = 0
                 info.pax_headers = {k: v for k, v in sorted(m.pax_headers.items())
                                     if k.startswith("SCHILY.xattr.")}
@@ -157,7 +157,7 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int,
                 if head is not None and head != name:
                     info.type, info.linkname = tarfile.LNKTYPE, head
                 elif m.isreg() or m.islnk():
-                    source = by_name.get(_clean(m.linkname)) if m.islnk() else m
+                    source = by_name.get(clean_name(m.linkname)) if m.islnk() else m
                     if source is None or not source.isreg():
                         raise ImagebuildError(f"layer entry {name}: hard link to a missing file")
                     info.type = tarfile.REGTYPE
@@ -397,6 +397,13 @@ def _normalize_in(engine, ref: str, epoch: int, base: str | None, where: Path,
         out = tmp / "out"
         out.mkdir()
         keep = _base_layers(engine, base, (config.get("rootfs") or {}).get("diff_ids") or [])
+        if dockerfile is not None and built_by_buildah(config):
+            # before any layer is rewritten: an image that is no build of the Dockerfile is refused
+            base_image = engine.lookup(base) if base else None
+            config = as_buildkit(config, dockerfile, dict(base_image.config or {}) if base_image else {},
+                                 base_layers=len(keep), what=f"image {ref}")
+            if progress:
+                progress(f"{ref}: built by buildah: its config written as BuildKit writes it")
         diff_ids, layer_paths = [], []
         lower = Lower()
         for i, layer in enumerate(entry["Layers"]):
@@ -413,12 +420,6 @@ def _normalize_in(engine, ref: str, epoch: int, base: str | None, where: Path,
             os.replace(dst, out / name)
             layer_paths.append(name)
         shutil.rmtree(src)
-        if dockerfile is not None and built_by_buildah(config):
-            base_image = engine.lookup(base) if base else None
-            config = as_buildkit(config, dockerfile, dict(base_image.config or {}) if base_image else {},
-                                 base_layers=len(keep), what=f"image {ref}")
-            if progress:
-                progress(f"{ref}: built by buildah: its config written as BuildKit writes it")
         cfg = config_bytes(normalize_config(config, diff_ids, epoch, labels))
         new_id = "sha256:" + hashlib.sha256(cfg).hexdigest()
         (out / f"{new_id.split(':', 1)[1]}.json").write_bytes(cfg)

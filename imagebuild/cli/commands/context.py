@@ -72,15 +72,14 @@ def run(args) -> int:
         (job.context / CONTEXT_FILE).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n",
                                                 encoding="utf-8")
         docs.append(dict(doc, context=str(job.context)))
-        ctx = shlex.quote(str(job.context))
+        ctx, archive = shlex.quote(str(job.context)), shlex.quote(f"{job.context}.tar")
         labels = " ".join(f"--label {shlex.quote(f'{key}={val}')}" for key, val in sorted(doc["labels"].items()))
         lines += [f"{spec.id}: {job.context}" + (f" (FROM {spec.from_image}: build it first)" if spec.from_image else ""),
                   f"  DOCKER_BUILDKIT=1 docker build [--secret id={CA_SECRET},src=CA.pem] "
                   + (labels + " " if labels else "") + f"-t {spec.local_ref} {ctx}",
                   f"  (or buildah: buildah bud --layers --format docker [--secret id={CA_SECRET},src=CA.pem] "
                   f"-t {spec.local_ref} {ctx} && buildah push {spec.local_ref} "
-                  f"docker-archive:{shlex.quote(str(job.context) + '.tar')}:{spec.local_ref} && "
-                  f"docker load -i {shlex.quote(str(job.context) + '.tar')})",
+                  f"docker-archive:{archive}:{spec.local_ref} && docker load -i {archive})",
                   f"  imagebuild normalize {spec.local_ref} --context {ctx}"]
     rep.result({"contexts": docs}, "\n".join(lines))
     return 0
