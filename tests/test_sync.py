@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import need
+from conftest import ROOT, need
 from imagebuild import cli, knowledge
 from imagebuild.knowledge import sync
 from imagebuild.errors import KnowledgeError
@@ -450,7 +450,7 @@ def test_local_index_reads_metadata_without_the_wheel(local_index):
 
 def test_cli_sync_agree_differ_and_write(local_index, matrix, capsys):
     base = ["knowledge", "sync", "pytorch", "--matrix", str(matrix), "--index-url", local_index.url,
-            "--quiet"]
+            "--quiet", "--no-wheels"]
     assert cli.main(base + ["--versions", "2.4.1"]) == 0
     out = capsys.readouterr().out
     assert "torch 2.4.1: agrees" in out and "all 1 releases agree" in out
@@ -484,7 +484,7 @@ def test_cli_bad_input_is_one_line(matrix, capsys, argv, needle):
 
 def test_missing_wheel_is_one_line(local_index, matrix, capsys):
     local_index.files["/simple/torch/"] = b"<html><body></body></html>"
-    rc = cli.main(["knowledge", "sync", "pytorch", "--matrix", str(matrix), "--quiet",
+    rc = cli.main(["knowledge", "sync", "pytorch", "--matrix", str(matrix), "--quiet", "--no-wheels",
                    "--index-url", local_index.url, "--versions", "2.4.1"])
     err = capsys.readouterr().err
     assert rc == 2 and "no CPython Linux x86_64 wheel" in err and len(err.strip().splitlines()) == 1
@@ -554,3 +554,11 @@ def test_real_index_torch_2_4_1():
     assert sync.python_floor(p.requires_python) in ("3.8", "3.8.0")
     assert p.value("python") in ("3.8", "3.8.0") and "3.12" in p.wheel_pythons
     assert p.wheel.startswith("torch-2.4.1-") and p.wheel.endswith("_x86_64.whl")
+    # the aarch64 wheel, read through HTTP ranges, is the record matrix.yaml keeps (PYPIWHEEL)
+    from imagebuild.knowledge import wheelevidence
+
+    ev = index.wheel_evidence("2.4.1", "aarch64")
+    rec = next(w for w in knowledge.load(ROOT / "matrix.yaml").pytorch["2.4.1"].wheels
+               if w.platform == "aarch64")
+    assert (ev.file, ev.sha256, ev.size, ev.cuda, ev.commit) == \
+        (rec.file, rec.sha256, rec.size, rec.cuda, rec.commit) and ev.cuda == wheelevidence.NONE

@@ -90,9 +90,9 @@ def section_tables(k: Knowledge, section: str) -> list[tuple[str | None, list[st
                     continue
                 rows.append([ver, rel.python, v.tag, v.cudnn, _variant_nccl(v), v.cuda_runtime or "",
                              "yes" if v.default else "", ",".join(v.arch) if v.arch else "?",
-                             v.source, _mark(v.verified)])
+                             ",".join(v.platforms), v.source, _mark(v.verified)])
         return [(None, ["torch", "python", "variant", "cudnn", "nccl", "cuda runtime", "default",
-                        "arch", "source", ""], rows)]
+                        "arch", "platforms", "source", ""], rows)]
     if section in ("cudnn", "nccl"):
         node = raw.get(section) or {}
         tables: list = []

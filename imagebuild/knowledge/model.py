@@ -179,6 +179,7 @@ class Variant:
     # or a value read only in third-party copies)
     nccl_verified: bool = True
     nccl_source: str | None = None    # where the NCCL was read, when not the variant's source
+    platforms_source: str | None = None  # where the platforms were read, when not the variant's
 
     @property
     def tag(self) -> str:
@@ -206,6 +207,23 @@ class TorchRelease:
     version: str
     python: str
     source: str
+    wheels: tuple["WheelEvidence", ...] = ()
+
+
+@dataclass(frozen=True)
+class WheelEvidence:
+    """One wheel of a PyTorch release on the package index: what `knowledge sync` read of it (the
+    file, its sha256 and size, the CUDA its torch/version.py names, NONE for the CPU build, and the
+    git commit it was built from). Evidence that a build is published for a platform."""
+    release: str
+    platform: str
+    file: str
+    sha256: str
+    cuda: str
+    commit: str
+    source: str
+    size: int | None = None
+    line: int | None = None
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from .. import knowledge
 from ..atomic import atomic_file
 from ..errors import KnowledgeError
 from ..versions import VersionSyntaxError, parse_version
+from . import wheelevidence
 # the parts, re-exported: the names callers and tests use are this module's, as before the split
 from .wheelindex import (PYTHON_TAGS, Index, Link, default_index, parse_project_page,  # noqa: F401
                          pick_wheel, pip_settings, published, validate_index_url, wheel_pythons)
@@ -212,16 +213,17 @@ def patch_text(text: str, doc, differences: Iterable[Difference]) -> str:
     return "".join(lines)
 
 
-def write_matrix(path: str, differences: list[Difference]) -> bool:
+def write_matrix(path: str, differences: list[Difference], patch=None) -> bool:
     """Patch the matrix in place: write a temporary file beside it, prove it still loads, rename.
-    Returns whether anything was written."""
-    todo = [d for d in differences if d.writable]
+    Returns whether anything was written. `patch` (text, doc, changes) -> text: the pins' by
+    default; the wheel records' with wheelevidence.patch_text."""
+    todo = [d for d in differences if getattr(d, "writable", True)]
     if not todo:
         return False
     src = Path(path)
     text = src.read_text(encoding="utf-8")
     doc = knowledge.load_yaml(src)
-    new = patch_text(text, doc, todo)
+    new = (patch or patch_text)(text, doc, todo)
     if new == text:
         return False
     with atomic_file(src, "w", perm=src.stat().st_mode & 0o7777, suffix=".sync") as fh:
@@ -244,16 +246,19 @@ class SyncResult:
     reports: list[ReleaseReport]
     lines: list[str]
     written: bool
+    wheels: list = field(default_factory=list)     # wheelevidence.WheelChange
 
     @property
     def agree(self) -> bool:
-        return all(not r.differences for r in self.reports)
+        return all(not r.differences for r in self.reports) and not self.wheels
 
 
 def sync_pytorch(matrix: str, versions: list[str] | None = None, index_url: str | None = None,
                  write: bool = False, index: Index | None = None,
-                 progress: Callable[[str], None] | None = None) -> SyncResult:
-    """Compare (and with `write`, update) the default variants' pins with the index's wheels."""
+                 progress: Callable[[str], None] | None = None, wheels: bool = True) -> SyncResult:
+    """Compare (and with `write`, update) the default variants' pins with the index's wheels and,
+    unless `wheels` is False, each release's wheel records (x86_64, aarch64) with the wheels pip
+    gets now."""
     k = knowledge.load(matrix)
     wanted = list(dict.fromkeys(versions)) if versions else sorted(k.pytorch, key=parse_version,
                                                                     reverse=True)
@@ -272,9 +277,21 @@ def sync_pytorch(matrix: str, versions: list[str] | None = None, index_url: str 
         pins[v] = index.pins(v)
         if progress:
             progress(f"torch {v}: {pins[v].wheel}, {pins[v].how}")
+    found = {}
+    for v in wanted if wheels else ():
+        for plat in wheelevidence.PLATFORMS:
+            found[(v, plat)] = index.wheel_evidence(v, plat)
+            if progress and found[(v, plat)] is not None:
+                progress(f"torch {v} {plat}: {wheelevidence.describe(found[(v, plat)])}")
+    changes = wheelevidence.compare({v: k.pytorch[v].wheels for v in wanted}, found)
     reports = compare(k, pins)
     lines = format_report(reports, matrix, index.shown)
+    lines += [f"  wheels: {ch.describe()}" for ch in changes]
+    if wheels and not changes:
+        lines.append(f"  wheels: the {sum(1 for e in found.values() if e)} Linux wheels read agree "
+                     "with the records")
     written = False
     if write:
         written = write_matrix(matrix, [d for r in reports for d in r.differences])
-    return SyncResult(reports, lines, written)
+        written = write_matrix(matrix, changes, wheelevidence.patch_text) or written
+    return SyncResult(reports, lines, written, changes)

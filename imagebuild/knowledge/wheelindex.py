@@ -144,8 +144,8 @@ def parse_project_page(body: str, content_type: str, page_url: str) -> list[Link
     return links
 
 
-def pick_wheel(links: list[Link], version: str) -> tuple[Link, str] | None:
-    """The default wheel of a torch release for Linux x86_64: for the first interpreter of
+def pick_wheel(links: list[Link], version: str, platform: str = "x86_64") -> tuple[Link, str] | None:
+    """The default wheel of a torch release for Linux `platform`: for the first interpreter of
     PYTHON_TAGS it is built for, the highest build number (as pip picks); with that tag."""
     from packaging.utils import InvalidWheelFilename, parse_wheel_filename
     from packaging.version import Version
@@ -163,12 +163,19 @@ def pick_wheel(links: list[Link], version: str) -> tuple[Link, str] | None:
             parsed.append((link, build, tags))
     for py in PYTHON_TAGS:
         fits = [(build, link.filename, link) for link, build, tags in parsed
-                if any(t.interpreter == py and t.abi == py and _PLATFORM_RE.match(t.platform)
+                if any(t.interpreter == py and t.abi == py and _platform_tag(t.platform, platform)
                        for t in tags)]
         if fits:
             best = max(fits, key=lambda f: (f[0], f[1]))
             return best[2], py
     return None
+
+
+def _platform_tag(tag: str, platform: str) -> bool:
+    """A manylinux (or plain linux) wheel platform tag for `platform`."""
+    if platform == "x86_64":
+        return bool(_PLATFORM_RE.match(tag))
+    return bool(re.fullmatch(r"(manylinux2014|manylinux_[0-9]+_[0-9]+|linux)_" + re.escape(platform), tag))
 
 
 def published(links: list[Link], until: str | None = None,
@@ -357,7 +364,38 @@ class Index:
         return _pins_from_metadata_file(version, link.filename, raw, how, py,
                                         wheel_pythons(links, version))
 
-    def _metadata_by_ranges(self, link: Link) -> tuple[bytes, str]:
+    def wheel_evidence(self, version: str, platform: str, until: str | None = None):
+        """The wheel `pip install torch==version` gets on Linux `platform` (CPython 3.12, else the
+        first interpreter of PYTHON_TAGS it has): its name, sha256 and size from the index, and the
+        CUDA and commit its torch/version.py names, read through HTTP ranges. None: the index has
+        no Linux wheel of the release for that platform. `until` (YYYY-MM-DD): only the files
+        uploaded by that day count (an audit of a matrix as of that day)."""
+        from .wheelevidence import VERSION_PY, VERSION_PY_MAX, evidence_from_wheel
+
+        parse_version(version)
+        links = self.links(PROJECT)
+        if until is not None:
+            links = [lk for lk in links if lk.upload_time and lk.upload_time[:10] <= until]
+        picked = pick_wheel(links, version, platform)
+        if picked is None:
+            return None
+        link, _py = picked
+        if not (link.sha256 and _SHA256_RE.match(link.sha256)):
+            raise SyncError(f"{link.filename}: the index gives no sha256 for it")
+        zf, remote, size = self._remote_zip(link, "no byte ranges")
+        with zf:
+            try:
+                info = zf.getinfo(VERSION_PY)
+            except KeyError:
+                raise SyncError(f"{link.filename}: no {VERSION_PY} in the wheel") from None
+            if info.file_size > VERSION_PY_MAX:
+                raise SyncError(f"{link.filename}: {VERSION_PY} is {info.file_size} bytes, over "
+                                f"{VERSION_PY_MAX}")
+            text = self._read_member(zf, VERSION_PY).decode("utf-8", errors="replace")
+        return evidence_from_wheel(version, platform, link.filename, link.sha256, size, text)
+
+    def _remote_zip(self, link: Link, lacking: str):
+        """(ZipFile over the remote wheel through HTTP ranges, the range reader, its size)."""
         import requests
 
         try:
@@ -367,21 +405,35 @@ class Index:
                                    f"{type(exc).__name__}") from None
         size = int(head.headers.get("content-length") or 0)
         if head.status_code >= 400 or size <= 0 or "bytes" not in head.headers.get("accept-ranges", ""):
-            raise SyncError(f"{link.filename}: the index offers neither PEP 658 metadata nor byte "
-                            "ranges; refusing to download the whole wheel")
+            raise SyncError(f"{link.filename}: the index offers {lacking}; refusing to download "
+                            "the whole wheel")
         remote = _RangeFile(self.session, head.url or link.url, size, self.timeout)
         try:
-            with zipfile.ZipFile(io.BufferedReader(remote, buffer_size=1 << 16)) as zf:
-                names = [n for n in zf.namelist()
-                         if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
-                if len(names) != 1:
-                    raise SyncError(f"{link.filename}: no single .dist-info/METADATA in the wheel")
-                raw = zf.read(names[0])
+            return zipfile.ZipFile(io.BufferedReader(remote, buffer_size=1 << 16)), remote, size
         except requests.RequestException as exc:
             raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
                                    f"{type(exc).__name__}") from None
         except zipfile.BadZipFile as exc:
             raise SyncError(f"{link.filename}: not a readable wheel ({exc})") from None
+
+    def _read_member(self, zf, name: str) -> bytes:
+        import requests
+
+        try:
+            return zf.read(name)
+        except requests.RequestException as exc:
+            raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
+                                   f"{type(exc).__name__}") from None
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise SyncError(f"unreadable {name} in a wheel ({exc})") from None
+
+    def _metadata_by_ranges(self, link: Link) -> tuple[bytes, str]:
+        zf, remote, size = self._remote_zip(link, "neither PEP 658 metadata nor byte ranges")
+        with zf:
+            names = [n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
+            if len(names) != 1:
+                raise SyncError(f"{link.filename}: no single .dist-info/METADATA in the wheel")
+            raw = self._read_member(zf, names[0])
         return raw, (f"METADATA through HTTP ranges ({remote.fetched / 1e6:.1f} MB of "
                      f"{size / 1e6:.0f} MB)")
 

@@ -1,4 +1,4 @@
-"""`imagebuild knowledge which | validate | show SECTION | schema | sync pytorch | copy DIR`
+"""`imagebuild knowledge which | validate | show SECTION | schema | evidence | sync pytorch | copy DIR`
 
 - which: the matrix the commands use here, where that choice came from (--matrix,
   $IMAGEBUILD_MATRIX, ./matrix.yaml, or the one packaged with imagebuild), its as_of and sha256.
@@ -11,7 +11,11 @@
   (knowledge/shapes.py); the repository keeps it as matrix.schema.json, which matrix.yaml's first
   line names for editors.
 - sync pytorch: compare each PyTorch release's default variant with the real wheel metadata on the
-  package index; exit 0 when all agree, 1 when they differ; --write updates matrix.yaml in place.
+  package index, and each release's `wheels:` records (x86_64 and aarch64: file, sha256, size, the
+  CUDA of torch/version.py, commit) with the wheels pip gets now; exit 0 when all agree, 1 when
+  they differ; --write updates matrix.yaml in place (whole or not at all, and only if it loads).
+- evidence: the offline audit of every PyTorch release x variant x platform: the wheel that shows
+  it, or the source its variant cites; exit 1 when a verified build rests on third-party copies.
 """
 
 from __future__ import annotations
@@ -40,7 +44,10 @@ def configure(parser) -> None:
     p = sub.add_parser("schema", help="print matrix.yaml's JSON Schema (for editors and validators)")
     p.add_argument("--output", default=None, metavar="FILE",
                    help="write it to FILE (whole or not at all) instead of printing it")
-    p = sub.add_parser("sync", help="compare PyTorch pins with the wheels on the package index")
+    p = sub.add_parser("evidence", help="audit, offline, what shows each PyTorch build on each "
+                       "platform: a wheel on the index (file, sha256, commit) or a cited source")
+    add_matrix_option(p)
+    p = sub.add_parser("sync", help="compare PyTorch pins and wheels with the package index")
     p.add_argument("what", metavar="WHAT", choices=["pytorch"], help="what to sync: pytorch")
     p.add_argument("--write", action="store_true",
                    help="update matrix.yaml in place (only the differing values)")
@@ -48,6 +55,8 @@ def configure(parser) -> None:
                    help="only these PyTorch releases (default: every release in the matrix)")
     p.add_argument("--index-url", default=None, metavar="URL",
                    help="the package index (default: pip's configured index-url, else pip's default)")
+    p.add_argument("--no-wheels", action="store_true",
+                   help="compare the default variants' pins only; leave the wheel records unread")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     add_matrix_option(p)
     for p in sub.choices.values():
@@ -77,6 +86,8 @@ def run(args) -> int:
         return _show(args)
     if args.action == "schema":
         return _schema(args)
+    if args.action == "evidence":
+        return _evidence(args)
     return _sync(args)
 
 
@@ -220,9 +231,10 @@ def _sync(args) -> int:
     index_url = sync.validate_index_url(args.index_url) if args.index_url else None
 
     rep = Reporter.for_args("knowledge", args)
-    result = sync.sync_pytorch(args.matrix, versions, index_url, write=args.write, progress=rep.progress)
+    result = sync.sync_pytorch(args.matrix, versions, index_url, write=args.write,
+                               progress=rep.progress, wheels=not args.no_wheels)
     text = "\n".join(result.lines)
-    n = sum(len(r.differences) for r in result.reports)
+    n = sum(len(r.differences) for r in result.reports) + len(result.wheels)
     if result.agree:
         text += f"\nall {len(result.reports)} releases agree with the index"
     elif args.write:
@@ -230,8 +242,44 @@ def _sync(args) -> int:
                  + f" ({n} difference(s); values marked 'fix by hand' were not written)")
     rep.result({"matrix": args.matrix, "agree": result.agree, "write": args.write,
                 "written": result.written, "differences": n,
-                "releases": [_release_json(r) for r in result.reports]}, text)
+                "releases": [_release_json(r) for r in result.reports],
+                "wheels": [_wheel_change_json(c) for c in result.wheels]}, text)
     return 0 if result.agree else 1
+
+
+def _wheel_change_json(change) -> dict:
+    from dataclasses import asdict
+
+    return {"release": change.release, "platform": change.platform, "what": change.what,
+            "matrix": asdict(change.matrix) if change.matrix else None,
+            "index": asdict(change.index) if change.index else None}
+
+
+def _evidence(args) -> int:
+    """The offline audit: every release x variant x platform and what shows it; exit 1 when a
+    verified build rests on third-party copies alone."""
+    from dataclasses import asdict
+
+    from ... import knowledge
+    from ...knowledge import wheelevidence
+
+    k = knowledge.load(args.matrix)
+    rows = wheelevidence.audit(k)
+    bad = wheelevidence.failures(rows)
+    header = ("release", "build", "platform", "verified", "evidence", "source", "detail")
+    table = [(r.release, r.build, r.platform, "yes" if r.verified else "no", r.kind, r.source,
+              r.detail if r.kind == "wheel" else r.detail[:90]) for r in rows]
+    widths = [max(len(str(row[i])) for row in [header] + table) for i in range(len(header) - 1)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths)) + "  " + row[-1]
+             for row in [header] + table]
+    wheels = sum(1 for r in rows if r.kind == "wheel")
+    lines.append(f"{len(rows)} builds x platforms: {wheels} shown by a wheel on the index, "
+                 f"{len(rows) - wheels} by the source their variant cites")
+    lines += [f"refused: {b}" for b in bad]
+    rep = Reporter.for_args("knowledge", args)
+    rep.result({"matrix": args.matrix, "rows": [asdict(r) for r in rows], "refused": bad},
+               "\n".join(lines))
+    return 1 if bad else 0
 
 
 def _release_json(report) -> dict:

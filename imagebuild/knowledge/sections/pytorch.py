@@ -7,7 +7,7 @@ from __future__ import annotations
 from ...versions import NONE, VersionSyntaxError, major_minor, parse_version
 from ..context import _Ctx
 from ..matchers import Matcher, any_of, arch_matcher, category_matcher, version_matcher
-from ..model import TorchRelease, Variant
+from ..model import TorchRelease, Variant, WheelEvidence
 from ..schema import DEFAULT_PLATFORM
 
 
@@ -30,7 +30,6 @@ def _release(c: _Ctx, rel, sources, releases, variants, pytorch):
         c.fail(f"pytorch.releases: {ver} is listed twice", rel, "version")
     py = c.spec(rel, "python", w)
     src = c.source(rel, sources, w)
-    pytorch[ver] = TorchRelease(ver, py, src)
     c.add_rule(f"pytorch-{ver}-python", [("pytorch", version_matcher("==" + ver))],
                [("python", version_matcher(py))], f"torch {ver} supports Python {py}",
                src, rel.line)
@@ -39,9 +38,15 @@ def _release(c: _Ctx, rel, sources, releases, variants, pytorch):
     for v in c.seq(rel["variants"], w, rel, "variants"):
         cuda_m, verified = _variant(c, v, w, ver, sources, releases, variants)
         (cudas_verified if verified else cudas_all).append(cuda_m)
-    builds_v = ", ".join(m.text for m in cudas_verified) or "no verified build"
+    wheels = _wheels(c, rel, ver, sources, variants) if "wheels" in rel else ()
+    pytorch[ver] = TorchRelease(ver, py, src, wheels)
+    # "built for CUDA 12.8, 12.6 (...), and for the CPU": the CPU build named in words, after
+    cuda_v = [m for m in cudas_verified if m.text != NONE]
+    cpu = " and for the CPU" if len(cuda_v) < len(cudas_verified) else ""
+    builds_v = ", ".join(m.text for m in cuda_v) or "no verified build"
     also = (f" (builds for {', '.join(m.text for m in cudas_all)} are not confirmed)"
             if cudas_all else "")
+    also += ("," if also and cpu else "") + cpu
     # with unverified builds, this rule holds only while unverified facts are not allowed: under
     # --allow-unverified the wider rule below takes its place (else it would still refuse them)
     c.add_rule(f"pytorch-{ver}-builds", [("pytorch", version_matcher("==" + ver))],
@@ -52,8 +57,8 @@ def _release(c: _Ctx, rel, sources, releases, variants, pytorch):
         c.add_rule(f"pytorch-{ver}-builds-unverified", [("pytorch", version_matcher("==" + ver))],
                    [("cuda", any_of(cudas_verified + cudas_all))],
                    f"torch {ver} is built for CUDA "
-                   + ", ".join(m.text for m in cudas_verified + cudas_all)
-                   + " (some builds unverified)", src, rel.line, verified=False)
+                   + ", ".join(m.text for m in cuda_v + cudas_all)
+                   + " (some builds unverified)" + cpu, src, rel.line, verified=False)
 
 
 def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
@@ -80,7 +85,7 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
                   c.version(v, "cuda_runtime", w, True), arch,
                   c.flag(v, "default", w, False), verified, vsrc, v.line,
                   c.platform_list(v, "platforms", w) or (DEFAULT_PLATFORM,), nccl_verified,
-                  nccl_src)
+                  nccl_src, plat_src)
     variants[key] = var
     cuda_m = Matcher("none", lambda x: x == NONE) if cuda_mm == NONE \
         else version_matcher(cuda_mm)
@@ -177,3 +182,70 @@ def _wheel_rules(c: _Ctx, v, w: str, var: Variant, when, releases, plat_src) -> 
                + (f"wheels are published for {', '.join(plats)}" if "platforms" in v else
                   f"wheels are known for {DEFAULT_PLATFORM} only (no other platform's build is recorded)"),
                plat_src or var.source, v.line, var.verified)
+
+
+def _wheels(c: _Ctx, rel, ver: str, sources, variants) -> tuple[WheelEvidence, ...]:
+    """The release's wheels on the index as `knowledge sync` read them, each checked against itself
+    (a torch `ver` wheel for its platform, a sha256, a commit) and against the variants: the build
+    a wheel is (its torch/version.py's CUDA, or none) must be a variant published for that
+    platform, and the x86_64 wheel (what a plain `pip install torch` gets) the default variant."""
+    import re
+
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+    from packaging.version import Version
+
+    w = f"pytorch {ver} wheels[]"
+    out: list[WheelEvidence] = []
+    for node in c.seq(rel["wheels"], w, rel, "wheels"):
+        c.shape(node, "pytorch.releases[].wheels[]", w)
+        plat = c.text(node, "platform", w)
+        if plat not in c.known_platforms:
+            c.fail(f"{w}: unknown platform {plat!r} (known: {', '.join(c.known_platforms)})", node,
+                   "platform")
+        name = c.text(node, "file", w)
+        try:
+            project, wver, _build, tags = parse_wheel_filename(name)
+        except InvalidWheelFilename as exc:
+            c.fail(f"{w}: file is no wheel name: {exc}", node, "file")
+        if project != "torch" or wver != Version(ver) or wver.local:
+            c.fail(f"{w}: {name} is no wheel of torch {ver} as the index serves it", node, "file")
+        if not any(t.platform.endswith("_" + plat) for t in tags):
+            c.fail(f"{w}: {name} is no {plat} wheel", node, "file")
+        sha = c.text(node, "sha256", w)
+        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+            c.fail(f"{w}: sha256 is 64 lowercase hex digits", node, "sha256")
+        commit = c.text(node, "commit", w)
+        if not re.fullmatch(r"[0-9a-f]{40}", commit):
+            c.fail(f"{w}: commit is a 40-hex-digit git commit", node, "commit")
+        cuda = c.text(node, "cuda", w)
+        if cuda != NONE:
+            cuda = c.version(node, "cuda", w)
+            if cuda.count(".") != 1:
+                c.fail(f"{w}: cuda is the major.minor torch/version.py names, or none", node, "cuda")
+        size = node.get("size")
+        if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size <= 0):
+            c.fail(f"{w}: size is a positive number of bytes", node, "size")
+        if any(e.platform == plat for e in out):
+            c.fail(f"{w}: two {plat} wheels; one per platform is recorded", node, "platform")
+        ev = WheelEvidence(ver, plat, name, sha, cuda, commit, c.source(node, sources, w), size,
+                           node.line)
+        _wheel_matches(c, node, w, ev, variants)
+        out.append(ev)
+    return tuple(out)
+
+
+def _wheel_matches(c: _Ctx, node, w: str, ev: WheelEvidence, variants) -> None:
+    """A wheel record contradicts the variants: refused at its line."""
+    build = "the CPU build" if ev.cuda == NONE else f"the CUDA {ev.cuda} build"
+    var = variants.get((ev.release, ev.cuda))
+    if var is None:
+        c.fail(f"{w}: the index's {ev.platform} wheel of torch {ev.release} is {build}, which no "
+               "variant of the release names", node, "cuda")
+    if ev.platform not in var.platforms:
+        c.fail(f"{w}: the index's {ev.platform} wheel of torch {ev.release} is {build}, but that "
+               f"variant lists only {', '.join(var.platforms)} under platforms", node, "platform")
+    if ev.platform == DEFAULT_PLATFORM:
+        default = next((v for (r, _), v in variants.items() if r == ev.release and v.default), None)
+        if default is not None and default.cuda != ev.cuda:
+            c.fail(f"{w}: the index's {ev.platform} wheel (what `pip install torch=={ev.release}` "
+                   f"gets) is {build}, but the default variant is {default.tag}", node, "cuda")
