@@ -110,9 +110,9 @@ def test_plan_fails_on_broken_images_when_asked(capsys):
 # -- a GPU host with no PyTorch ----------------------------------------------------------------
 
 def test_a_gpu_host_without_pytorch_is_told_why_and_the_nearest_driver(k, capsys):
-    # GH200 on R550 gets torch 2.9.1+cu128 since 2.9's aarch64 builds are recorded (PT29), through
-    # CUDA minor-version compatibility; on R520 no torch build runs
-    assert R.resolve(k, R.Host(driver="550.127.05", gpu="GH200")).stack["pytorch"] == "2.9.1"
+    # GH200 on R550 gets torch 2.10.0+cu128 since 2.10's aarch64 builds are recorded (PT210WV;
+    # 2.9's since PT29), through CUDA minor-version compatibility; on R520 no torch build runs
+    assert R.resolve(k, R.Host(driver="550.127.05", gpu="GH200")).stack["pytorch"] == "2.10.0"
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "520.61.05",
                         "--gpu", "GH200", "--json")
     doc = answer(out, "resolve")

@@ -62,7 +62,9 @@ def test_no_solution_gives_the_chain_of_facts(k):
     assert "torch 2.9.1 is built for CUDA 12.8" in text
     assert "525.60.13 even with minor-version compatibility [S5]" in text
     assert "cuda-compat-12-8 supports driver branches R535, not the host's R470 [FWD615]" in text
-    assert "driver 470.82.01" in res.explanation[-1]
+    assert "driver 470.82.01" in res.explanation[-2]
+    # torch 2.9.1's CPU build (PTPREV) fits where no CUDA build does: the answer says so
+    assert res.explanation[-1] == "no GPU stack fits; a CPU-only stack does (ask for it with --cuda none)"
 
 
 def test_gpu_architecture_limits_cuda(k):

@@ -3,7 +3,8 @@ and fail where the matrix disagrees.
 
 What is re-derived (S10 in the matrix): each PyTorch release's default-wheel pins (CUDA runtime or
 cuda-toolkit, cuDNN, NCCL) and its Python range (the CPython tags of its Linux x86_64 wheels); the
-aarch64 wheels of every variant the matrix says runs on aarch64; every NCCL and cuDNN wheel release
+wheel pip picks for Linux x86_64 and aarch64 of every release (the `wheels:` records: file, sha256,
+size, and torch/version.py's CUDA and commit, read through HTTP ranges); every NCCL and cuDNN wheel release
 per CUDA major with a Linux x86_64 wheel (nvidia-nccl-cuXX, nvidia-cudnn-cuXX) and the newest of each (the `builds` ranges);
 every CUDA release NVIDIA publishes as a `cuda-toolkit` wheel. Only files uploaded by the matrix's
 `as_of` day count, so the audit of one matrix gives the same verdict on any later day; what came
@@ -19,12 +20,10 @@ import re
 
 import pytest
 from packaging.specifiers import SpecifierSet
-from packaging.utils import parse_wheel_filename
 from packaging.version import Version
 
 from imagebuild import knowledge
 from imagebuild.knowledge import sync
-from imagebuild.versions import NONE
 
 from conftest import ROOT, need
 
@@ -124,18 +123,17 @@ def test_python_ranges_follow_the_wheels(k, index):
     assert not wrong, "\n".join(wrong)
 
 
-def test_aarch64_variants_have_aarch64_wheels(k, index):
-    links = index.links("torch")
-    have = set()
-    for link in links:
-        if link.filename.endswith(".whl"):
-            _, ver, _, tags = parse_wheel_filename(link.filename)
-            if any(t.platform.endswith("_aarch64") and t.platform.startswith("manylinux")
-                   for t in tags):
-                have.add(str(ver))
-    claimed = [var for var in k.variants.values()
-               if "aarch64" in var.platforms and var.default and var.cuda != NONE]
-    assert claimed, "no variant claims aarch64: the audit would check nothing"
-    missing = [f"{v.pytorch}+{v.tag}" for v in claimed if v.pytorch not in have]
-    assert not missing, f"the matrix says these run on aarch64, the index has no aarch64 wheel: " \
-        f"{missing}"
+def test_wheel_records_are_the_index_wheels(k, index):
+    """Each release's `wheels:` records (PYPIWHEEL) are what the index serves, as of the matrix's
+    as_of day: for Linux x86_64 and aarch64, the wheel pip picks, its sha256 and size, and from
+    inside it (torch/version.py, through HTTP ranges) the CUDA it was built for and its commit. So
+    "the aarch64 wheel of 2.9.1 is a CPU build" is read from the wheel, not from its name."""
+    from imagebuild.knowledge import wheelevidence
+
+    found = {(v, plat): index.wheel_evidence(v, plat, until=k.as_of)
+             for v in k.pytorch for plat in wheelevidence.PLATFORMS}
+    recorded = {v: rel.wheels for v, rel in k.pytorch.items()}
+    assert sum(len(r) for r in recorded.values()) >= 2 * len(k.pytorch) - 2, \
+        "the matrix records almost no wheels: the audit would check nothing"
+    changes = wheelevidence.compare(recorded, found)
+    assert not changes, "\n".join(c.describe() for c in changes)
