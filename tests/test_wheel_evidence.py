@@ -206,6 +206,17 @@ def test_grace_hosts_get_torch_2_10(capsys):
     assert (stack["platform"], stack["pytorch"], stack["cuda"]) == ("aarch64", "2.10.0", "13.0.2")
 
 
+def test_grace_hosts_get_torch_2_8_only_under_allow_unverified(capsys):
+    """TORCH28SBSA: the 2.8 cycle's aarch64 CUDA build was 12.9, known from nightly build-matrix
+    pull requests only: refused by default with the reason, offered under --allow-unverified."""
+    base = ["resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu", "GB200", "--torch", "2.8"]
+    code, out, _ = _cli(capsys, *base)
+    assert code == 1 and "torch 2.8.0 is built for CUDA 12.8, 12.6 (builds for 12.9 are not confirmed)" in out
+    code, out, _ = _cli(capsys, *base, "--allow-unverified", "--json")
+    stack = answer(out, "resolve", code=code)["stack"]
+    assert (stack["platform"], stack["pytorch"], stack["cuda"][:5]) == ("aarch64", "2.8.0", "12.9.")
+
+
 def test_a_host_without_gpu_gets_the_cpu_build_of_an_older_torch(capsys):
     """PTPREV: 2.6.0's '# CPU only' command; before, only 2.13.0 had a CPU build recorded."""
     code, out, err = _cli(capsys, "resolve", "--matrix", MATRIX, "--gpu", "none", "--torch", "2.6",
