@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import http.server
 import io
 import os
 import re
-import threading
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT, need
+from range_server import RangeServer
 from imagebuild import cli, knowledge
 from imagebuild.knowledge import sync
 from imagebuild.errors import KnowledgeError
@@ -347,15 +346,12 @@ def _wheel_bytes(version: str, requires_dist: list[str], requires_python: str) -
     return buf.getvalue(), meta
 
 
-class _Index:
+class _Index(RangeServer):
     """A PEP 503 index: /simple/torch/ links one wheel per release; 2.11.0 advertises a PEP 658
     metadata file, 2.4.1 does not (so only byte ranges can read it). Every byte sent is counted."""
 
     def __init__(self, root: Path):
-        self.files: dict[str, bytes] = {}
-        self.sent = 0
-        self.ranges = 0
-        self.no_ranges = False
+        super().__init__()
         links = []
         for ver, lines, rp, pep658 in (("2.11.0", META_2_11_0, ">=3.10", True),
                                        ("2.4.1", META_2_4_1, ">=3.8.0", False),
@@ -378,52 +374,6 @@ class _Index:
             self.files[f"/files/torch-{ver}-cp312-cp312-manylinux2014_aarch64.whl"] = b"not a zip"
             links.append(f'<a href="../../files/torch-{ver}-cp312-cp312-manylinux2014_aarch64.whl">x</a>')
         self.files["/simple/torch/"] = ("<html><body>" + "<br/>".join(links) + "</body></html>").encode()
-        index = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, head: bool):
-                body = index.files.get(self.path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                rng = self.headers.get("Range")
-                status, start, end = 200, 0, len(body) - 1
-                if rng and rng.startswith("bytes=") and not index.no_ranges:
-                    a, b = rng[6:].split("-")
-                    start, end = int(a), min(int(b), len(body) - 1)
-                    status = 206
-                    index.ranges += 1
-                chunk = body[start:end + 1]
-                self.send_response(status)
-                self.send_header("Content-Type", "text/html" if self.path.endswith("/")
-                                 else "application/octet-stream")
-                if not index.no_ranges:
-                    self.send_header("Accept-Ranges", "bytes")
-                self.send_header("Content-Length", str(len(body) if head else len(chunk)))
-                if status == 206:
-                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
-                self.end_headers()
-                if not head:
-                    index.sent += len(chunk)
-                    self.wfile.write(chunk)
-
-            def do_GET(self):
-                self._send(False)
-
-            def do_HEAD(self):
-                self._send(True)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture

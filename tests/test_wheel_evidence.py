@@ -11,15 +11,14 @@ read in test_sync.py."""
 from __future__ import annotations
 
 import hashlib
-import http.server
 import io
 import re
-import threading
 import zipfile
 
 import pytest
 
 from conftest import ROOT, answer
+from range_server import RangeServer
 from imagebuild import cli, knowledge
 from imagebuild.errors import KnowledgeError
 from imagebuild.knowledge import sync, wheelevidence
@@ -288,50 +287,13 @@ def _wheel(cuda: str, filler: int) -> bytes:
     return buf.getvalue()
 
 
-class _Index:
+class _Index(RangeServer):
     """/simple/torch/ with 2.4.1's x86_64 (CUDA 12.1) and aarch64 (CPU) wheels, byte ranges served,
     every byte sent counted."""
 
     def __init__(self):
-        self.files: dict[str, bytes] = {}
-        self.sent = 0
+        super().__init__()
         self.set_wheels(_wheel("'12.1'", 1), _wheel("None", 2))
-        index = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _send(self, head: bool):
-                body = index.files.get(self.path)
-                if body is None:
-                    self.send_error(404)
-                    return
-                start, end, status = 0, len(body) - 1, 200
-                rng = self.headers.get("Range")
-                if rng and rng.startswith("bytes="):
-                    a, b = rng[6:].split("-")
-                    start, end, status = int(a), min(int(b), len(body) - 1), 206
-                chunk = body[start:end + 1]
-                self.send_response(status)
-                self.send_header("Accept-Ranges", "bytes")
-                self.send_header("Content-Length", str(len(body) if head else len(chunk)))
-                if status == 206:
-                    self.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
-                self.end_headers()
-                if not head:
-                    index.sent += len(chunk)
-                    self.wfile.write(chunk)
-
-            def do_GET(self):
-                self._send(False)
-
-            def do_HEAD(self):
-                self._send(True)
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def set_wheels(self, x86: bytes, arm: bytes):
         links = []
@@ -347,8 +309,7 @@ class _Index:
 def index():
     idx = _Index()
     yield idx
-    idx.server.shutdown()
-    idx.server.server_close()
+    idx.close()
 
 
 def test_sync_records_reports_and_refuses_what_would_not_load(tmp_path, index, capsys):
