@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 import zipfile
 
@@ -69,6 +70,24 @@ def test_version_py_that_says_too_little_is_refused(text):
         wheelevidence.read_version_py(text, "w.whl")
 
 
+@pytest.mark.parametrize("library,want", [
+    # 2.9.1's libtorch_python.so: the list follows another string with no NUL between
+    (b"\0std::string ipc_hsm_70 sm_75 sm_80 sm_86 sm_90 sm_100 sm_120\0",
+     ("7.0", "7.5", "8.0", "8.6", "9.0", "10.0", "12.0")),
+    (b"\0sm_80 sm_90 sm_100 sm_110 sm_120\0", ("8.0", "9.0", "10.0", "11.0", "12.0")),
+    (b"\0sm_90 sm_100 compute_100\0", ("9.0", "10.0+PTX")),
+    (b"\0sm_80 sm_90a compute_120\0", ("8.0", "9.0", "12.0+PTX")),
+])
+def test_arch_list_from_the_library(library, want):
+    assert wheelevidence.read_arch(library, "w.whl") == want
+
+
+@pytest.mark.parametrize("library", [b"no list here sm_80\0", b"\0sm_80 sm_90\0sm_75 sm_86\0"])
+def test_no_single_arch_list_is_refused(library):
+    with pytest.raises(sync.SyncError, match="architecture lists in torch/lib/libtorch_python.so"):
+        wheelevidence.read_arch(library, "w.whl")
+
+
 # -- the records in matrix.yaml ------------------------------------------------------------------
 
 def test_every_release_has_its_two_index_wheels_recorded(k):
@@ -95,6 +114,30 @@ def test_the_index_aarch64_wheel_is_the_cpu_build_until_2_10(k):
         else:
             default = next(v for (r, _), v in k.variants.items() if r == ver and v.default)
             assert arm.cuda == default.cuda, ver
+
+
+def test_the_wheels_architectures(k):
+    """PYPIWHEEL, libtorch_python.so of each CUDA wheel: the x86_64 wheel carries its variant's
+    list (2.6.0's and 2.15.0's were "?" before); the aarch64 wheels of 2.11 to 2.15 carry 8.0, 9.0,
+    10.0, 11.0, 12.0 (no 7.5 or 8.6 cubins, and Thor's 11.0), a rule of their own."""
+    for ver, rel in k.pytorch.items():
+        for w in rel.wheels:
+            if w.cuda == NONE:
+                assert w.arch is None
+            elif w.platform == "x86_64":
+                assert sorted(w.arch) == sorted(k.variants[(ver, w.cuda)].arch), ver
+            else:
+                assert w.arch == ("8.0", "9.0", "10.0", "11.0", "12.0"), ver
+
+
+def test_a_turing_gpu_on_an_arm_server_gets_no_aarch64_wheel_without_its_cubins(capsys):
+    """A T4 (cc 7.5) in an aarch64 server: 2.13.0's aarch64 wheel has no sm_75 (PYPIWHEEL), so
+    the answer was a stack that could not run; it is now refused, citing the wheel."""
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu", "T4",
+                        "--platform", "aarch64", "--torch", "2.13")
+    assert code == 1
+    assert "torch 2.13.0+cu130 wheels for aarch64 are built for sm 8.0, 9.0, 10.0, 11.0, 12.0 " \
+           "(the index's aarch64 wheel) [PYPIWHEEL]" in out
 
 
 def test_a_release_wheels_share_the_commit_they_were_built_from(k):
@@ -128,6 +171,12 @@ MISTAKES = [
     ("the x86_64 wheel is not the default variant",
      lambda t: _in_record(t, "2.8.0", "x86_64", 'cuda: "12.8"', 'cuda: "12.6"'), "2.8.0", "x86_64",
      "but the default variant is cu128"),
+    ("an x86_64 wheel whose architectures are not its variant's",
+     lambda t: _in_record(t, "2.8.0", "x86_64", '"7.0", "7.5", ', ''), "2.8.0", "x86_64",
+     "carries 8.0, 8.6, 9.0, 10.0, 12.0, but the variant says 7.0, 7.5"),
+    ("a CPU wheel with architectures",
+     lambda t: _in_record(t, "2.8.0", "aarch64", "cuda: none", 'cuda: none, arch: ["8.0"]'), "2.8.0",
+     "aarch64", "a CPU build carries no GPU architectures"),
     ("a CUDA wheel for a platform its variant does not list",
      lambda t: _in_record(t, "2.8.0", "aarch64", "cuda: none", 'cuda: "12.8"'), "2.8.0", "aarch64",
      "but that variant lists only x86_64"),
@@ -278,10 +327,17 @@ META = ('Metadata-Version: 2.1\nName: torch\nVersion: 2.4.1\nRequires-Python: >=
         'Requires-Dist: nvidia-nccl-cu12==2.20.5; platform_machine == "x86_64"\n')
 
 
+LIBRARY = os.urandom(2 << 20) + b"\0sm_80 sm_90\0" + os.urandom(1 << 20)
+
+
 def _wheel(cuda: str, filler: int) -> bytes:
     buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as zf:
-        zf.writestr("torch/lib/libtorch_filler.so", bytes([filler]) * (3 << 20))
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        # stored, incompressible: the wheel is far larger than what sync may read of it
+        zf.writestr("torch/lib/libtorch_filler.so", bytes([filler]) + os.urandom(8 << 20),
+                    zipfile.ZIP_STORED)
+        if cuda != "None":
+            zf.writestr("torch/lib/libtorch_python.so", LIBRARY)
         zf.writestr("torch/version.py", f"cuda: Optional[str] = {cuda}\ngit_version = '{COMMIT}'\n")
         zf.writestr("torch-2.4.1.dist-info/METADATA", META)
     return buf.getvalue()
@@ -334,7 +390,11 @@ def test_sync_records_reports_and_refuses_what_would_not_load(tmp_path, index, c
     assert recs["x86_64"].sha256 == hashlib.sha256(
         index.files["/files/torch-2.4.1-cp312-cp312-manylinux1_x86_64.whl"]).hexdigest()
     assert recs["x86_64"].commit == COMMIT and recs["x86_64"].source == "PYPIWHEEL"
+    assert recs["x86_64"].arch == ("8.0", "9.0") and recs["aarch64"].arch is None
+    sent = index.sent
     assert _cli(capsys, *base)[0] == 0                      # now they agree
+    # the same sha256 again: its architectures are the record's, the library is not read again
+    assert index.sent - sent < len(LIBRARY) / 2, index.sent - sent
 
     # the index now serves other bytes under the same name: reported, sha256 named
     index.set_wheels(_wheel("'12.1'", 3), _wheel("None", 2))

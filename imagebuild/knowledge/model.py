@@ -224,6 +224,9 @@ class WheelEvidence:
     source: str
     size: int | None = None
     line: int | None = None
+    # the GPU architectures the build carries ("8.0", "12.0+PTX"), read from the wheel's
+    # libtorch_python.so (what torch.cuda.get_arch_list() returns); None: not read (a CPU build)
+    arch: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,8 @@ SHAPES: dict[str, Shape] = {
         "one wheel of the release on the package index, as `knowledge sync` read it: its file, "
         "sha256, the CUDA its torch/version.py names (none: the CPU build) and the commit it was "
         "built from", ("platform", "file", "sha256", "cuda", "commit", "source"), platform="text",
-        file="text", sha256="text", cuda="text", commit="text", size="int", **SOURCED),
+        file="text", sha256="text", cuda="text", commit="text", size="int", arch="texts",
+        **SOURCED),
     "pytorch.releases[].variants[]": _s(
         "a build of the release: its CUDA (or CPU), cuDNN, NCCL, architectures and platforms",
         ("source",), cuda="text", cpu="bool", cudnn="text", nccl="text", cuda_runtime="text",

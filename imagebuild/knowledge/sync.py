@@ -280,7 +280,8 @@ def sync_pytorch(matrix: str, versions: list[str] | None = None, index_url: str 
     found = {}
     for v in wanted if wheels else ():
         for plat in wheelevidence.PLATFORMS:
-            found[(v, plat)] = index.wheel_evidence(v, plat)
+            known = next((w for w in k.pytorch[v].wheels if w.platform == plat), None)
+            found[(v, plat)] = index.wheel_evidence(v, plat, known=known)
             if progress and found[(v, plat)] is not None:
                 progress(f"torch {v} {plat}: {wheelevidence.describe(found[(v, plat)])}")
     changes = wheelevidence.compare({v: k.pytorch[v].wheels for v in wanted}, found)

@@ -45,10 +45,37 @@ def read_version_py(text: str, wheel: str) -> tuple[str, str]:
     return (value if value else NONE), git.group(1)
 
 
+ARCH_LIBRARY = "torch/lib/libtorch_python.so"
+ARCH_COMPRESSED_MAX = 64 << 20
+ARCH_LIBRARY_MAX = 256 << 20
+# the string torch.cuda.get_arch_list() splits: "sm_75 sm_80 ... sm_120" (compute_XY: PTX)
+# (no look-behind: in some builds the string follows another with no NUL between, "...ipc_hsm_70")
+_ARCH_RE = re.compile(rb"((?:sm|compute)_[0-9]{2,3}a?(?: (?:sm|compute)_[0-9]{2,3}a?)+)(?![A-Za-z0-9_])")
+
+
+def read_arch(library: bytes, wheel: str) -> tuple[str, ...]:
+    """The architectures a torch CUDA build carries, from its libtorch_python.so: the one string of
+    `sm_XY` (and `compute_XY`, PTX) names it returns from torch.cuda.get_arch_list(), as
+    matrix.yaml writes them ("7.5", "12.0", "12.0+PTX")."""
+    found = {m.group(1) for m in _ARCH_RE.finditer(library)}
+    if len(found) != 1:
+        raise SyncError(f"{wheel}: {len(found)} architecture lists in {ARCH_LIBRARY}, not one")
+    sm, ptx = [], set()
+    for name in found.pop().decode().split():
+        kind, digits = name.split("_")
+        digits = digits.rstrip("a")
+        cc = f"{digits[:-1]}.{digits[-1]}"
+        (sm.append(cc) if kind == "sm" else ptx.add(cc))
+    out = [cc + ("+PTX" if cc in ptx else "") for cc in dict.fromkeys(sm)]
+    out += [cc + "+PTX" for cc in sorted(ptx - set(sm), key=parse_version)]
+    return tuple(sorted(out, key=lambda a: parse_version(a.removesuffix("+PTX"))))
+
+
 def evidence_from_wheel(release: str, platform: str, wheel: str, sha256: str, size: int | None,
-                        version_py: str) -> WheelEvidence:
+                        version_py: str, arch: tuple[str, ...] | None = None) -> WheelEvidence:
     cuda, commit = read_version_py(version_py, wheel)
-    return WheelEvidence(release, platform, wheel, sha256, cuda, commit, SOURCE, size)
+    return WheelEvidence(release, platform, wheel, sha256, cuda, commit, SOURCE, size,
+                         arch=arch if cuda != NONE else None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -69,9 +96,14 @@ class WheelChange:
             return f"torch {self.release} {self.platform}: not recorded; the index has {describe(i)}"
         if self.what == "gone":
             return f"torch {self.release} {self.platform}: recorded {m.file}; the index has no such wheel now"
-        diffs = [f"{k} {getattr(m, k)} -> {getattr(i, k)}" for k in ("file", "sha256", "size", "cuda", "commit")
+        diffs = [f"{k} {_shown(getattr(m, k))} -> {_shown(getattr(i, k))}"
+                 for k in ("file", "sha256", "size", "cuda", "commit", "arch")
                  if getattr(m, k) != getattr(i, k)]
         return f"torch {self.release} {self.platform}: " + "; ".join(diffs)
+
+
+def _shown(value) -> str:
+    return ",".join(value) if isinstance(value, tuple) else str(value)
 
 
 def describe(ev: WheelEvidence) -> str:
@@ -92,7 +124,8 @@ def compare(recorded: dict[str, tuple[WheelEvidence, ...]],
             continue
         if old is None:
             out.append(WheelChange(release, platform, "new", None, ev))
-        elif (old.file, old.sha256, old.cuda, old.commit) != (ev.file, ev.sha256, ev.cuda, ev.commit) \
+        elif (old.file, old.sha256, old.cuda, old.commit, old.arch) != \
+                (ev.file, ev.sha256, ev.cuda, ev.commit, ev.arch) \
                 or (old.size is not None and old.size != ev.size):
             out.append(WheelChange(release, platform, "changed", old, ev))
     return out
@@ -103,9 +136,13 @@ def record_line(ev: WheelEvidence, indent: str) -> str:
     for value in (ev.file, ev.sha256, ev.commit, ev.platform):
         if not re.fullmatch(r"[A-Za-z0-9._+-]+", value):
             raise SyncError(f"refusing to write {value!r} into matrix.yaml")
+    for value in ev.arch or ():
+        if not re.fullmatch(r"[0-9]+\.[0-9]+(\+PTX)?", value):
+            raise SyncError(f"refusing to write {value!r} into matrix.yaml")
     size = f", size: {int(ev.size)}" if ev.size else ""
+    arch = (", arch: [" + ", ".join(f'"{a}"' for a in ev.arch) + "]") if ev.arch else ""
     return (f'{indent}- {{platform: {ev.platform}, file: "{ev.file}", sha256: "{ev.sha256}"{size}, '
-            f'cuda: {"none" if ev.cuda == NONE else chr(34) + ev.cuda + chr(34)}, '
+            f'cuda: {"none" if ev.cuda == NONE else chr(34) + ev.cuda + chr(34)}{arch}, '
             f'commit: "{ev.commit}", source: {ev.source}}}\n')
 
 

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from urllib.parse import urldefrag, urljoin
 
 from ..redact import redact
-from ..versions import parse_version
+from ..versions import NONE, parse_version
 from .wheelpins import PROJECT, IndexUnavailable, SyncError, WheelPins, pins_from_metadata
 
 # the interpreters whose wheel is read, in this order (the first a release has; pins do not differ)
@@ -364,13 +364,16 @@ class Index:
         return _pins_from_metadata_file(version, link.filename, raw, how, py,
                                         wheel_pythons(links, version))
 
-    def wheel_evidence(self, version: str, platform: str, until: str | None = None):
+    def wheel_evidence(self, version: str, platform: str, until: str | None = None, known=None):
         """The wheel `pip install torch==version` gets on Linux `platform` (CPython 3.12, else the
         first interpreter of PYTHON_TAGS it has): its name, sha256 and size from the index, and the
         CUDA and commit its torch/version.py names, read through HTTP ranges. None: the index has
         no Linux wheel of the release for that platform. `until` (YYYY-MM-DD): only the files
-        uploaded by that day count (an audit of a matrix as of that day)."""
-        from .wheelevidence import VERSION_PY, VERSION_PY_MAX, evidence_from_wheel
+        uploaded by that day count (an audit of a matrix as of that day). A CUDA build's
+        architectures come from its libtorch_python.so (one range of about 10 MB), unless `known`,
+        the matrix's record, already has them for a wheel of the same sha256."""
+        from .wheelevidence import (ARCH_COMPRESSED_MAX, ARCH_LIBRARY, ARCH_LIBRARY_MAX, VERSION_PY,
+                                    VERSION_PY_MAX, evidence_from_wheel, read_arch, read_version_py)
 
         parse_version(version)
         links = self.links(PROJECT)
@@ -392,7 +395,71 @@ class Index:
                 raise SyncError(f"{link.filename}: {VERSION_PY} is {info.file_size} bytes, over "
                                 f"{VERSION_PY_MAX}")
             text = self._read_member(zf, VERSION_PY).decode("utf-8", errors="replace")
-        return evidence_from_wheel(version, platform, link.filename, link.sha256, size, text)
+            arch = None
+            if read_version_py(text, link.filename)[0] != NONE:
+                if known is not None and known.sha256 == link.sha256 and known.arch:
+                    arch = known.arch
+                else:
+                    lib = self._member_by_range(link, zf, remote, ARCH_LIBRARY, ARCH_COMPRESSED_MAX,
+                                                ARCH_LIBRARY_MAX)
+                    arch = read_arch(lib, link.filename)
+        return evidence_from_wheel(version, platform, link.filename, link.sha256, size, text, arch)
+
+    def _member_by_range(self, link: Link, zf, remote, name: str, max_compressed: int,
+                         max_size: int) -> bytes:
+        """One member of a remote wheel in one range request (a large member read block by block
+        would take hundreds of requests), bounded before and while it is inflated."""
+        import struct
+        import zlib
+
+        import requests
+
+        try:
+            info = zf.getinfo(name)
+        except KeyError:
+            raise SyncError(f"{link.filename}: no {name} in the wheel") from None
+        if info.compress_size > max_compressed or info.file_size > max_size or \
+                info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise SyncError(f"{link.filename}: {name} is {info.compress_size} bytes compressed, "
+                            f"{info.file_size} inflated (at most {max_compressed} and {max_size} "
+                            "are read, stored or deflated)")
+        try:
+            head = self._range(remote.url, info.header_offset, 30)
+            if len(head) != 30 or head[:4] != b"PK\x03\x04":
+                raise SyncError(f"{link.filename}: no local header for {name} where the index says")
+            start = info.header_offset + 30 + sum(struct.unpack("<HH", head[26:30]))
+            raw = self._range(remote.url, start, info.compress_size)
+        except requests.RequestException as exc:
+            raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
+                                   f"{type(exc).__name__}") from None
+        if len(raw) != info.compress_size:
+            raise SyncError(f"{link.filename}: {name}: {len(raw)} bytes came, not {info.compress_size}")
+        if info.compress_type == zipfile.ZIP_STORED:
+            data = raw
+        else:
+            inflater = zlib.decompressobj(-15)
+            try:
+                data = inflater.decompress(raw, max_size + 1)
+            except zlib.error as exc:
+                raise SyncError(f"{link.filename}: {name} does not inflate ({exc})") from None
+        if len(data) != info.file_size or zlib.crc32(data) != info.CRC:
+            raise SyncError(f"{link.filename}: {name} is not what the wheel's directory says "
+                            "(size or CRC-32)")
+        return data
+
+    def _range(self, url: str, start: int, length: int) -> bytes:
+        """Bytes start..start+length-1; never more than length + 1 read, whatever is sent."""
+        with self.session.get(url, headers={"Range": f"bytes={start}-{start + length - 1}"},
+                              timeout=self.timeout, stream=True) as resp:
+            if resp.status_code != 206:
+                raise SyncError(f"the package index at {self.shown} answered HTTP "
+                                f"{resp.status_code} to a byte range")
+            out = bytearray()
+            for chunk in resp.iter_content(1 << 16):
+                out += chunk
+                if len(out) > length:
+                    break
+        return bytes(out)
 
     def _remote_zip(self, link: Link, lacking: str):
         """(ZipFile over the remote wheel through HTTP ranges, the range reader, its size)."""

@@ -227,11 +227,36 @@ def _wheels(c: _Ctx, rel, ver: str, sources, variants) -> tuple[WheelEvidence, .
             c.fail(f"{w}: size is a positive number of bytes", node, "size")
         if any(e.platform == plat for e in out):
             c.fail(f"{w}: two {plat} wheels; one per platform is recorded", node, "platform")
+        arch = _variant_arch(c, node, w)
+        if arch is not None and cuda == NONE:
+            c.fail(f"{w}: a CPU build carries no GPU architectures", node, "arch")
         ev = WheelEvidence(ver, plat, name, sha, cuda, commit, c.source(node, sources, w), size,
-                           node.line)
+                           node.line, arch)
         _wheel_matches(c, node, w, ev, variants)
         out.append(ev)
     return tuple(out)
+
+
+def _wheel_arch_rule(c: _Ctx, node, w: str, ev: WheelEvidence, var: Variant) -> None:
+    """What a wheel's own architecture list says: on the default platform it must be the variant's
+    (which the variant's rule enforces); on another platform the build can carry other ones (the
+    aarch64 wheels of 2.11 and later: 8.0, 9.0, 10.0, 11.0, 12.0, no 7.5), so it is a rule of its own
+    for that platform."""
+    if ev.arch is None:
+        return
+    if ev.platform == DEFAULT_PLATFORM:
+        if var.arch is not None and sorted(var.arch) != sorted(ev.arch):
+            c.fail(f"{w}: the index's {ev.platform} wheel of torch {ev.release}+{var.tag} carries "
+                   f"{', '.join(ev.arch)}, but the variant says {', '.join(var.arch)}", node, "arch")
+        if var.arch is not None:
+            return
+    when = [("pytorch", version_matcher("==" + ev.release)),
+            ("cuda", version_matcher(ev.cuda)), ("platform", category_matcher([ev.platform]))]
+    c.add_rule(f"pytorch-{ev.release}-{var.tag}-{ev.platform}-arch", when,
+               [("gpu.cc", arch_matcher(list(ev.arch)))],
+               f"torch {ev.release}+{var.tag} wheels for {ev.platform} are built for "
+               f"{arch_matcher(list(ev.arch)).text} (the index's {ev.platform} wheel)", ev.source,
+               ev.line)
 
 
 def _wheel_matches(c: _Ctx, node, w: str, ev: WheelEvidence, variants) -> None:
@@ -249,3 +274,4 @@ def _wheel_matches(c: _Ctx, node, w: str, ev: WheelEvidence, variants) -> None:
         if default is not None and default.cuda != ev.cuda:
             c.fail(f"{w}: the index's {ev.platform} wheel (what `pip install torch=={ev.release}` "
                    f"gets) is {build}, but the default variant is {default.tag}", node, "cuda")
+    _wheel_arch_rule(c, node, w, ev, var)
