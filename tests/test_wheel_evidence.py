@@ -140,6 +140,20 @@ def test_a_turing_gpu_on_an_arm_server_gets_no_aarch64_wheel_without_its_cubins(
            "(the index's aarch64 wheel) [PYPIWHEEL]" in out
 
 
+def test_a_platform_whose_wheel_architectures_are_not_recorded_is_said(capsys):
+    """2.9.1's aarch64 CUDA builds are known from a release post (PT29), not from a wheel read
+    here: the answer for a GH200 uses the x86_64 build's list and says so."""
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu",
+                        "GH200", "--torch", "2.9", "--json")
+    res = answer(out, "resolve", code=code)
+    assert res["stack"]["platform"] == "aarch64"
+    assert any(w.startswith("torch 2.9.1+cu130: the GPU architectures of its aarch64 wheels are not "
+                            "recorded; the x86_64 build's") for w in res["warnings"]), res["warnings"]
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu",
+                        "GH200", "--torch", "2.13", "--json")
+    assert not any("not recorded" in w for w in answer(out, "resolve", code=code)["warnings"])
+
+
 def test_a_release_wheels_share_the_commit_they_were_built_from(k):
     for ver, rel in k.pytorch.items():
         assert len({w.commit for w in rel.wheels}) == 1, ver

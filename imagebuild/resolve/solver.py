@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from ..errors import UsageError
 from ..knowledge import STACK, Knowledge
-from ..versions import NONE, parse_driver, parse_version
+from ..versions import NONE, major_minor, parse_driver, parse_version
 # the resolver's parts (problem.py, search.py, explain.py); the names other packages and the tests
 # use are this module's, as before the split
 from .explain import _describe, _unverified_warning, explain_failure, gpudirect_paths  # noqa: F401
@@ -76,7 +76,7 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
             if warnings:
                 res.warnings += unknown
     if explain and warnings:
-        res.warnings += _end_of_life(p, res.mode) + _unverified_against(p, sol)
+        res.warnings += _end_of_life(p, res.mode) + _unverified_against(p, sol) + _arch_elsewhere(p, sol)
         if sol["pytorch"] == NONE and p.gpu_host() and "pytorch" not in (wishes or {}):
             res.warnings.append(_no_pytorch(k, host, wishes or {}, allow_unverified, repo_cuda,
                                             skip_tags, compat_package))
@@ -105,6 +105,25 @@ def _end_of_life(p: Problem, mode: CudaMode | None = None) -> list[str]:
         text += (f". This stack's CUDA runs on it only through {mode.package}: forward "
                  "compatibility onto an end-of-life branch")
     return [text]
+
+
+def _arch_elsewhere(p: Problem, sol: dict[str, str]) -> list[str]:
+    """A GPU stack on a platform whose wheels' architecture list is not recorded: the answer used
+    the variant's list, which is the default platform's build's (the aarch64 wheels of 2.11 and
+    later carry another, so they can differ)."""
+    from ..knowledge.schema import DEFAULT_PLATFORM
+
+    plat, torch, cuda = sol.get("platform"), sol.get("pytorch"), sol.get("cuda")
+    if plat in (None, DEFAULT_PLATFORM) or NONE in (torch, cuda) or not p.gpu_host():
+        return []
+    var = p.k.variants.get((torch, major_minor(cuda)))
+    rel = p.k.pytorch.get(torch)
+    if var is None or var.arch is None or rel is None or \
+            any(w.platform == plat and w.cuda == var.cuda and w.arch for w in rel.wheels):
+        return []
+    return [f"torch {torch}+{var.tag}: the GPU architectures of its {plat} wheels are not recorded; "
+            f"the {DEFAULT_PLATFORM} build's ({', '.join(var.arch)}{_src(var.source)}) were used "
+            "for this GPU"]
 
 
 def _unverified_against(p: Problem, sol: dict[str, str]) -> list[str]:
