@@ -423,6 +423,26 @@ def test_sync_records_reports_and_refuses_what_would_not_load(tmp_path, index, c
     assert path.read_text() == before
 
 
+def test_a_mirror_that_alters_the_library_is_caught(tmp_path, index, capsys):
+    """A lying mirror: the wheel's directory (and its sha256 on the page) say one thing, the bytes
+    of libtorch_python.so another. The library is stored, so the list can be edited in place; its
+    CRC-32 no longer holds, and sync says so in one line and writes nothing."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        zf.writestr("torch/version.py", f"cuda: Optional[str] = '12.1'\ngit_version = '{COMMIT}'\n")
+        zf.writestr("torch/lib/libtorch_python.so", LIBRARY, zipfile.ZIP_STORED)
+        zf.writestr("torch-2.4.1.dist-info/METADATA", META)
+    body = buf.getvalue()
+    assert body.count(b"sm_80 sm_90") == 1
+    index.set_wheels(body.replace(b"sm_80 sm_90", b"sm_80 sm_75"), _wheel("None", 2))
+    path = tmp_path / "matrix.yaml"
+    path.write_text(SMALL, encoding="utf-8")
+    code, out, err = _cli(capsys, "knowledge", "sync", "pytorch", "--matrix", path, "--index-url",
+                          index.url, "--quiet", "--write")
+    assert code == 2 and "libtorch_python.so is not what the wheel's directory says" in err
+    assert len(err.strip().splitlines()) == 1 and path.read_text() == SMALL
+
+
 def test_nothing_unsafe_is_written_as_a_record():
     ev = wheelevidence.WheelEvidence("2.4.1", "x86_64", 'torch"; x.whl', "a" * 64, "12.1", "b" * 40,
                                      "PYPIWHEEL")
