@@ -43,10 +43,15 @@ class _Ctx:
             return None
         vals = [str(x) for x in self.seq(node[key], f"{where}.{key}", node, key)]
         for v in vals:
-            if v not in self.known_platforms:
-                self.fail(f"{where}: unknown platform {v!r} (known: {', '.join(self.known_platforms)})",
-                          node, key)
+            self.known_platform(v, node, key, where)
         return tuple(vals)
+
+    def known_platform(self, value: str, node, key, where: str) -> str:
+        """A platform id the matrix's `platforms:` declares, else a failure at node[key]."""
+        if value not in self.known_platforms:
+            self.fail(f"{where}: unknown platform {value!r} (known: {', '.join(self.known_platforms)})",
+                      node, key)
+        return value
 
     def fail(self, msg: str, node=None, key=None):
         line = col = None

@@ -32,6 +32,7 @@ from ..atomic import atomic_file
 from ..errors import KnowledgeError
 from ..versions import VersionSyntaxError, parse_version
 from . import wheelevidence
+from .schema import DEFAULT_PLATFORM
 # the parts, re-exported: the names callers and tests use are this module's, as before the split
 from .wheelindex import (PYTHON_TAGS, Index, Link, default_index, parse_project_page,  # noqa: F401
                          pick_wheel, pip_settings, published, validate_index_url, wheel_pythons)
@@ -41,10 +42,6 @@ from .wheelpins import (PROJECT, IndexUnavailable, SyncError, WheelPins,  # noqa
 
 FIELDS = ("cuda", "cudnn", "nccl", "cuda_runtime", "python")
 WRITABLE = ("cudnn", "nccl", "cuda_runtime", "python")
-_PLATFORM_RE = re.compile(r"^(manylinux1|manylinux2010|manylinux2014|manylinux_[0-9]+_[0-9]+|linux)"
-                          r"_x86_64\Z")
-_URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+\Z")
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -279,7 +276,7 @@ def sync_pytorch(matrix: str, versions: list[str] | None = None, index_url: str 
             progress(f"torch {v}: {pins[v].wheel}, {pins[v].how}")
     found = {}
     for v in wanted if wheels else ():
-        for plat in wheelevidence.PLATFORMS:
+        for plat in k.platforms or (DEFAULT_PLATFORM,):
             known = next((w for w in k.pytorch[v].wheels if w.platform == plat), None)
             found[(v, plat)] = index.wheel_evidence(v, plat, known=known)
             if progress and found[(v, plat)] is not None:

@@ -24,7 +24,6 @@ from .schema import DEFAULT_PLATFORM
 from .wheelpins import SyncError
 
 SOURCE = "PYPIWHEEL"
-PLATFORMS = ("x86_64", "aarch64")
 VERSION_PY = "torch/version.py"
 VERSION_PY_MAX = 64 * 1024
 _CUDA_RE = re.compile(r"cuda\s*(?::[^=]*)?=\s*(?:'([0-9]+\.[0-9]+)'|\"([0-9]+\.[0-9]+)\"|(None))\s*")
@@ -69,13 +68,6 @@ def read_arch(library: bytes, wheel: str) -> tuple[str, ...]:
     out = [cc + ("+PTX" if cc in ptx else "") for cc in dict.fromkeys(sm)]
     out += [cc + "+PTX" for cc in sorted(ptx - set(sm), key=parse_version)]
     return tuple(sorted(out, key=lambda a: parse_version(a.removesuffix("+PTX"))))
-
-
-def evidence_from_wheel(release: str, platform: str, wheel: str, sha256: str, size: int | None,
-                        version_py: str, arch: tuple[str, ...] | None = None) -> WheelEvidence:
-    cuda, commit = read_version_py(version_py, wheel)
-    return WheelEvidence(release, platform, wheel, sha256, cuda, commit, SOURCE, size,
-                         arch=arch if cuda != NONE else None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -150,6 +142,7 @@ def patch_text(text: str, doc, changes: Iterable[WheelChange]) -> str:
     """The matrix with each changed release's `wheels:` rewritten from the index (records sorted by
     platform, other platforms' records kept), inserted before `variants:` where it had none."""
     lines = text.splitlines(keepends=True)
+    order = [str(p.get("id")) for p in doc.get("platforms") or []]   # the matrix's platform order
     by_release: dict[str, list[WheelChange]] = {}
     for ch in changes:
         by_release.setdefault(ch.release, []).append(ch)
@@ -159,7 +152,6 @@ def patch_text(text: str, doc, changes: Iterable[WheelChange]) -> str:
         if release not in by_release:
             continue
         recs = {str(r["platform"]): r for r in rel.get("wheels", [])}
-        keep = {p: None for p in recs}
         new = {ch.platform: ch.index for ch in by_release[release]}
         vline, vcol = rel.key_pos["variants"]
         indent = " " * (vcol - 1)
@@ -171,7 +163,7 @@ def patch_text(text: str, doc, changes: Iterable[WheelChange]) -> str:
         else:
             old, start, end = {}, vline, vline - 1
         body = []
-        for plat in sorted(set(keep) | set(new), key=lambda p: (PLATFORMS + (p,)).index(p)):
+        for plat in sorted(set(recs) | set(new), key=lambda p: (order + [p]).index(p)):
             if plat in new:
                 if new[plat] is not None:
                     body.append(record_line(new[plat], indent + "  "))
@@ -194,7 +186,7 @@ class Row:
     build: str                 # cu128 | cpu
     platform: str
     verified: bool
-    kind: str                  # wheel | source | assumed
+    kind: str                  # wheel | source
     source: str
     detail: str
     first_party: bool

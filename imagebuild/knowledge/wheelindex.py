@@ -26,8 +26,8 @@ from .wheelpins import PROJECT, IndexUnavailable, SyncError, WheelPins, pins_fro
 
 # the interpreters whose wheel is read, in this order (the first a release has; pins do not differ)
 PYTHON_TAGS = ("cp312", "cp311", "cp310", "cp313", "cp39", "cp38")
-_PLATFORM_RE = re.compile(r"^(manylinux1|manylinux2010|manylinux2014|manylinux_[0-9]+_[0-9]+|linux)"
-                          r"_x86_64\Z")
+_LINUX_TAG = r"(manylinux1|manylinux2010|manylinux2014|manylinux_[0-9]+_[0-9]+|linux)_"
+_PLATFORM_RE = re.compile("^" + _LINUX_TAG + r"x86_64\Z")
 _URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+\Z")
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
 
@@ -173,9 +173,7 @@ def pick_wheel(links: list[Link], version: str, platform: str = "x86_64") -> tup
 
 def _platform_tag(tag: str, platform: str) -> bool:
     """A manylinux (or plain linux) wheel platform tag for `platform`."""
-    if platform == "x86_64":
-        return bool(_PLATFORM_RE.match(tag))
-    return bool(re.fullmatch(r"(manylinux2014|manylinux_[0-9]+_[0-9]+|linux)_" + re.escape(platform), tag))
+    return bool(re.fullmatch(_LINUX_TAG + re.escape(platform), tag))
 
 
 def published(links: list[Link], until: str | None = None,
@@ -372,8 +370,9 @@ class Index:
         uploaded by that day count (an audit of a matrix as of that day). A CUDA build's
         architectures come from its libtorch_python.so (one range of about 10 MB), unless `known`,
         the matrix's record, already has them for a wheel of the same sha256."""
-        from .wheelevidence import (ARCH_COMPRESSED_MAX, ARCH_LIBRARY, ARCH_LIBRARY_MAX, VERSION_PY,
-                                    VERSION_PY_MAX, evidence_from_wheel, read_arch, read_version_py)
+        from .model import WheelEvidence
+        from .wheelevidence import (ARCH_COMPRESSED_MAX, ARCH_LIBRARY, ARCH_LIBRARY_MAX, SOURCE,
+                                    VERSION_PY, VERSION_PY_MAX, read_arch, read_version_py)
 
         parse_version(version)
         links = self.links(PROJECT)
@@ -395,15 +394,17 @@ class Index:
                 raise SyncError(f"{link.filename}: {VERSION_PY} is {info.file_size} bytes, over "
                                 f"{VERSION_PY_MAX}")
             text = self._read_member(zf, VERSION_PY).decode("utf-8", errors="replace")
+            cuda, commit = read_version_py(text, link.filename)
             arch = None
-            if read_version_py(text, link.filename)[0] != NONE:
+            if cuda != NONE:
                 if known is not None and known.sha256 == link.sha256 and known.arch:
                     arch = known.arch
                 else:
                     lib = self._member_by_range(link, zf, remote, ARCH_LIBRARY, ARCH_COMPRESSED_MAX,
                                                 ARCH_LIBRARY_MAX)
                     arch = read_arch(lib, link.filename)
-        return evidence_from_wheel(version, platform, link.filename, link.sha256, size, text, arch)
+        return WheelEvidence(version, platform, link.filename, link.sha256, cuda, commit, SOURCE, size,
+                             arch=arch)
 
     def _member_by_range(self, link: Link, zf, remote, name: str, max_compressed: int,
                          max_size: int) -> bytes:

@@ -198,10 +198,7 @@ def _wheels(c: _Ctx, rel, ver: str, sources, variants) -> tuple[WheelEvidence, .
     out: list[WheelEvidence] = []
     for node in c.seq(rel["wheels"], w, rel, "wheels"):
         c.shape(node, "pytorch.releases[].wheels[]", w)
-        plat = c.text(node, "platform", w)
-        if plat not in c.known_platforms:
-            c.fail(f"{w}: unknown platform {plat!r} (known: {', '.join(c.known_platforms)})", node,
-                   "platform")
+        plat = c.known_platform(c.text(node, "platform", w), node, "platform", w)
         name = c.text(node, "file", w)
         try:
             project, wver, _build, tags = parse_wheel_filename(name)
