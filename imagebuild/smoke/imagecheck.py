@@ -150,9 +150,39 @@ def served_by(cc: str, archs: list[str]) -> bool:
     return any(_v(a)[0] == major and _v(a)[1] <= minor for a in archs if _CC.match(a))
 
 
+def capabilities(image: dict) -> str:
+    """What a CUDA image's communication stack is, from image.json's features (empty when it says
+    nothing): RDMA transports in UCX, whether Open MPI is CUDA-aware, and that GPU collectives go
+    through NCCL: "RDMA-ready (UCX verbs, rdmacm); MPI not CUDA-aware: GPU collectives through
+    NCCL 2.30.7"."""
+    stack = image.get("stack") or {}
+    feats = image.get("features") if isinstance(image.get("features"), dict) else None
+    if feats is None:
+        return ""
+    parts = []
+    if stack.get("openmpi") not in (None, "", "none"):
+        rdma = [t for t in ("verbs", "rdmacm") if feats.get(t) is True]
+        parts.append(f"RDMA-ready (UCX {', '.join(rdma)})" if rdma else "no RDMA transport in UCX")
+        mpi = "CUDA-aware MPI" if feats.get("mpi_cuda") is True else "MPI not CUDA-aware"
+        nccl = stack.get("nccl")
+        if nccl not in (None, "", "none"):
+            mpi += f"{',' if feats.get('mpi_cuda') is True else ':'} GPU collectives through NCCL {nccl}"
+        parts.append(mpi)
+    return "; ".join(parts)
+
+
 def judge(image: dict, driver: str | None, gpus: list[tuple[str, str, str]] | None, *,
           smi_error: str = "", compat_dir: str | None = None, ld_path: str = "") -> tuple[int, str]:
-    """(exit code, the one line) for an image's facts and what the node offers."""
+    """(exit code, the one line) for an image's facts and what the node offers; a CUDA image that
+    runs here, or runs on the CPU only, says what its communication stack is (capabilities)."""
+    code, line = _judge(image, driver, gpus, smi_error=smi_error, compat_dir=compat_dir, ld_path=ld_path)
+    cuda = (image.get("stack") or {}).get("cuda", "none")
+    caps = capabilities(image) if cuda not in ("none", "", None) and code in (OK, CPU_ONLY) else ""
+    return code, f"{line} [{caps}]" if caps else line
+
+
+def _judge(image: dict, driver: str | None, gpus: list[tuple[str, str, str]] | None, *,
+           smi_error: str = "", compat_dir: str | None = None, ld_path: str = "") -> tuple[int, str]:
     stack = image["stack"]
     name = image.get("id", "this image")
     cuda = stack.get("cuda", "none")
