@@ -346,10 +346,11 @@ def _images(c: _Checker, doc, os_ids: set[str], rdma_ids: set[str]):
                        "rdma-core", fam, "rdma")
             compiled = _wheels_comms(c, doc, fam, where, pytorch)
             # a devel image adds the cuda-toolkit wheels (nvcc, headers) to its runtime image:
-            # only a family that compiles against them has them in its wheel lock
+            # only a family that compiles against them (UCX and Open MPI, or imagebuild's NCCL
+            # benchmark) has them in its wheel lock
             if any(f != "runtime" and not (f == "devel" and compiled) for f in flavors):
                 c.fail(f"{where}.cuda_from: wheels makes runtime images only, and devel ones where "
-                       "UCX and Open MPI are compiled against the CUDA toolkit's wheels (a cpu "
+                       "something is compiled against the CUDA toolkit's wheels (a cpu "
                        "flavor, or a devel one beside torch's closure, needs CUDA from the "
                        "repository, or none)", fam, "flavors")
         _what_images_need(c, doc, fam, where, flavors, pytorch, cuda_from or "repository")
@@ -384,9 +385,11 @@ def _family_build(c: _Checker, fam, where: str):
 
 def _wheels_comms(c: _Checker, doc, fam, where: str, pytorch) -> bool:
     """cuda_from: wheels, as images.expand renders it: UCX and Open MPI pinned to releases of
-    their sections, both compiled from source against the cuda-toolkit wheels or both the OS's
-    packages beside torch's closure; the OS's packages only with PyTorch. True when they are
-    compiled (the family's lock has the cuda-toolkit wheels)."""
+    their sections, both compiled from source against the cuda-toolkit wheels, or both the OS's
+    packages: beside torch's closure, or without PyTorch in a communication image built from the
+    registries alone (NCCL named; imagebuild's NCCL benchmark is compiled against the
+    cuda-toolkit wheels' headers). True when the family's lock has the cuda-toolkit wheels
+    (everything but torch's closure)."""
     installs = set()
     for comp in ("ucx", "openmpi"):
         section = doc.get(comp) if isinstance(doc.get(comp), dict) else {}
@@ -402,10 +405,11 @@ def _wheels_comms(c: _Checker, doc, fam, where: str, pytorch) -> bool:
     if len(installs) != 1:
         c.fail(f"{where}.cuda_from: wheels builds UCX and Open MPI both from source or takes both "
                "from the OS", fam, "cuda_from")
-    if installs == {"os"} and str(pytorch if pytorch is not None else "none") == "none":
-        c.fail(f"{where}.cuda_from: wheels without PyTorch compiles UCX and Open MPI against the "
-               "CUDA toolkit's wheels: pin source releases, not the OS's packages", fam, "cuda_from")
-    return installs == {"source"}
+    no_torch = str(pytorch if pytorch is not None else "none") == "none"
+    if installs == {"os"} and no_torch and not fam.get("nccl"):
+        c.fail(f"{where}.cuda_from: wheels without PyTorch, with the OS's UCX and Open MPI, is a "
+               "communication image built from the registries: name its NCCL (nccl:)", fam, "cuda_from")
+    return installs == {"source"} or no_torch
 
 
 def _what_images_need(c: _Checker, doc, fam, where: str, flavors: list[str], pytorch,

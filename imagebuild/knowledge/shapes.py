@@ -159,7 +159,8 @@ SHAPES: dict[str, Shape] = {
         "a UCX or Open MPI release: how it is installed, what it needs, its tarballs",
         ("version", "source"), version="text", date="text", install="text", os="text-or-texts",
         cuda="text-or-bool", line="text", pml="text", needs="mapping", url="text", sha256="text",
-        size="int", git_archive="git_archive", **SOURCED),
+        size="int", git_archive="git_archive", transports="texts", transports_source="text",
+        **SOURCED),
     "git_archive": _s("the git tag archive with its submodules", ("file", "sha256", "commit", "source"),
                       file="text", sha256="text", commit="text", size="int", **SOURCED),
     # operating systems, RDMA, GPUDirect, constraints

@@ -44,6 +44,22 @@ def compiles(stack: dict, ucx: dict) -> bool:
     return stack["cuda"] != NONE and ucx.get("install", "source") == "source"
 
 
+def nccl_bench(stack: dict, ucx: dict, cuda_from: str) -> bool:
+    """Whether an image of this stack compiles imagebuild's own NCCL benchmark (the `nccl.bench`
+    smoke checks, imagebuild/smoke/bench/nccl_bw.c) in a build stage: a communication image (NCCL,
+    no PyTorch) whose CUDA and NCCL come from NVIDIA's wheels and which compiles nothing from
+    upstream sources, so has no nccl-tests (the images built here from the registries alone)."""
+    return (cuda_from == "wheels" and stack["nccl"] != NONE and stack["pytorch"] == NONE
+            and not compiles(stack, ucx))
+
+
+def toolkit_wheels(stack: dict, ucx: dict, cuda_from: str) -> bool:
+    """CUDA from NVIDIA's wheels and something compiled against it (UCX, Open MPI and nccl-tests, or
+    imagebuild's NCCL benchmark): the image's lock holds the cuda-toolkit wheels (nvcc, headers)
+    besides the run-time ones, which its build stage installs whole."""
+    return cuda_from == "wheels" and (compiles(stack, ucx) or nccl_bench(stack, ucx, cuda_from))
+
+
 @dataclass(frozen=True)
 class ImageSpec:
     id: str
@@ -126,6 +142,10 @@ class ImageSpec:
             # what was compiled, and how: the tarball form and the family's build choices
             labels["io.imagebuild.sources"] = self.sources
             labels["io.imagebuild.build"] = self.build_label
+        if self.stack["openmpi"] != NONE or self.stack["nccl"] != NONE:
+            # what the image's communication stack can do: RDMA transports, CUDA-aware MPI,
+            # imagebuild's NCCL benchmark (image.json's features, which the smoke suite checks)
+            labels["io.imagebuild.features"] = self.features_label
         for comp in ("os", "platform", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi",
                      "pytorch"):
             labels[f"io.imagebuild.stack.{comp}"] = self.stack[comp]
@@ -140,7 +160,12 @@ class ImageSpec:
     def toolkit_wheels(self) -> bool:
         """CUDA from NVIDIA's wheels and something compiled against it: the devel stage installs
         the cuda-toolkit wheels (nvcc, headers) besides the run-time ones."""
-        return self.cuda_from == "wheels" and self.compiles
+        return toolkit_wheels(self.stack, self.ucx, self.cuda_from)
+
+    @property
+    def nccl_bench(self) -> bool:
+        """imagebuild's NCCL benchmark is compiled into the image (nccl_bench())."""
+        return nccl_bench(self.stack, self.ucx, self.cuda_from)
 
     @property
     def build_choices(self) -> dict:
@@ -162,15 +187,24 @@ class ImageSpec:
     @property
     def features(self) -> dict[str, bool]:
         """What the smoke suite may require of the image: UCX built from source here has verbs
-        and rdmacm (and CUDA in CUDA images); Debian's UCX is taken as it comes."""
+        and rdmacm (and CUDA in CUDA images); an OS package of UCX has the transports its release
+        entry records (`transports:`, with the source that shows them), nothing more."""
         built = self.ucx.get("install", "source") == "source"
+        os_tls = set(self.ucx.get("transports") or ())
         cuda = built and self.stack["cuda"] != NONE
         # render's UCX configure line: --with-verbs --with-rdmacm, and in CUDA images
         # --with-cuda --with-gdrcopy; Open MPI's: --with-cuda in CUDA images. The OS's packages
-        # (Debian's UCX and Open MPI) are built without CUDA: nothing is promised of them.
+        # (Debian's UCX and Open MPI) are built without CUDA: no CUDA support is promised of them.
         mpi_cuda = self.openmpi.get("install", "source") == "source" and self.stack["cuda"] != NONE
-        return {"gdrcopy": cuda, "mpi_cuda": mpi_cuda, "rdmacm": built, "ucx_cuda": cuda,
-                "verbs": built}
+        return {"gdrcopy": cuda, "mpi_cuda": mpi_cuda, "nccl_bench": self.nccl_bench,
+                "rdmacm": built or "rdmacm" in os_tls, "ucx_cuda": cuda,
+                "verbs": built or "verbs" in os_tls}
+
+    @property
+    def features_label(self) -> str:
+        """The features in one stable line for the `io.imagebuild.features` label:
+        `gdrcopy=off,mpi_cuda=off,nccl_bench=on,...`."""
+        return ",".join(f"{k}={'on' if v else 'off'}" for k, v in sorted(self.features.items()))
 
     @property
     def image_json(self) -> dict:
@@ -315,8 +349,8 @@ class _Expansion:
         stack = {c: res.stack[c] for c in ("os", "platform", "python", "cuda", "cudnn",
                                           "nccl", "ucx", "openmpi", "pytorch")}
         _check_arch(k, f, stack["cuda"])
-        ws = wheel_set(k, stack, k.os[os_id], f.wheels, toolkit=(
-            cuda_from == "wheels" and compiles(stack, k.ucx[stack["ucx"]])))
+        ws = wheel_set(k, stack, k.os[os_id], f.wheels,
+                       toolkit=toolkit_wheels(stack, k.ucx[stack["ucx"]], cuda_from))
         if ws is not None and self.require_locks:
             self.note_lock(ws.path)
             if read_lock(k, ws) is None:

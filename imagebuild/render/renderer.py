@@ -123,7 +123,8 @@ class Renderer(CudaStages):
                      f"base image of {spec.os['id']}")
         _safe("id", spec.id, "image id")
         _safe("text", spec.description, f"description of {spec.id}")
-        if spec.flavor == "cpu" or (spec.cuda_from == "wheels" and not spec.compiles):
+        if spec.flavor == "cpu" or (spec.cuda_from == "wheels" and not spec.compiles
+                                    and spec.flavor != "devel"):
             return self._os_mpi_stages(spec, base, k)
         if spec.os["family"] not in PACKAGERS:
             raise RenderError(f"image {spec.id}: CUDA recipes are written for "
@@ -159,6 +160,8 @@ class Renderer(CudaStages):
         wheel lock, downloaded by pip in the build: that closure is the image's CUDA, cuDNN and
         NCCL, so no CUDA repository, CUDA package or NCCL step is rendered."""
         s = spec.stack
+        if spec.nccl_bench:
+            return self._registry_comms_stages(spec, base, k)
         if spec.cuda_from == "wheels" and s["cuda"] != NONE:
             if spec.wheels == "host":
                 raise RenderError(f"image {spec.id}: CUDA from the wheels comes from the package "
@@ -198,6 +201,49 @@ class Renderer(CudaStages):
         stages.append(Stage(None, base, steps))
         return stages
 
+    def _registry_comms_stages(self, spec: ImageSpec, base: str, k) -> list[Stage]:
+        """A communication image built from the package registries alone: the OS's rdma-core, UCX
+        and Open MPI (RDMA-ready, built without CUDA), CUDA's run time and NCCL from the run-time
+        subset of the image's wheel lock, and imagebuild's NCCL benchmark, compiled in a stage of
+        its own (the OS's C compiler and MPI wrapper, the lock's CUDA and NCCL headers) from which
+        only the binary is copied: no compiler, header or upstream source reaches the image."""
+        from ..smoke.ncclbench import NCCL_BENCH, NCCL_BENCH_SOURCE
+        s = spec.stack
+        c = _cuda_layout(spec)
+        if s["nccl"] == NONE:
+            raise RenderError(f"image {spec.id}: a communication image needs an NCCL version")
+        os_step = self.fragment("debian-mpi", "OS packages: Debian's Open MPI and UCX, Python",
+                                openmpi=s["openmpi"], ucx=s["ucx"], python=s["python"])
+        src = f"/tmp/build/nccl-bench/{NCCL_BENCH_SOURCE.rsplit('/', 1)[-1]}"
+        bench = Stage("nccl-bench", base, [
+            os_step,
+            self.packages(c.pm, "c-compiler", "the C compiler for the benchmark (this stage only)",
+                          c.os_packages("c-compiler")),
+            self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
+            _lock_copy("wheels.txt"),
+            Step("copy", comment="imagebuild's NCCL benchmark: its source, from the installed package",
+                 src=f"lib/imagebuild/smoke/{NCCL_BENCH_SOURCE}", dest=src),
+            self.fragment("nccl-bench", f"imagebuild's NCCL benchmark against CUDA {c.cuda} and NCCL "
+                          f"{s['nccl']} from NVIDIA's wheels", cuda=c.cuda, cuda_major=c.major,
+                          cuda_tree=c.tree, nccl_home=c.nccl_home, src=src, binary=NCCL_BENCH),
+        ])
+        final = Stage(None, base, [
+            os_step,
+            self._openssh(c.pm),
+            self.packages(c.pm, "rdma-runtime", "RDMA user space: the distribution's rdma-core",
+                          c.os_packages("rdma-runtime")),
+            self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
+            _lock_copy("runtime.txt"),
+            self.fragment("cuda-wheels-runtime", f"CUDA {c.cuda} run time and NCCL {s['nccl']} "
+                          "from NVIDIA's wheels", cuda=c.cuda, cuda_home=c.home, cuda_tree=c.tree),
+            Step("copy", comment="the benchmark as the nccl-bench stage built it",
+                 from_stage="nccl-bench", src=NCCL_BENCH, dest=NCCL_BENCH),
+            *self._common_tail(spec, "/opt/venv/bin/python"),
+            Step("env", items=sorted(self.env_vars(spec, c).items())),
+            Step("label", items=image_labels(spec, k)),
+        ])
+        return [bench, final]
+
     def env_vars(self, spec: ImageSpec, c: _CudaLayout | None = None) -> dict[str, str]:
         """Everything an image needs at run time: enroot and pyxis read ENV, not ENTRYPOINT."""
         path = ["/opt/venv/bin"]
@@ -215,10 +261,14 @@ class Renderer(CudaStages):
                 # minor-version compatibility: any driver of this CUDA major from the floor up
                 "NVIDIA_REQUIRE_CUDA": f"cuda>={major}.0 driver>={spec.min_driver}",
             })
-        if c is not None:   # CUDA, with the building blocks compiled against it
+        if c is not None and spec.compiles:   # CUDA, with the building blocks compiled against it
             path += blocks.search_path("bin", None, f"{c.home}/bin")
             ld += blocks.search_path("lib", f"{c.nccl_home}/lib", c.lib)
             env.update({"CUDA_HOME": c.home, "OMPI_MCA_osc": "ucx"})
+        elif c is not None:   # CUDA and NCCL from the wheels beside the OS's MPI: nothing in /opt
+            path.append(f"{c.home}/bin")
+            ld += [f"{c.nccl_home}/lib", c.lib]
+            env["CUDA_HOME"] = c.home
         if spec.openmpi.get("line") == "4.1":
             # Open MPI 4.1's UCX PML only selects InfiniBand devices unless told otherwise, so a
             # single node or an Ethernet cluster would fail with "PML ucx cannot be selected".

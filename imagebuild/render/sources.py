@@ -111,6 +111,10 @@ def for_image(k, spec, form: str = "release") -> list[Tarball]:
         raise UsageError(f"unknown form {form!r} (one of {', '.join(FORMS)})", argument="--form")
     out: list[Tarball] = []
     wanted = []
+    if not spec.compiles:
+        # nothing compiled from upstream sources: a CPU image, or one whose MPI and UCX are the
+        # OS's packages and whose CUDA and NCCL come from NVIDIA's wheels (built from the registries)
+        return out
     if spec.stack.get("cuda", NONE) != NONE:
         wanted += [(b.name, _tool_entry(k.tools.get(b.name))) for b in BLOCKS if b.pinned_by == "tools"]
     for b in BLOCKS:

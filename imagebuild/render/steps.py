@@ -148,7 +148,10 @@ def _cuda_layout(spec: ImageSpec) -> _CudaLayout:
 
 def _tarballs(spec: ImageSpec, k) -> dict[str, dict]:
     """The tarballs of the compiled blocks (sources.for_image, in the family's form), each as the
-    values its fragment reads: name, version, form, file, sha256, all checked."""
+    values its fragment reads: name, version, form, file, sha256, all checked (none for an image
+    that compiles nothing from upstream sources)."""
+    if not spec.compiles:
+        return {}
     try:
         tarballs = {t.name: t for t in S.for_image(k, spec, spec.sources)}
     except S.SourceError as exc:
@@ -168,7 +171,8 @@ def _os_extras(c: _CudaLayout, tarballs: dict[str, dict], rdma_dev: list[str],
     """The OS packages each stage adds to its fragment's own: what the blocks' tarball forms and
     run times need (blocks.os_extras: UCX's OpenMP among them), and the RDMA headers when CUDA
     (whose devel packages bring them otherwise) comes from the wheels."""
-    devel_extra, runtime_extra = blocks.os_extras(c.pm, {n: t["form"] for n, t in tarballs.items()}, build)
+    devel_extra, runtime_extra = (blocks.os_extras(c.pm, {n: t["form"] for n, t in tarballs.items()}, build)
+                                  if tarballs else ([], []))
     if c.from_wheels:
         devel_extra += rdma_dev
     return sorted(set(devel_extra)), sorted(set(runtime_extra))

@@ -7,6 +7,10 @@ from __future__ import annotations
 from ..context import _Ctx
 from ..matchers import category_matcher, version_matcher
 
+# what an OS package of UCX may be recorded to carry (`ucx_info -b`'s uct modules, by the name the
+# images' features use): the RDMA transports a recipe built from source always has
+UCX_TRANSPORTS = ("cma", "rdmacm", "verbs")
+
 
 def load(c: _Ctx, doc, sources, comp: str) -> dict[str, dict]:
     """The releases of `comp` ("ucx" or "openmpi") by version."""
@@ -40,8 +44,27 @@ def load(c: _Ctx, doc, sources, comp: str) -> dict[str, dict]:
         # (torch does not go through MPI for its GPUs); it is just not CUDA-aware, which
         # the answer says, and source builds rank first anyway (they are newer).
         entry["cuda_aware"] = r.get("cuda") is not False
+        if "transports" in r:
+            entry["transports"] = _transports(c, r, sources, comp, w)
         if req:
             c.add_rule(f"{comp}-{ver}-build", [(comp, version_matcher("==" + ver))], req,
                        f"{comp} {ver} ({install} package) needs "
                        + " and ".join(f"{k} {m.text}" for k, m in req), src, r.line)
     return table
+
+
+def _transports(c: _Ctx, r, sources, comp: str, w: str) -> tuple[str, ...]:
+    """An OS package's transports (UCX only), each a known name, with the source that shows them
+    (`transports_source`: what was read, where)."""
+    if comp != "ucx" or r.get("install") != "os":
+        c.fail(f"{w}: transports are recorded for UCX's OS packages only (a release built from "
+               "source has what its configure line asks for)", r, "transports")
+    tls = [str(t) for t in c.seq(r["transports"], f"{w}.transports", r, "transports")]
+    for t in tls:
+        if t not in UCX_TRANSPORTS:
+            c.fail(f"{w}.transports: unknown transport {t!r} (known: {', '.join(UCX_TRANSPORTS)})",
+                   r, "transports")
+    if len(set(tls)) != len(tls):
+        c.fail(f"{w}.transports: a transport is listed twice", r, "transports")
+    c.source(r, sources, w, "transports_source")
+    return tuple(sorted(tls))
