@@ -11,8 +11,9 @@
    devel's, the bytes of the runtime's layers the devel has as its lowest, and their share of the
    runtime's bytes.
 
-Needs a Docker engine in DOCKER_HOST, the base image of the runtime, the package index and the
-source tarballs (--sources, as `imagebuild build --sources`). Prints one line per figure.
+Needs a Docker engine in DOCKER_HOST, the base image of the runtime and the package index; a site
+image that compiles upstream tarballs also needs them (--sources, as `imagebuild build --sources`;
+the default Debian images compile none). Prints one line per figure.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--devel", default=DEVEL, help=f"the devel image (default: {DEVEL})")
     ap.add_argument("--cold", action="store_true", help="build the runtime image without the cache too")
     ap.add_argument("--ca-bundle", type=Path, default=Path("/etc/ssl/certs/ca-certificates.crt"))
-    ap.add_argument("--sources", default=str(ROOT.parent / "shared" / "sources"))
+    ap.add_argument("--sources", default=None, help="a mirror of the source tarballs a site image compiles")
     args = ap.parse_args(argv)
 
     k = knowledge.load(ROOT / "matrix.yaml")

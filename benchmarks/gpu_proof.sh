@@ -1,32 +1,36 @@
 #!/usr/bin/env bash
-# The communication image's own compiled binaries on a real GPU (issue 28).
+# The communication image built from the package registries, on a real GPU (issue 42).
 #
-#   benchmarks/gpu_proof.sh pack [IMAGE]   on the machine with the engine
-#   benchmarks/gpu_proof.sh run [OUTDIR]   on the GPU machine, from the repository root
+#   benchmarks/gpu_proof.sh pack [IMAGE]             on the machine with the engine
+#   benchmarks/gpu_proof.sh run --sha256 HEX [OUTDIR]  on the GPU machine, from the repository root
 #
-# pack: copies the compiled trees of IMAGE (default: the newest local image labelled as the
-#   Debian communication runtime image) out of the engine, /opt/{gdrcopy,ucx,openmpi,nccl-tests}
-#   without build leftovers (*.o), with the image's copies of the system libraries they link
-#   (used on the GPU machine only for a soname it lacks), into .gpu-proof/trees.tar.xz, beside the
-#   nccl-tests source tarball (from ../shared/sources, checked against SOURCES.md) and a manifest.
-#   It prints the packed size and refuses more than 60 MiB (a device call carries 64 MiB).
-# run: checks the archive's hash, unpacks the trees at the paths they were built for (it refuses
-#   if those paths exist), and runs the image's binaries against the host's driver, CUDA run time
-#   and NCCL (the trees hold no NCCL: the image takes it from NVIDIA's wheel):
-#   ucx_info -d (CUDA transports), ucx_perftest on CUDA memory, a CUDA-aware MPI_Allreduce on
-#   device buffers under the image's mpirun (benchmarks/gpu_proof/allreduce_cuda.c, built with the
-#   image's mpicc), the image's all_reduce_perf against the same nccl-tests built here from source,
-#   and the smoke suite's GPU tier twice (host's Open MPI and host-built nccl-tests; the image's
-#   trees). Everything goes to OUTDIR (default $OUT, else ./gpu-proof-out): log.txt, summary.md,
-#   results.tsv. Exit 0 when every check passed.
+# pack: copies out of IMAGE (default: the newest local image labelled with imagebuild's NCCL
+#   benchmark, io.imagebuild.features ...nccl_bench=on) what it holds that a GPU host lacks: the
+#   benchmark binary the image compiled (/usr/local/bin/imagebuild-nccl-bw) and the image's copies
+#   of the system libraries it links (Debian's Open MPI among them; used on the GPU machine only
+#   for a soname it lacks), into .gpu-proof/pack.tar.xz with a manifest inside. NVIDIA's libraries
+#   stay behind (the image takes CUDA's run time and NCCL from NVIDIA's wheels; the host's serve
+#   both builds alike). It prints the pack's sha256 and size and refuses more than 60 MiB (a device
+#   call carries 64 MiB with the checkout).
+# run: believes nothing that travels in the pack about the pack itself: the sha256 pack printed is
+#   given on the command line (--sha256, or $IMAGEBUILD_GPU_PROOF_SHA256) and the archive is
+#   refused unless its bytes hash to it. It is unpacked into a fresh private folder, never over a
+#   system path. Then, against the host's driver, CUDA run time and NCCL: the image's binary and
+#   the same benchmark built here from this checkout's source (imagebuild/smoke/bench/nccl_bw.c)
+#   with the host's compiler, MPI, CUDA and NCCL headers, --version of each, all four collectives
+#   with every element checked, all_reduce of both builds alternately, three rounds, compared by
+#   benchmarks/gpu_proof/compare_nccl.py (target: the image's busbw at least 0.95 of the host
+#   build's at 64 MiB and up), and the smoke suite's GPU tier with each binary. Everything goes to
+#   OUTDIR (default $OUT, else ./gpu-proof-out): log.txt, summary.md, results.tsv. Exit 0 when every
+#   check passed, 2 when it cannot run.
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$HERE")
 PACK=${IMAGEBUILD_GPU_PROOF_DIR:-$ROOT/.gpu-proof}
-TREES=(gdrcopy ucx openmpi nccl-tests)
+BENCH=/usr/local/bin/imagebuild-nccl-bw
+SOURCE=$ROOT/imagebuild/smoke/bench/nccl_bw.c
 MAX_PACK_BYTES=$((60 * 1024 * 1024))
-NCCL_TESTS_TARBALL=nccl-tests-2.17.6.tar.gz
 
 die() { echo "gpu_proof: $*" >&2; exit 2; }
 
@@ -36,73 +40,58 @@ pack() {
     local image=${1:-}
     stage= cid=
     if [[ -z $image ]]; then
-        image=$(docker images --format '{{.Repository}}:{{.Tag}}' --filter label=io.imagebuild.flavor=runtime \
-                    --filter label=io.imagebuild.stack.os=debian12 \
-                    --filter label=io.imagebuild.stack.pytorch=none | grep -v '<none>' | head -n 1)
-        [[ -n $image ]] || die "no local communication runtime image (label io.imagebuild.stack.os=debian12, pytorch none): build it, or name one"
+        image=$(docker images --format '{{.Repository}}:{{.Tag}}\t{{.Label "io.imagebuild.features"}}\t{{.Label "io.imagebuild.flavor"}}' \
+                    | awk -F'\t' '$2 ~ /nccl_bench=on/ && $3 == "runtime" && $1 !~ /<none>/ {print $1; exit}')
+        [[ -n $image ]] || die "no local image with imagebuild's NCCL benchmark (label io.imagebuild.features ...nccl_bench=on): build comms-cu130-nccl2.30.7-debian12-runtime, or name one"
     fi
     local id label version
-    id=$(docker image inspect -f '{{.Id}}' "$image") || die "$image: no such image"
+    id=$(docker image inspect -f '{{.Id}}' "$image" 2>/dev/null) || die "$image: no such image"
     label=$(docker image inspect -f '{{index .Config.Labels "io.imagebuild.image-id"}}' "$image")
     version=$(docker image inspect -f '{{index .Config.Labels "org.opencontainers.image.version"}}' "$image")
     [[ -n $label ]] || die "$image: not an imagebuild image (no io.imagebuild.image-id label)"
 
-    local sources=${IMAGEBUILD_SOURCES:-$ROOT/../shared/sources}
-    local want
-    want=$(awk -F'|' -v f="$NCCL_TESTS_TARBALL" '$2 ~ f {gsub(/ /, "", $6); print $6}' "$sources/SOURCES.md" 2>/dev/null)
-    [[ -n $want ]] || die "$sources/SOURCES.md: no sha256 for $NCCL_TESTS_TARBALL"
-    echo "$want  $sources/$NCCL_TESTS_TARBALL" | sha256sum -c --quiet - \
-        || die "$sources/$NCCL_TESTS_TARBALL: sha256 differs from SOURCES.md"
-
     stage=$(mktemp -d) || die "mktemp failed"  # global: the EXIT trap reads it
     trap 'rm -rf "$stage"; [[ -n ${cid:-} ]] && docker rm -f "$cid" >/dev/null 2>&1' EXIT
     cid=$(docker create --entrypoint /bin/true "$image") || die "docker create $image failed"
-    mkdir -p "$stage/root/opt" "$stage/root/syslibs"
-    local t
-    for t in "${TREES[@]}"; do
-        docker cp "$cid:/opt/$t" "$stage/root/opt/" || die "$image has no /opt/$t"
-    done
-    find "$stage/root/opt" -name '*.o' -delete
-    # the system libraries the trees link, from the image (a fallback on the GPU machine)
+    mkdir -p "$stage/root/bin" "$stage/root/syslibs"
+    docker cp -L "$cid:$BENCH" "$stage/root/bin/" || die "$image has no $BENCH"
+    # the system libraries the benchmark links, from the image (a fallback on the GPU machine);
+    # NVIDIA's (libcudart, libnccl) and the C library's stay behind
     local libs
-    libs=$(docker run --rm --entrypoint /bin/bash -e IMAGEBUILD_CHECK=0 "$image" -c '
-        find /opt/gdrcopy /opt/ucx /opt/openmpi /opt/nccl-tests -type f \( -perm -u+x -o -name "*.so*" \) \
-             ! -name "*.o" ! -name "*.la" ! -name "*.a" -exec ldd {} \; 2>/dev/null |
-        awk "\$2 == \"=>\" && \$3 ~ /^\\/(usr\\/)?lib/ {print \$3}" | sort -u' ) \
-        || die "ldd in $image failed"
+    libs=$(docker run --rm --entrypoint /bin/bash -e IMAGEBUILD_CHECK=0 "$image" -c "ldd $BENCH" 2>/dev/null |
+           awk '$2 == "=>" && $3 ~ /^\/(usr\/)?lib/ {print $3}' | sort -u) || die "ldd in $image failed"
     local lib base
     for lib in $libs; do
         base=$(basename "$lib")
-        case $base in libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*) continue ;; esac
+        case $base in libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libcudart.so*|libnccl.so*) continue ;; esac
         docker cp -L "$cid:$lib" "$stage/root/syslibs/$base" || die "docker cp $lib failed"
     done
     docker rm -f "$cid" >/dev/null; cid=
-
-    mkdir -p "$PACK"
-    rm -f "$PACK/trees.tar.xz" "$PACK/trees.tar.xz.part"
-    tar -C "$stage/root" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - opt syslibs \
-        | xz -T0 -1 > "$PACK/trees.tar.xz.part" || die "tar | xz failed"
-    mv "$PACK/trees.tar.xz.part" "$PACK/trees.tar.xz"
-    cp "$sources/$NCCL_TESTS_TARBALL" "$PACK/"
-    local unpacked packed
-    unpacked=$(du -sb "$stage/root" | cut -f1)
-    packed=$(stat -c %s "$PACK/trees.tar.xz")
     {
         echo "image $image"
         echo "image_id $id"
         echo "image_label $label"
         echo "image_version $version"
-        for t in "${TREES[@]}"; do echo "tree /opt/$t $(du -sb "$stage/root/opt/$t" | cut -f1)"; done
+        echo "bench_sha256 $(sha256sum "$stage/root/bin/imagebuild-nccl-bw" | cut -d' ' -f1)"
         echo "syslibs $(ls "$stage/root/syslibs" | tr '\n' ' ')"
-        echo "unpacked_bytes $unpacked"
-        echo "packed_bytes $packed"
-    } > "$PACK/MANIFEST"
-    (cd "$PACK" && sha256sum trees.tar.xz "$NCCL_TESTS_TARBALL" > SHA256SUMS)
-    cat "$PACK/MANIFEST"
+        echo "unpacked_bytes $(du -sb "$stage/root" | cut -f1)"
+    } > "$stage/root/MANIFEST"
+
+    mkdir -p "$PACK"
+    rm -f "$PACK/pack.tar.xz" "$PACK/pack.tar.xz.part"
+    tar -C "$stage/root" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -cf - MANIFEST bin syslibs \
+        | xz -T0 -6 > "$PACK/pack.tar.xz.part" || die "tar | xz failed"
+    mv "$PACK/pack.tar.xz.part" "$PACK/pack.tar.xz"
+    local packed sum
+    packed=$(stat -c %s "$PACK/pack.tar.xz")
+    sum=$(sha256sum "$PACK/pack.tar.xz" | cut -d' ' -f1)
+    cat "$stage/root/MANIFEST"
+    echo "packed_bytes $packed"
+    echo "pack_sha256 $sum"
     if (( packed > MAX_PACK_BYTES )); then
-        die "trees.tar.xz is $packed bytes, over the $MAX_PACK_BYTES a device call can carry with the checkout"
+        die "pack.tar.xz is $packed bytes, over the $MAX_PACK_BYTES a device call can carry with the checkout"
     fi
-    echo "packed $((packed / 1024 / 1024)) MiB from $((unpacked / 1024 / 1024)) MiB: carry .gpu-proof and run 'bash benchmarks/gpu_proof.sh run'"
+    echo "carry .gpu-proof and run: bash benchmarks/gpu_proof.sh run --sha256 $sum"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -140,28 +129,43 @@ find_nccl_home() {  # a folder with include/nccl.h and lib/libnccl.so.2: $IMAGEB
     if [[ -e /usr/include/nccl.h ]]; then
         local so
         so=$(ldconfig -p | awk '/libnccl\.so\.2 / {print $NF; exit}')
-        [[ -n $so ]] && { mkdir -p /tmp/gpu-proof/system-nccl/lib
-                          ln -sf /usr/include /tmp/gpu-proof/system-nccl/include
-                          ln -sf "$so" /tmp/gpu-proof/system-nccl/lib/libnccl.so.2
-                          echo /tmp/gpu-proof/system-nccl; }
+        [[ -n $so ]] && { mkdir -p "$WORK/system-nccl/lib"
+                          ln -sf /usr/include "$WORK/system-nccl/include"
+                          ln -sf "$so" "$WORK/system-nccl/lib/libnccl.so.2"
+                          echo "$WORK/system-nccl"; }
     fi
 }
 
 run() {
-    OUTDIR=${1:-${OUT:-$PWD/gpu-proof-out}}
+    local want=${IMAGEBUILD_GPU_PROOF_SHA256:-}
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+            --sha256) [[ $# -ge 2 ]] || die "--sha256 needs the pack's sha256 (pack prints it)"; want=$2; shift 2 ;;
+            --sha256=*) want=${1#--sha256=}; shift ;;
+            -*) die "unknown option $1" ;;
+            *) OUTDIR=$1; shift ;;
+        esac
+    done
+    [[ $want =~ ^[0-9a-f]{64}$ ]] || die "run needs the sha256 pack printed (--sha256 HEX, or IMAGEBUILD_GPU_PROOF_SHA256): nothing in the pack vouches for the pack"
+    [[ -f $PACK/pack.tar.xz && ! -L $PACK/pack.tar.xz ]] || die "$PACK/pack.tar.xz: missing (run 'pack' where the engine is, and carry .gpu-proof)"
+    local got
+    got=$(sha256sum "$PACK/pack.tar.xz" | cut -d' ' -f1)
+    [[ $got == "$want" ]] || die "$PACK/pack.tar.xz: sha256 $got, not the $want given: refused"
+    command -v nvidia-smi >/dev/null || die "nvidia-smi: not found (run runs on the GPU machine)"
+    OUTDIR=${OUTDIR:-${OUT:-$PWD/gpu-proof-out}}
     mkdir -p "$OUTDIR" || die "cannot make $OUTDIR"
     LOG=$OUTDIR/log.txt
     : > "$LOG"; : > "$OUTDIR/results.tsv"
-    [[ -f $PACK/trees.tar.xz ]] || die "$PACK/trees.tar.xz: missing (run 'pack' where the engine is, and carry .gpu-proof)"
-    (cd "$PACK" && sha256sum -c --quiet SHA256SUMS) || die "$PACK: sha256 of what was carried differs from SHA256SUMS"
-    command -v nvidia-smi >/dev/null || die "nvidia-smi: not found (run runs on the GPU machine)"
-    local t
-    for t in "${TREES[@]}"; do [[ -e /opt/$t ]] && die "/opt/$t exists here: the trees unpack at the paths they were built for"; done
-    local work=/tmp/gpu-proof
-    rm -rf "$work"; mkdir -p "$work"
-    tar -C "$work" -xJf "$PACK/trees.tar.xz" || die "unpacking trees.tar.xz failed"
+    WORK=$(mktemp -d /tmp/gpu-proof.XXXXXX) || die "mktemp failed"
+    trap 'rm -rf "$WORK"' EXIT
+    tar -C "$WORK" --no-same-owner --no-same-permissions -xJf "$PACK/pack.tar.xz" MANIFEST bin/imagebuild-nccl-bw syslibs \
+        || die "unpacking pack.tar.xz failed"
+    chmod 0755 "$WORK/bin/imagebuild-nccl-bw"
     note "# gpu_proof run $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
-    sed 's/^/# pack: /' "$PACK/MANIFEST" | tee -a "$LOG"
+    sed 's/^/# pack: /' "$WORK/MANIFEST" | tee -a "$LOG"
+    local listed
+    listed=$(awk '$1 == "bench_sha256" {print $2}' "$WORK/MANIFEST")
+    [[ $(sha256sum "$WORK/bin/imagebuild-nccl-bw" | cut -d' ' -f1) == "$listed" ]] || die "the benchmark in the pack is not the one its manifest names"
     local gpu driver count
     gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
     driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1)
@@ -170,130 +174,96 @@ run() {
 
     local cuda nccl
     cuda=$(find_cuda_home) || true
-    [[ -n $cuda && -e $cuda/lib64/libcudart.so.13 ]] || die "no CUDA 13 toolkit with lib64/libcudart.so.13 here (nvcc: ${cuda:-none})"
+    [[ -n $cuda && -e $cuda/include/cuda_runtime_api.h ]] || die "no CUDA toolkit with include/cuda_runtime_api.h here (nvcc: ${cuda:-none})"
+    local cudart
+    cudart=$(ls "$cuda"/lib64/libcudart.so.[0-9]* 2>/dev/null | sort -V | tail -n 1)
+    [[ -n $cudart ]] || die "no libcudart.so.N in $cuda/lib64"
     nccl=$(find_nccl_home) || true
     [[ -n $nccl ]] || die "no NCCL here (neither PyTorch's nvidia-nccl wheel nor /usr/include/nccl.h)"
-    note "# host CUDA: $cuda ($("$cuda/bin/nvcc" --version | tail -n 1)); host NCCL used by both nccl-tests builds: $nccl"
+    note "# host CUDA: $cuda ($(basename "$cudart")); host NCCL used by both builds: $nccl"
 
-    # --- nccl-tests built here from the same sources, against the host's NCCL and Open MPI ------
-    local host_mpi_home= mpi_flag=0
-    if command -v mpicc >/dev/null; then
-        host_mpi_home=$(dirname "$(mpicc --showme:incdirs | awk '{print $1}')")
-        [[ -e $host_mpi_home/include/mpi.h ]] && mpi_flag=1
-    fi
-    mkdir -p "$work/nccl-tests" "$work/nccl-home/lib"
-    ln -sf "$nccl/include" "$work/nccl-home/include"
-    ln -sf "$nccl/lib/libnccl.so.2" "$work/nccl-home/lib/libnccl.so"
-    ln -sf "$nccl/lib/libnccl.so.2" "$work/nccl-home/lib/libnccl.so.2"
-    tar -C "$work/nccl-tests" --strip-components=1 -xzf "$PACK/$NCCL_TESTS_TARBALL"
-    local host_bin=$work/nccl-tests/build/all_reduce_perf
-    # all_reduce_perf alone: the other binaries are not compared
-    if step 300 nccl_tests_build make -C "$work/nccl-tests/src" -j"$(nproc)" "$host_bin" BUILDDIR="$work/nccl-tests/build" MPI=$mpi_flag \
-            ${host_mpi_home:+MPI_HOME=$host_mpi_home} CUDA_HOME="$cuda" NCCL_HOME="$work/nccl-home" \
-            NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90"; then
-        result nccl_tests.host_build pass "nccl-tests from $NCCL_TESTS_TARBALL, MPI=$mpi_flag${host_mpi_home:+ ($host_mpi_home)}, sm_90, host nvcc"
+    # --- the same benchmark built here, from this checkout's source ----------------------------
+    local host_bin=$WORK/host/imagebuild-nccl-bw cc=gcc mpi_def=
+    mkdir -p "$WORK/host"
+    if command -v mpicc >/dev/null; then cc=mpicc; mpi_def=-DIMAGEBUILD_WITH_MPI; fi
+    if step 120 bench_host_build "$cc" -std=c11 -O2 -Wall -Wextra $mpi_def -I"$cuda/include" -I"$nccl/include" "$SOURCE" \
+            -o "$host_bin" -L"$cuda/lib64" -L"$nccl/lib" -l:"$(basename "$cudart")" -l:libnccl.so.2 \
+            -Wl,--enable-new-dtags,-rpath,"$cuda/lib64:$nccl/lib"; then
+        result bench.host_build pass "$cc ${mpi_def:+(MPI) }against $cuda and $nccl"
     else
-        result nccl_tests.host_build fail "make failed (see nccl_tests_build.txt)"
+        result bench.host_build fail "$cc failed (see bench_host_build.txt)"
     fi
-    # --- the smoke suite's GPU tier as on the earlier host runs, before the trees are unpacked:
-    # informational (its libraries check fails on any host holding two copies of a library) ---
-    step 300 smoke_host env PYTHONPATH="$ROOT" IMAGEBUILD_NCCL_TESTS="$host_bin" \
-        python3 -m imagebuild.smoke --tier gpu --timeout 150 --report "$OUTDIR/smoke_host.json"
-    result smoke.gpu.host info "$(tail -n 1 "$OUTDIR/smoke_host.txt")"
-    # --- the image's trees, at the paths they were built for -----------------------------------
-    for t in "${TREES[@]}"; do mv "$work/opt/$t" "/opt/$t"; done
-    trap 'for t in "${TREES[@]}"; do rm -rf "/opt/$t"; done' EXIT
 
-    # what the image's ENV sets, with the host's CUDA run time and NCCL in place of the image's wheels
-    local image_ld="/opt/openmpi/lib:/opt/ucx/lib:/opt/gdrcopy/lib:$nccl/lib:$cuda/lib64"
-    # the image's system libraries for a soname the host lacks, last in the path
-    local fallback=$work/fallback lib
+    # the image's binary: the host's CUDA run time and NCCL first, the host's own library path
+    # (its driver's libraries), then the image's system libraries for a soname the host lacks
+    local fallback=$WORK/fallback lib
     mkdir -p "$fallback"
-    for lib in "$work"/syslibs/*; do
+    for lib in "$WORK"/syslibs/*; do
+        [[ -e $lib ]] || continue
         ldconfig -p | grep -q "^[[:space:]]*$(basename "$lib") " || cp "$lib" "$fallback/"
     done
     note "# the image's system libraries used for want of the host's: $(ls "$fallback" | tr '\n' ' ')"
-    # the host's own library path (where its driver's libraries may be) stays, before the fallback
-    image_ld="$image_ld${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:$fallback"
+    local image_ld="$nccl/lib:$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:$fallback"
+    local image_bin=$WORK/bin/imagebuild-nccl-bw
+    local in_image=(env LD_LIBRARY_PATH="$image_ld")
     local missing
-    missing=$(find /opt/gdrcopy /opt/ucx /opt/openmpi /opt/nccl-tests -type f \( -perm -u+x -o -name '*.so*' \) \
-                   ! -name '*.la' ! -name '*.a' -exec env LD_LIBRARY_PATH="$image_ld" ldd {} \; 2>/dev/null \
-              | awk '/not found/ {print $1}' | sort -u | tr '\n' ' ')
-    if [[ -z $missing ]]; then result libraries pass "every library of the trees resolves on this host"
-    else result libraries fail "not found: $missing"; fi
-
-    # a command under the image's library path and PATH (an argv prefix: timeout cannot run a function)
-    local in_image=(env LD_LIBRARY_PATH="$image_ld" PATH="/opt/openmpi/bin:/opt/ucx/bin:/opt/nccl-tests/bin:$PATH")
-
-    # --- UCX: transports ------------------------------------------------------------------
-    step 60 ucx_info "${in_image[@]}" /opt/ucx/bin/ucx_info -v
-    step 60 ucx_info_d "${in_image[@]}" /opt/ucx/bin/ucx_info -d
-    local tls want_gdr=no
-    tls=$(awk '/Transport:/ {print $3}' "$OUTDIR/ucx_info_d.txt" | sort -u | tr '\n' ' ')
-    [[ -e /dev/gdrdrv ]] && want_gdr=yes
-    local need="cuda_copy cuda_ipc" t2 lacking=
-    [[ $want_gdr == yes ]] && need="$need gdr_copy"
-    for t2 in $need; do [[ " $tls " == *" $t2 "* ]] || lacking="$lacking $t2"; done
-    if [[ -z $lacking ]]; then result ucx.transports pass "$tls(/dev/gdrdrv: $want_gdr)"
-    else result ucx.transports fail "missing:$lacking; found: $tls(/dev/gdrdrv: $want_gdr)"; fi
-
-    # --- UCX: perftest on CUDA memory, two processes on this host ---------------------------
-    local port=13337 size
-    for size in 1048576 67108864; do
-        timeout 120 "${in_image[@]}" /opt/ucx/bin/ucx_perftest -p $port > "$OUTDIR/ucx_perftest_server_$size.txt" 2>&1 &
-        local srv=$!
-        sleep 2
-        if step 90 "ucx_perftest_$size" "${in_image[@]}" /opt/ucx/bin/ucx_perftest -p $port -t tag_bw -m cuda,cuda -s $size -n 1000 -w 100 127.0.0.1; then
-            local final
-            final=$(grep -E '^ *Final:' "$OUTDIR/ucx_perftest_$size.txt" | tail -n 1 | tr -s ' ')
-            result "ucx.perftest.$size" pass "tag_bw cuda->cuda $size B: ${final:-no Final line}"
-        else
-            result "ucx.perftest.$size" fail "ucx_perftest tag_bw on CUDA memory failed (see ucx_perftest_$size.txt)"
-        fi
-        local w
-        for w in 1 2 3 4 5 6 7 8 9 10; do kill -0 $srv 2>/dev/null || break; sleep 1; done
-        kill $srv 2>/dev/null; wait $srv 2>/dev/null
-        port=$((port + 1))
-    done
-
-    # --- Open MPI: CUDA-aware MPI_Allreduce on device buffers, two ranks ---------------------
-    if step 120 mpicc "${in_image[@]}" /opt/openmpi/bin/mpicc -O2 -Wall -I"$cuda/include" "$HERE/gpu_proof/allreduce_cuda.c" \
-            -o "$work/allreduce_cuda" -L"$cuda/lib64" -l:libcudart.so.13 \
-       && step 180 mpi_allreduce "${in_image[@]}" /opt/openmpi/bin/mpirun --allow-run-as-root -np 2 --mca pml ucx \
-            --mca pml_ucx_tls any --mca pml_ucx_devices any -x LD_LIBRARY_PATH -x PATH -x UCX_PROTO_INFO=y \
-            "$work/allreduce_cuda"; then
-        result mpi.cuda_allreduce pass "$(grep -E '^ranks=|^time|^ALL OK' "$OUTDIR/mpi_allreduce.txt" | tr '\n' ';')"
-    else
-        local why
-        why=$(cat "$OUTDIR/mpicc.txt" "$OUTDIR/mpi_allreduce.txt" 2>/dev/null | grep -aE '^rank [0-9]+:|FAIL|rror' | head -n 3)
-        [[ -n $why ]] || why=$(cat "$OUTDIR/mpicc.txt" "$OUTDIR/mpi_allreduce.txt" 2>/dev/null | grep -av 'unable to open mca_' | grep -a . | tail -n 3)
-        result mpi.cuda_allreduce fail "$(echo "$why" | tr '\n' ';')"
+    missing=$("${in_image[@]}" ldd "$image_bin" 2>/dev/null | awk '/not found/ {print $1}' | tr '\n' ' ')
+    if [[ -z $missing ]]; then result bench.libraries pass "every library of the image's benchmark resolves on this host"
+    else result bench.libraries fail "not found: $missing"; fi
+    step 30 bench_image_version "${in_image[@]}" "$image_bin" --version \
+        && result bench.image_version pass "$(cat "$OUTDIR/bench_image_version.txt")" \
+        || result bench.image_version fail "$(tail -n 1 "$OUTDIR/bench_image_version.txt")"
+    if [[ -x $host_bin ]]; then
+        step 30 bench_host_version "$host_bin" --version \
+            && result bench.host_version pass "$(cat "$OUTDIR/bench_host_version.txt")" \
+            || result bench.host_version fail "$(tail -n 1 "$OUTDIR/bench_host_version.txt")"
     fi
 
-    # --- nccl-tests: the image's binary against the host-built one, alternately, same NCCL ---
-    local args=(-b 8 -e 1G -f 2 -g 1 -n 50 -w 10 -c 1) round
+    # one rank per GPU: under the host's mpirun when both builds link MPI, else one process, -g N
+    local launch=() gflag=(-g "$count") how="one process, -g $count"
+    if [[ -n $mpi_def ]] && command -v mpirun >/dev/null && "${in_image[@]}" ldd "$image_bin" | grep -q libmpi.so; then
+        launch=(mpirun --allow-run-as-root -np "$count" -x LD_LIBRARY_PATH) gflag=(-g 1) how="mpirun -np $count"
+    fi
+    note "# ranks: $how"
+
+    # --- every collective of the image's binary, every element checked --------------------------
+    local coll
+    for coll in all_reduce all_gather reduce_scatter broadcast; do
+        if step 180 "coll_$coll" "${in_image[@]}" "${launch[@]}" "$image_bin" -C "$coll" -b 8 -e 256M -f 4 -n 20 -w 5 -c 1 "${gflag[@]}"; then
+            result "bench.$coll" pass "$(grep -E '^# (Out of bounds|Avg bus)' "$OUTDIR/coll_$coll.txt" | tr '\n' ';')"
+        else
+            result "bench.$coll" fail "$(tail -n 2 "$OUTDIR/coll_$coll.txt" | tr '\n' ';')"
+        fi
+    done
+
+    # --- the image's all_reduce against the host build's, alternately, same NCCL -----------------
+    local args=(-b 8 -e 1G -f 2 -n 50 -w 10 -c 1 "${gflag[@]}") round
     for round in 1 2 3; do
-        step 120 "nccl_image_$round" "${in_image[@]}" /opt/openmpi/bin/mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH \
-            /opt/nccl-tests/bin/all_reduce_perf "${args[@]}"
+        step 180 "nccl_image_$round" "${in_image[@]}" "${launch[@]}" "$image_bin" "${args[@]}"
         if [[ -x $host_bin ]]; then
-            if (( mpi_flag )); then
-                step 120 "nccl_host_$round" env LD_LIBRARY_PATH="$work/nccl-home/lib:$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-                    mpirun --allow-run-as-root -np 1 -x LD_LIBRARY_PATH "$host_bin" "${args[@]}"
-            else
-                step 120 "nccl_host_$round" env LD_LIBRARY_PATH="$work/nccl-home/lib:$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$host_bin" "${args[@]}"
-            fi
+            step 180 "nccl_host_$round" "${launch[@]}" "$host_bin" "${args[@]}"
         fi
     done
     python3 "$HERE/gpu_proof/compare_nccl.py" "$OUTDIR" > "$OUTDIR/nccl_compare.txt" 2>&1
     local crc=$?
     cat "$OUTDIR/nccl_compare.txt" >> "$LOG"
-    if (( crc == 0 )); then result nccl_tests.compare pass "$(tail -n 1 "$OUTDIR/nccl_compare.txt")"
-    else result nccl_tests.compare fail "$(tail -n 1 "$OUTDIR/nccl_compare.txt")"; fi
+    if (( crc == 0 )); then result bench.compare pass "$(tail -n 1 "$OUTDIR/nccl_compare.txt")"
+    else result bench.compare fail "$(tail -n 1 "$OUTDIR/nccl_compare.txt")"; fi
 
-    # --- the smoke suite's GPU tier with the image's trees (informational, as above) ----------
-    step 300 smoke_trees "${in_image[@]}" env PYTHONPATH="$ROOT" IMAGEBUILD_NCCL_TESTS=/opt/nccl-tests/bin \
-        python3 -m imagebuild.smoke --tier gpu --timeout 150 --report "$OUTDIR/smoke_trees.json"
-    result smoke.gpu.trees info "$(tail -n 1 "$OUTDIR/smoke_trees.txt")"
+    # --- the smoke suite's GPU tier with each binary (informational: its libraries check fails on
+    # any host holding two copies of a library) ---------------------------------------------------
+    if [[ -x $host_bin ]]; then
+        step 300 smoke_host env PYTHONPATH="$ROOT" IMAGEBUILD_NCCL_BENCH="$host_bin" \
+            python3 -m imagebuild.smoke --tier gpu --timeout 150 --report "$OUTDIR/smoke_host.json"
+        result smoke.gpu.host info "$(tail -n 1 "$OUTDIR/smoke_host.txt")"
+    fi
+    step 300 smoke_image "${in_image[@]}" env PYTHONPATH="$ROOT" IMAGEBUILD_NCCL_BENCH="$image_bin" \
+        python3 -m imagebuild.smoke --tier gpu --only nccl.bench nccl.bandwidth --timeout 150 --report "$OUTDIR/smoke_image.json"
+    if grep -q '"passed": true' "$OUTDIR/smoke_image.json" 2>/dev/null; then
+        result smoke.gpu.image pass "$(tail -n 1 "$OUTDIR/smoke_image.txt")"
+    else
+        result smoke.gpu.image fail "$(tail -n 1 "$OUTDIR/smoke_image.txt")"
+    fi
 
     {
         echo "gpu_proof $(date -u +%Y-%m-%d), $count x $gpu, driver $driver"
@@ -310,5 +280,5 @@ run() {
 case ${1:-} in
     pack) shift; pack "$@" ;;
     run) shift; run "$@" ;;
-    *) echo "usage: $0 pack [IMAGE] | run [OUTDIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 pack [IMAGE] | run --sha256 HEX [OUTDIR]" >&2; exit 2 ;;
 esac

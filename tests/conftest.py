@@ -65,8 +65,8 @@ SERVICE_FIXTURES = {"docker_client": "engine", "smoke_cpu_image": "engine", "reg
 
 # The modules that build the biggest images run last, in this order. Both Debian CUDA images are
 # built in the background (PREBUILD: `imagebuild build` in a process of its own). The
-# communication image compiles for a quarter of an hour on two cores: it starts with the session
-# and is the session's longest path. The PyTorch CUDA-wheels image (5.5 GB) mostly waits on the
+# communication image (Debian's packages and NVIDIA's wheels, its benchmark compiled: about 90 s
+# cold) starts with the session. The PyTorch CUDA-wheels image (5.5 GB) mostly waits on the
 # package index and the disk (its wheels, then normalising): it starts when the late modules do
 # (after the tests that need a quiet engine), so that it neither slows the compile nor keeps those
 # tests waiting, and it is done while the communication and devel modules run. Each module then
@@ -201,30 +201,24 @@ def drop_image(client, ref: str, since: datetime.datetime) -> None:
     prune_build_cache_since(client, since)
 
 
-# the source tarballs the images compile, as a site's mirror folder: ../shared/sources beside the
-# checkout (these machines reach no upstream), or the folder IMAGEBUILD_TEST_SOURCES names (the
-# heavy-tier workflow fills one with `imagebuild sources fetch` from the site's mirror)
-SHARED_SOURCES = Path(os.environ.get("IMAGEBUILD_TEST_SOURCES") or ROOT.parent / "shared" / "sources")
-
-
 def _start_prebuild(image_id: str) -> None:
     """`imagebuild build IMAGE` in the background, as build_debian_image would run it, its output
     in a log file. It only warms the engine's build cache: the test that needs the image waits for
     it and then builds through the real path in its own process, which fails there with the real
-    error if the prebuild did. Nothing is started without an engine, the sources or the CA bundle
-    (the test then says what is missing), or with IMAGEBUILD_TEST_PREBUILD=0."""
+    error if the prebuild did. Nothing is started without an engine or the CA bundle (the test then
+    says what is missing), or with IMAGEBUILD_TEST_PREBUILD=0."""
     import subprocess
     import sys
     import tempfile
     if image_id in _PREBUILDS or os.environ.get("IMAGEBUILD_TEST_PREBUILD", "1") == "0":
         return
-    if not (os.environ.get("DOCKER_HOST") and SHARED_SOURCES.is_dir() and CA_BUNDLE.is_file()):
+    if not (os.environ.get("DOCKER_HOST") and CA_BUNDLE.is_file()):
         return
     work = Path(tempfile.mkdtemp(prefix=f"imagebuild-prebuild-{image_id}-"))
     log = open(work / "prebuild.log", "wb")  # noqa: SIM115 - the child writes it until it ends
     _PREBUILDS[image_id] = subprocess.Popen(
         [sys.executable, "-m", "imagebuild", "build", "--matrix", str(ROOT / "matrix.yaml"),
-         "--ca-bundle", str(CA_BUNDLE), "--sources", str(SHARED_SOURCES), "--quiet",
+         "--ca-bundle", str(CA_BUNDLE), "--quiet",
          "--output", str(work / "build"), "--log-dir", str(work / "logs"), image_id],
         cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -244,18 +238,47 @@ def pytest_sessionfinish(session, exitstatus):
                 proc.wait(timeout=60)
             except Exception:  # noqa: BLE001 - gone already, or will not stop
                 proc.kill()
+#: a site's communication image compiled from upstream git tag archives (docs/examples): the
+#: recipes these machines render, lint and check as data but never compile (issue 42)
+SITE_GIT_EXAMPLE = ROOT / "docs" / "examples" / "comms-from-git.yaml"
+_REGISTRY_FAMILY_HEAD = '  - family: comms\n    description: "communication base from the package registries'
+
+
+def site_matrix(folder: Path) -> Path:
+    """A copy of matrix.yaml in ``folder`` (its locks beside it) whose Debian communication family
+    is the site's git-form one of docs/examples/comms-from-git.yaml: the same image ids, compiled
+    from UCX's and Open MPI's git tag archives. Returns the copy's path."""
+    text = (ROOT / "matrix.yaml").read_text()
+    start = text.index(_REGISTRY_FAMILY_HEAD)
+    end = text.index("  - family: ", start + len(_REGISTRY_FAMILY_HEAD))
+    entry = "".join("  " + ln if ln.strip() else ln for ln in SITE_GIT_EXAMPLE.read_text().splitlines(True)
+                    if not ln.startswith("#"))
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "matrix.yaml"
+    out.write_text(text[:start] + entry + text[end:])
+    if not (folder / "locks").exists():
+        (folder / "locks").symlink_to(ROOT / "locks")
+    return out
+
+
+@pytest.fixture(scope="session")
+def site_git(tmp_path_factory):
+    """(knowledge, specs by id) of site_matrix: the git-form Debian communication images."""
+    from imagebuild import knowledge
+    from imagebuild.render import images
+    k = knowledge.load(site_matrix(tmp_path_factory.mktemp("site-git")))
+    return k, {s.id: s for s in images.expand(k)[0]}
+
+
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")   # Debian's ca-certificates: the index over HTTPS
 
 
 def build_debian_image(docker_client, image_id: str):
-    """Build one Debian image of matrix.yaml through the real path (`imagebuild build`, the wheels
-    from the package index with the host's CA bundle as the build's secret, the source tarballs
-    from ../shared/sources as a site's mirror), making the Debian base first when the engine lacks
-    it. Returns the image's ImageSpec.
-
-    Every image that compiles anything (gdrcopy in the PyTorch image too) reads ../shared/sources:
-    these machines reach no upstream release URL, and a test must not lean on another module having
-    filled the source cache before it (the order of the modules is LATE's, not theirs)."""
+    """Build one Debian image of matrix.yaml through the real path (`imagebuild build`, the OS
+    packages from Debian's mirror, the wheels from the package index with the host's CA bundle as
+    the build's secret), making the Debian base first when the engine lacks it. Returns the image's
+    ImageSpec. What is built here comes from those registries alone: no image built in a test
+    compiles an upstream source archive (../shared/sources/SOURCES.md)."""
     from imagebuild import cli
     from imagebuild.render.run import load_images
 
@@ -263,8 +286,6 @@ def build_debian_image(docker_client, image_id: str):
     spec = load_images(matrix)[image_id]
     for needed in (image_id, *spec.depends_on):   # a devel image's build builds its runtime first
         _await_prebuild(needed)
-    if not SHARED_SOURCES.is_dir():
-        need("../shared/sources", "the source tarballs (gdrcopy, UCX, Open MPI, nccl-tests) are not beside this checkout")
     if not CA_BUNDLE.is_file():
         need("the host's CA bundle", f"{CA_BUNDLE} is missing (Debian's ca-certificates)")
     try:
@@ -272,7 +293,7 @@ def build_debian_image(docker_client, image_id: str):
     except Exception:  # noqa: BLE001 - ImageNotFound
         if cli.main(["base", "debian-bookworm"]) != 0:
             need("the local Debian base image", "imagebuild base debian-bookworm failed")
-    argv = ["build", "--matrix", str(matrix), "--ca-bundle", str(CA_BUNDLE), "--sources", str(SHARED_SOURCES)]
+    argv = ["build", "--matrix", str(matrix), "--ca-bundle", str(CA_BUNDLE)]
     code = cli.main(argv + [image_id])
     assert code == 0, f"imagebuild build {image_id} failed (see .imagebuild/logs/{image_id}.log)"
     docker_client.images.get(spec.local_ref)

@@ -16,7 +16,7 @@ import shutil
 
 import pytest
 
-from conftest import CA_BUNDLE, ROOT, SHARED_SOURCES, need
+from conftest import CA_BUNDLE, ROOT, need
 from test_cuda_wheels_image import assert_cpu_tier_passed
 from imagebuild import cli
 from imagebuild.errors import ImagebuildError
@@ -46,7 +46,7 @@ def arm64_image(docker_client):
             need("debootstrap as root", "the arm64 base is made with debootstrap")
         assert cli.main(["base", "debian-bookworm", "--platform", "linux/arm64"]) == 0
     code = cli.main(["build", NAME, "--platform", "linux/arm64", "--matrix", str(MATRIX),
-                     "--ca-bundle", str(CA_BUNDLE), "--sources", str(SHARED_SOURCES)])
+                     "--ca-bundle", str(CA_BUNDLE)])
     assert code == 0, f"imagebuild build {NAME} --platform linux/arm64 failed (.imagebuild/logs/{ARM}.log)"
     return spec
 

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import ROOT
 
-IMAGE = "comms-cu130-nccl2.30.7-debian12-runtime"
+IMAGE = "comms-cu130-nccl2.30.7-ubuntu24.04-runtime"   # compiles UCX, Open MPI, gdrcopy, nccl-tests
 ROW = '    Component("libfoo", "libfoo {version}", "/opt/libfoo", bin=True, lib=True, on_nccl=True),\n'
 FRAGMENT = ("#workdir /tmp/build/libfoo\n#source {{ file }}\n"
             "tar -xf /tmp/sources/{{ file }} --strip-components=1\n"

@@ -15,13 +15,14 @@ CI=true they fail without an engine.
 
 from __future__ import annotations
 
-import datetime
+import io
 import json
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from conftest import CA_BUNDLE, ROOT, SHARED_SOURCES as SHARED, build_debian_image
+from conftest import CA_BUNDLE, ROOT, build_debian_image
 from imagebuild import cli, dockerfile, knowledge
 from imagebuild.render import images, renderer as render
 from imagebuild.deliver import lockfile
@@ -89,9 +90,10 @@ def test_the_debian_devel_adds_the_toolkit_wheels_without_redoing_the_runtime_li
     assert "ln -s libcudart.so.13 " in text and "lib/stubs/libcuda.so" in text
     assert "libibverbs-dev librdmacm-dev" in text      # the RDMA headers
     assert "COPY image.json /opt/imagebuild/image.json" in text and "COPY lib/" not in text
-    # the runtime recipe's devel stage still makes both links
+    # the runtime recipe makes both links
     runtime = render.Renderer().dockerfile(specs[RUNTIME], k)
     assert "ln -s lib /opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib64" in runtime
+    assert "ln -s /opt/venv/lib/python3.11/site-packages/nvidia/cu13 /usr/local/cuda-13.0" in runtime
 
 
 def test_the_singularity_definition_bootstraps_from_the_runtime_image(k, specs):
@@ -136,7 +138,8 @@ def test_building_only_the_devel_builds_its_runtime_first(k, tmp_path):
     jobs = jobs_for([DEVEL], k, tmp_path)
     assert [j.image_id for j in jobs] == [RUNTIME, DEVEL]
     assert jobs[1].depends_on == (RUNTIME,)
-    assert jobs[0].prepare is not None and jobs[1].prepare is None   # the devel reads no tarball
+    # neither reads a source tarball: the runtime is built from the registries, the devel FROM it
+    assert jobs[0].prepare is None and jobs[1].prepare is None
 
 
 def test_the_lock_drops_a_base_built_in_the_same_run():
@@ -248,98 +251,68 @@ def test_lock_and_build_locked_take_the_runtime_as_the_devels_base(built, engine
     runtime_id = engine.inspect(built[0]).id
     assert entry["bases"] == {built[0]: {"digest": None, "id": runtime_id}}
     assert entry["base_image"] == runtime_id == entries[RUNTIME]["image_id"]
-    build = ["build", *common, "--locked", "--ca-bundle", str(CA_BUNDLE), "--sources", str(SHARED),
+    build = ["build", *common, "--locked", "--ca-bundle", str(CA_BUNDLE),
              "--output", str(tmp_path / "out"), "--log-dir", str(tmp_path / "logs"), "--quiet"]
     assert cli.main([*build, DEVEL]) == 0
     assert engine.inspect(built[1]).layers[:len(engine.inspect(built[0]).layers)] == \
         engine.inspect(built[0]).layers
 
 
-# --- reproducibility of what nvcc links and Open MPI dates, in the fast tier (issue 22) ----------
+# --- reproducibility of what the comms recipe compiles, in the fast tier (issue 22) --------------
 # The comms image's second cold build (the whole proof) is in the heavy tier. Here a small image
-# FROM the devel image compiles, twice and without the build cache, what the comms recipe's own
-# steps write: nccl-tests' all_reduce_perf through the recipe's nccl-tests command line (nvcc
-# with its intermediate files kept in a fixed folder, MPI=1 against the image's Open MPI), for one
-# architecture, and Open MPI's own configure date (config/getdate.sh of the archive) under the
-# SOURCE_DATE_EPOCH the recipe gives Open MPI's configure and make. Both builds must give one ID.
+# FROM the devel image compiles, twice and without the build cache, what the recipe's own
+# nccl-bench step runs (mpicc against the wheels' headers, the command taken from the recipe), and
+# a CUDA kernel with nvcc's intermediate files kept in a fixed folder, as the site recipes compile
+# UCX and nccl-tests (NVCC_APPEND_FLAGS="-keep -keep-dir ..."): both builds must give one ID.
 
-# one architecture, its SASS alone: the recipe's PTX target would double nvcc's time (about 120 s
-# of the module's tail on the 2-core CI machine); the temporary names a fixed -keep-dir removes
-# reach a SASS-only binary too (test_without_a_fixed_keep_dir_nvcc_links_different_bytes)
 ONE_ARCH = "-gencode=arch=compute_90,code=sm_90"
+_KERNEL = "__global__ void k(float *x) { x[threadIdx.x] += 1.0f; }\nint main() { return 0; }\n"
 
 
 def _recipe_step(k, specs, fragment: str):
-    (stage,) = [s for s in render.Renderer().stages(specs[RUNTIME], k) if s.name == "devel"]
+    (stage,) = [s for s in render.Renderer().stages(specs[RUNTIME], k) if s.name == "nccl-bench"]
     (step,) = [s for s in stage.steps if s.fragment == fragment]
     return step
 
 
 def _repro_recipe(k, specs, devel_ref: str) -> str:
-    from imagebuild.render.blocks import gencode
-    nccl = _recipe_step(k, specs, "nccl-tests")
-    whole = gencode(specs[RUNTIME].build_choices)
-    (make,) = [c for c in nccl.commands if c.startswith("NVCC_APPEND_FLAGS=")]
-    assert '-keep -keep-dir /tmp/build/nccl-tests-nvcc"' in make and whole in make
-    # the recipe's command, for one architecture (its SASS and PTX) and one binary (the goals the
-    # recipe starts first left out: alltoall.o is not all_reduce_perf's)
-    from imagebuild.render.blocks import NCCL_TESTS_FIRST
-    first = "".join(f" /tmp/build/nccl-tests/build/{unit}" for unit in NCCL_TESTS_FIRST)
-    assert make.endswith(f"{first} build")
-    one = make.replace(whole, ONE_ARCH).replace(first, "") + " BIN_FILES_LIST=all_reduce"
-    commands = [c for c in nccl.commands if not c.startswith(("NVCC_APPEND_FLAGS=", "cp -a build/."))]
-    ompi = _recipe_step(k, specs, "openmpi")
-    dated = [c for c in ompi.commands if c.startswith("SOURCE_DATE_EPOCH=")]
-    assert len(dated) == 2 and dated[0].split()[1] == "./configure" and dated[1].split()[1] == "make"
-    epoch = dated[0].split()[0]
-    assert dated[1].split()[0] == epoch
+    bench = _recipe_step(k, specs, "nccl-bench")
+    (compile_,) = [c for c in bench.commands if c.startswith("mpicc ")]
+    src = compile_.split(" -o ")[0].split()[-1]
     return "\n".join([
         f"FROM {devel_ref}",
         'SHELL ["/bin/bash", "-o", "pipefail", "-c"]',
-        f"WORKDIR {nccl.workdir}",
-        "COPY sources/ /tmp/sources/",
-        "RUN " + " \\\n && ".join([*commands, one, "cp -a build/. /opt/nccl-tests/bin/"]),
-        "WORKDIR /tmp/build/openmpi-date",
-        # Open MPI's configure writes getdate.sh's output into ompi_info (PMIx's and PRRTE's into
-        # theirs); a library linked with the image's mpicc carries it here
-        "RUN tar -xzf /tmp/sources/openmpi.tar.gz --strip-components=1 --wildcards '*/config/getdate.sh' \\\n"
-        f" && {epoch} sh config/getdate.sh > configure-date \\\n"
-        " && printf 'const char *ompi_configure_date = \"%s\";\\n' \"$(cat configure-date)\" > date.c \\\n"
-        " && mpicc -shared -fPIC -o /opt/nccl-tests/libdated.so date.c \\\n"
-        " && rm -rf /tmp/sources /tmp/build",
-        "WORKDIR /",
+        f"COPY nccl_bw.c {src}",
+        "COPY k.cu /tmp/build/k/k.cu",
+        f"RUN {compile_} \\\n && /usr/local/bin/imagebuild-nccl-bw --version \\\n"
+        " && mkdir -p /tmp/build/k-nvcc && cd /tmp/build/k \\\n"
+        f" && NVCC_APPEND_FLAGS=\"-keep -keep-dir /tmp/build/k-nvcc\" nvcc {ONE_ARCH} -o /usr/local/bin/k k.cu \\\n"
+        " && rm -rf /tmp/build",
         ""])
 
 
-def test_what_nvcc_links_and_open_mpi_dates_builds_to_one_image_id(built, k, specs, docker_client, tmp_path):
+def test_what_the_recipe_compiles_builds_to_one_image_id(built, k, specs, docker_client, tmp_path):
     import shutil
     import secrets as _secrets
     from imagebuild.sourcedate import source_epoch
+    from imagebuild.smoke.ncclbench import NCCL_BENCH_SOURCE
     from conftest import build_cold_twice
 
-    if not SHARED.is_dir():
-        pytest.fail(f"{SHARED} is missing: the source tarballs")
     ctx = tmp_path / "ctx"
-    (ctx / "sources").mkdir(parents=True)
-    shutil.copy(SHARED / "nccl-tests-2.17.6.tar.gz", ctx / "sources")
-    shutil.copy(SHARED / "openmpi-5.0.10-git.tar.gz", ctx / "sources" / "openmpi.tar.gz")
+    ctx.mkdir()
+    shutil.copy(render.package_files() / "smoke" / NCCL_BENCH_SOURCE, ctx / "nccl_bw.c")
+    (ctx / "k.cu").write_text(_KERNEL)
     (ctx / "Dockerfile").write_text(_repro_recipe(k, specs, built[1]))
     token = _secrets.token_hex(4)
-    refs = [f"imagebuild/test-repro-nvcc-{token}-{i}:local" for i in (1, 2)]
+    refs = [f"imagebuild/test-repro-bench-{token}-{i}:local" for i in (1, 2)]
     try:
         (one, id1, img1, _), (two, id2, img2, _) = build_cold_twice(
             docker_client, ctx, refs, tmp_path / "logs", epoch=source_epoch(specs[RUNTIME].as_of),
-            fresh_files=["Dockerfile"])
-        day = datetime.datetime.fromtimestamp(source_epoch(specs[RUNTIME].as_of), datetime.timezone.utc)
-        date = day.strftime("%a %b %e %H:%M:%S UTC %Y")      # as date(1) writes it
+            fresh_files=["Dockerfile", "nccl_bw.c", "k.cu"])
         out = docker_client.containers.run(
-            id1, ["-c", f"ls /opt/nccl-tests/bin; grep -ao '{date}' /opt/nccl-tests/libdated.so;"
-                        " ldd /opt/nccl-tests/bin/all_reduce_perf | grep -o 'libmpi.so.[0-9]* => /opt/openmpi/lib'"],
-            entrypoint="bash", remove=True).decode().split("\n")
-        # what was built is what the recipe builds: the binary, on the image's Open MPI, and the
-        # configure date of the matrix's as_of, not of the build's day
-        assert "all_reduce_perf" in out and "libmpi.so.40 => /opt/openmpi/lib" in out, out
-        assert date in out, out
+            id1, ["-c", "imagebuild-nccl-bw --version; ls /usr/local/bin/k"],
+            entrypoint="bash", remove=True).decode()
+        assert "nccl-library=23007" in out and "mpi=yes" in out and "/usr/local/bin/k" in out, out
         assert id1 == id2, f"two cold builds gave {id1[:19]} and {id2[:19]}"
     finally:
         for ref in refs:
@@ -347,6 +320,98 @@ def test_what_nvcc_links_and_open_mpi_dates_builds_to_one_image_id(built, k, spe
                 docker_client.images.remove(ref, force=True)
             except Exception:  # noqa: BLE001 - not built
                 pass
+
+
+# --- the benchmark's logic on a stand-in for CUDA and NCCL -----------------------------------------
+# No GPU here: tests/fakes/fake_cuda_nccl.c keeps "device" memory in host memory and carries out
+# NCCL's collectives at the end of each group, so what imagebuild-nccl-bw fills, which buffers
+# its in-place variants pass, how it checks each element and what its table says are tested with
+# the real headers, on 1 to 4 ranks, and read by the smoke suite's own parser and judge.
+
+_FAKE_RUN = r"""
+set -e
+cd /tmp/fake
+site=/opt/venv/lib/python3.11/site-packages/nvidia
+inc="-I$site/cu13/include -I$site/nccl/include"
+gcc -std=c11 -O2 -Wall -Wextra -Werror $inc -shared -fPIC fake_cuda_nccl.c -o libfake.so
+gcc -std=c11 -O2 -Wall -Wextra -Werror $inc nccl_bw.c -o bw -L. -lfake -Wl,-rpath,/tmp/fake
+for n in 1 2 3 4; do for c in all_reduce all_gather reduce_scatter broadcast; do
+  echo "=== $c $n"; set +e; FAKE_GPUS=$n ./bw -C $c -b 8 -e 256K -f 2 -n 2 -w 1; echo "=== exit $?"; set -e
+done; done
+echo "=== wrong 4"; set +e; FAKE_GPUS=4 FAKE_WRONG=3 ./bw -b 64 -e 4K -n 1 -w 0; echo "=== exit $?"
+echo "=== unchecked 2"; FAKE_GPUS=2 ./bw -b 8 -e 64 -c 0 -n 1 -w 0; echo "=== exit $?"
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_runs(built, docker_client) -> dict[str, tuple[str, int]]:
+    from imagebuild.smoke.ncclbench import NCCL_BENCH_SOURCE
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, path in (("fake/fake_cuda_nccl.c", ROOT / "tests" / "fakes" / "fake_cuda_nccl.c"),
+                           ("fake/nccl_bw.c", render.package_files() / "smoke" / NCCL_BENCH_SOURCE)):
+            tar.add(str(path), arcname=name)
+    box = docker_client.containers.create(built[1], ["-c", _FAKE_RUN], entrypoint="bash")
+    try:
+        box.put_archive("/tmp", buf.getvalue())
+        box.start()
+        assert box.wait(timeout=600)["StatusCode"] == 0, box.logs().decode()[-3000:]
+        out = box.logs().decode()
+    finally:
+        box.remove(force=True)
+    runs: dict[str, tuple[str, int]] = {}
+    last = ""
+    for part in out.split("=== ")[1:]:
+        title, _, body = part.partition("\n")
+        if title.startswith("exit "):
+            runs[last] = (runs[last][0], int(title.split()[1]))
+        else:
+            last = title.strip()
+            runs[last] = (body, -1)
+    return runs
+
+
+def test_every_collective_checks_every_element_on_one_to_four_ranks(fake_runs):
+    from imagebuild.smoke.bandwidth import sizes
+    from imagebuild.smoke.nccltests import judge_nccl_tests, parse_nccl_tests
+    for n in (1, 2, 3, 4):
+        for coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+            text, code = fake_runs[f"{coll} {n}"]
+            assert code == 0, (coll, n, text[-800:])
+            found = parse_nccl_tests(text)
+            assert found["devices"] == n and found["out_of_bounds"] == (0, "OK"), (coll, n)
+            assert found["nccl_library"] == 23007
+            assert all(r["oop"]["wrong"] == 0 and r["ip"]["wrong"] == 0 for r in found["rows"])
+            if coll == "all_reduce":
+                assert judge_nccl_tests(found, n, sizes(8, 256 << 10, 2)) == [], (coll, n)
+            factor = {"all_reduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(coll, (n - 1) / n)
+            for r in found["rows"]:
+                assert r["oop"]["busbw"] == pytest.approx(r["oop"]["algbw"] * factor, abs=0.011)
+            # all_gather and reduce_scatter show the whole buffer: a whole number of elements per rank
+            assert all(r["size"] % (4 * n) == 0 for r in found["rows"]) or coll in ("all_reduce", "broadcast")
+
+
+def test_a_wrong_element_is_counted_and_fails_the_run(fake_runs):
+    from imagebuild.smoke.bandwidth import sizes
+    from imagebuild.smoke.nccltests import judge_nccl_tests, parse_nccl_tests
+    text, code = fake_runs["wrong 4"]
+    assert code == 1
+    found = parse_nccl_tests(text)
+    # one element of rank 0's result is off in every collective: out-of-place and in-place, each size
+    assert [(r["oop"]["wrong"], r["ip"]["wrong"]) for r in found["rows"]] == [(1, 1)] * 7
+    assert found["out_of_bounds"] == (14, "FAILED")
+    errs = judge_nccl_tests(found, 4, sizes(64, 4096, 2))
+    assert any("wrong elements at 64B: 2" in e for e in errs) and any("Out of bounds values : 14 FAILED" in e for e in errs)
+
+
+def test_an_unchecked_run_says_so_and_the_judge_refuses_it(fake_runs):
+    from imagebuild.smoke.bandwidth import sizes
+    from imagebuild.smoke.nccltests import judge_nccl_tests, parse_nccl_tests
+    text, code = fake_runs["unchecked 2"]
+    assert code == 0
+    found = parse_nccl_tests(text)
+    assert all(r["oop"]["wrong"] is None for r in found["rows"])
+    assert any("not verified" in e for e in judge_nccl_tests(found, 2, sizes(8, 64, 2)))
 
 
 _NVCC_TWICE = r"""

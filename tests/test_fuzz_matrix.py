@@ -565,7 +565,7 @@ def test_cuda_from_wheels_families_are_checked_at_load(original, tmp_path, capsy
                  if re.match(rf"\s+{key}: ", original.splitlines()[i - 1]))
         text = _edit(original, n, lambda ln: "")
         want = ("needs ucx pinned" if mutation == "no-ucx"
-                else "without PyTorch compiles UCX and Open MPI against")
+                else "without PyTorch, with the OS's UCX and Open MPI, is a communication image built from the registries: name its NCCL")
         line = None
     path, err = _refused(tmp_path, capsys, text)
     assert want in err, err

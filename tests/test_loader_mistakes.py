@@ -13,14 +13,17 @@ import pytest
 
 from imagebuild import cli
 
-from conftest import ROOT
+from conftest import ROOT, site_matrix
 
 MATRIX = ROOT / "matrix.yaml"
 
 
-def _edit(tmp_path, pattern: str, replacement: str) -> tuple[str, int]:
-    """A copy of the matrix with the one line matching ``pattern`` rewritten; (path, its line)."""
-    lines = MATRIX.read_text().splitlines(keepends=True)
+def _edit(tmp_path, pattern: str, replacement: str, site: bool = False) -> tuple[str, int]:
+    """A copy of the matrix with the one line matching ``pattern`` rewritten; (path, its line).
+    ``site``: of the matrix with the site's git-form communication family (conftest.site_matrix),
+    which has the `sources: git` and `build:` lines these mistakes are made in."""
+    base = site_matrix(tmp_path / "site") if site else MATRIX
+    lines = base.read_text().splitlines(keepends=True)
     hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
     assert len(hits) == 1, (pattern, hits)
     lines[hits[0]] = re.sub(pattern, replacement, lines[hits[0]])
@@ -39,7 +42,8 @@ def _refused(capsys, argv, path: str, line: int | None, words: str):
 
 
 def test_sources_git_without_the_release_s_git_archive_is_refused_at_load(tmp_path, capsys):
-    path, _ = _edit(tmp_path, r'^\s+git_archive: \{file: "ucx-1\.22\.0-git\.tar\.gz".*$', "      # (no git archive)")
+    path, _ = _edit(tmp_path, r'^\s+git_archive: \{file: "ucx-1\.22\.0-git\.tar\.gz".*$', "      # (no git archive)",
+                    site=True)
     family_line = next(i + 1 for i, text in enumerate(open(path).read().splitlines())
                        if text.strip() == "sources: git")
     _refused(capsys, ["knowledge", "validate", "--matrix", path], path, family_line,
@@ -47,7 +51,7 @@ def test_sources_git_without_the_release_s_git_archive_is_refused_at_load(tmp_pa
 
 
 def test_an_unknown_cuda_arch_is_refused_at_load(tmp_path, capsys):
-    path, line = _edit(tmp_path, r'cuda_arch: \["8\.0", "9\.0", "10\.0"\]', 'cuda_arch: ["8.0", "8.5", "10.0"]')
+    path, line = _edit(tmp_path, r'cuda_arch: \["8\.0", "9\.0", "10\.0"\]', 'cuda_arch: ["8.0", "8.5", "10.0"]', site=True)
     _refused(capsys, ["knowledge", "validate", "--matrix", path], path, line,
              "build.cuda_arch: 8.5 is not an architecture the matrix knows")
 
@@ -55,7 +59,7 @@ def test_an_unknown_cuda_arch_is_refused_at_load(tmp_path, capsys):
 @pytest.mark.parametrize("arch,words", [("7.0", "was dropped after CUDA 12.9"),
                                         ("3.7", "was dropped after CUDA 11.8")])
 def test_a_cuda_arch_the_image_s_cuda_cannot_compile_is_refused_before_the_engine(tmp_path, capsys, arch, words):
-    path, line = _edit(tmp_path, r'cuda_arch: \["8\.0", "9\.0", "10\.0"\]', f'cuda_arch: ["{arch}", "9.0"]')
+    path, line = _edit(tmp_path, r'cuda_arch: \["8\.0", "9\.0", "10\.0"\]', f'cuda_arch: ["{arch}", "9.0"]', site=True)
     family_line = max(i + 1 for i, text in enumerate(open(path).read().splitlines()[:line])
                       if text.strip().startswith("- family:"))
     assert cli.main(["knowledge", "validate", "--matrix", path]) == 0      # every name is known

@@ -89,8 +89,14 @@ def _first_of_each(doc) -> dict[str, tuple]:
 
 @pytest.fixture(scope="module")
 def full(doc) -> dict:
-    """The matrix with every optional mapping it leaves out present (empty): `project:`."""
-    return {**doc, "project": doc.get("project") or {}}
+    """The matrix with every optional mapping it leaves out present: `project:` (empty), and a
+    family's `build:` choices, which the site's git-form communication family has
+    (docs/examples/comms-from-git.yaml, in place of the registry-built family of the same ids)."""
+    from conftest import SITE_GIT_EXAMPLE
+    site = yaml.safe_load(SITE_GIT_EXAMPLE.read_text(encoding="utf-8"))
+    families = [f for f in doc["images"]
+                if not str(f.get("description", "")).startswith("communication base from the package registries")]
+    return {**doc, "project": doc.get("project") or {}, "images": families + site}
 
 
 def test_every_declaration_is_met_in_the_matrix(full, schema):

@@ -95,7 +95,7 @@ def test_hostile_values_never_reach_a_recipe(k, specs, field, value):
         render.Renderer().dockerfile(bad, k)
 
 
-def test_hostile_base_and_url_are_refused(k, specs):
+def test_hostile_base_and_url_are_refused(k, specs, site_git):
     s = next(x for x in specs if x.id == "smoke-cpu")
     with pytest.raises(RenderError):
         render.Renderer().dockerfile(replace(s, os=dict(s.os, base="debian; id")), k)
@@ -106,10 +106,11 @@ def test_hostile_base_and_url_are_refused(k, specs):
     assert "$(id)" not in text and "https://x/" not in text
     with pytest.raises(RenderError):
         render.Renderer().dockerfile(replace(c, ucx=dict(c.ucx, sha256="abc")), k)
-    g = next(x for x in specs if x.sources == "git")
+    site_k, site_specs = site_git
+    g = next(x for x in site_specs.values() if x.sources == "git")
     with pytest.raises(RenderError):
         render.Renderer().dockerfile(replace(g, ucx=dict(g.ucx, git_archive=dict(
-            g.ucx["git_archive"], file="ucx.tar.gz;id"))), k)
+            g.ucx["git_archive"], file="ucx.tar.gz;id"))), site_k)
 
 
 def test_missing_template_is_one_clear_error(tmp_path, capsys):
@@ -421,12 +422,12 @@ def test_every_block_is_laid_out_from_its_entry(k, specs):
     assert all((p > nccl) == b.on_nccl for p, b in zip(placed, BLOCKS))
     for b in BLOCKS:
         assert runtime.count(f"COPY --from=devel {b.prefix} {b.prefix}\n") == 1
-        env = dict(render.Renderer().env_vars(spec, render._cuda_layout(spec)))
+        env = dict(render.Renderer().env_vars(spec, k, render._cuda_layout(spec)))
         assert (f"{b.prefix}/bin" in env["PATH"].split(":")) == b.bin
         assert (f"{b.prefix}/lib" in env["LD_LIBRARY_PATH"].split(":")) == b.lib
 
 
-def test_a_new_compiled_component_is_one_block_and_one_fragment(k, specs, tmp_path, monkeypatch):
+def test_a_new_compiled_component_is_one_block_and_one_fragment(site_git, tmp_path, monkeypatch):
     """The renderer lays out a block it has never seen: a fragment in the recipes and an entry in
     BLOCKS are all it takes (its tarball stands in for the matrix's here)."""
     from imagebuild.render import blocks
@@ -440,7 +441,8 @@ def test_a_new_compiled_component_is_one_block_and_one_fragment(k, specs, tmp_pa
         "make install\n")
     foo = blocks.Block("libfoo", "libfoo {version}", "/opt/libfoo", bin=True, lib=True, on_nccl=True,
                        values=lambda b: {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home})
-    spec = next(s for s in specs if s.id == "comms-cu130-nccl2.30.7-debian12-runtime")
+    k, specs = site_git      # the site's Debian communication image, compiled from git archives
+    spec = specs["comms-cu130-nccl2.30.7-debian12-runtime"]
     tarballs = dict(render._tarballs(spec, k), libfoo={
         "name": "libfoo", "version": "1.0", "form": "release", "file": "libfoo-1.0.tar.gz", "sha256": "f" * 64})
     monkeypatch.setattr(blocks, "BLOCKS", (*blocks.BLOCKS, foo))
@@ -474,7 +476,9 @@ def test_build_choices_default_to_what_pytorch_clusters_use(k, specs):
 
 @pytest.mark.parametrize("os_id,compiler,runtime", [("debian12", "gfortran", "libgfortran5"),
                                                      ("rockylinux9", "gcc-gfortran", "libgfortran")])
-def test_fortran_turned_back_on_brings_its_compiler_and_run_time(k, specs, os_id, compiler, runtime):
+def test_fortran_turned_back_on_brings_its_compiler_and_run_time(k, specs, site_git, os_id, compiler, runtime):
+    if os_id == "debian12":      # the site's Debian communication image compiles Open MPI
+        k, specs = site_git[0], list(site_git[1].values())
     spec = next(s for s in specs if s.family == "comms" and s.os["id"] == os_id
                 and s.flavor == "runtime" and "doca" not in s.id)
     on = replace(spec, build={**spec.build, "fortran": True})

@@ -43,8 +43,11 @@ def test_the_shards_are_every_image_once_with_each_chain_whole(k, specs, n):
 
 
 def test_what_compiles_weighs_more(k, specs):
-    comms = next(s for s in specs.values() if s.family == "comms" and s.sources == "git")
+    comms = next(s for s in specs.values() if s.family == "comms" and s.compiles)
     assert shards.image_weight(k, comms) > shards.image_weight(k, specs["smoke-cpu"]) == 1
+    # the communication image built from the registries compiles one small program: no more
+    registry = specs["comms-cu130-nccl2.30.7-debian12-runtime"]
+    assert shards.image_weight(k, registry) == 1
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])

@@ -8,7 +8,8 @@ are merged (`lock --merge`). The same images built on one engine and locked give
 images.lock, byte for byte: the same image IDs from two builders.
 
 The matrix is matrix.yaml with its images cut down to the two chains these machines can build:
-the Debian communication image (its runtime, and the devel image built FROM it) and smoke-cpu.
+the Debian communication image built from the registries (its runtime, and the devel image built
+FROM it) and smoke-cpu.
 The session's engine holds the communication chain already (the session's prebuild, or
 build_debian_image), so its shard costs a rebuild from its cache and a push; the second engine
 builds smoke-cpu from the network (its apt packages) and the host's wheels. Heavy tier: it
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CA_BUNDLE, ROOT, SHARED_SOURCES, build_debian_image, need
+from conftest import CA_BUNDLE, ROOT, build_debian_image
 from test_publish import PASSWORD, USER, registry  # noqa: F401 - the module's registry fixture
 
 from imagebuild.deliver import lockfile
@@ -73,8 +74,6 @@ def test_two_shards_on_two_engines_lock_as_one_engine_does(docker_client, regist
                                                            tmp_path_factory):
     from second_engine import copy_image, second_engine
 
-    if not SHARED_SOURCES.is_dir():
-        need("../shared/sources", "the communication image compiles UCX and Open MPI from them")
     build_debian_image(docker_client, COMMS_DEVEL)   # the session's engine holds the chain (its cache)
     matrix = _two_chain_matrix(tmp_path / "site")
     work = tmp_path / "work"                          # every command runs outside the checkout
@@ -94,8 +93,7 @@ def test_two_shards_on_two_engines_lock_as_one_engine_does(docker_client, regist
     assert COMMS_DEVEL in shards[chain] and shards[3 - chain] == [SMOKE], shards
 
     cache = f"{registry}/cache"
-    common = ["--matrix", str(matrix), "--ca-bundle", str(CA_BUNDLE), "--sources", str(SHARED_SOURCES),
-              "--cache-from", cache, "--cache-to", cache]
+    common = ["--matrix", str(matrix), "--ca-bundle", str(CA_BUNDLE), "--cache-from", cache, "--cache-to", cache]
     locks = {}
     with second_engine(tmp_path_factory.mktemp("engine2"), network=True) as host2:
         copy_image(BASE, host1, host2)

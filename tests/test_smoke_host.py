@@ -59,7 +59,7 @@ def test_host_report_is_complete_and_exit_code_matches(cpu_run, tmp_path):
     out, data = cpu_run
     assert [c["name"] for c in data["checks"]] == ["versions", "libraries", "mpi.config", "mpi.allreduce",
                                                    "torch.allreduce", "ddp.equivalence", "ddp.elastic",
-                                                   "gpudirect"]
+                                                   "gpudirect", "nccl.bench"]
     # without an expectation the version comparison cannot run: a skip with its reason, not a pass
     versions = next(c for c in data["checks"] if c["name"] == "versions")
     assert versions["status"] == "skip" and "no expectation" in versions["detail"]

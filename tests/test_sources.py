@@ -22,7 +22,6 @@ from imagebuild.render import sources as S
 from conftest import ROOT, need
 
 MATRIX = ROOT / "matrix.yaml"
-SHARED = ROOT.parent / "shared" / "sources"
 COMMS = "comms-cu130-nccl2.30.7-ubuntu24.04-runtime"
 
 
@@ -129,20 +128,62 @@ def test_cli_bad_input_is_one_line(capsys, tmp_path):
     assert len(err) == 1 and "--from" in err[0] and "no folder" in err[0]
 
 
-def test_fill_the_cache_from_the_shared_archives(tmp_path, capsys):
-    """The real archives beside the project (../shared/sources) match the matrix's checksums."""
-    if not SHARED.is_dir():
-        need("../shared/sources", "not beside this checkout")
+def _site_mirror(tmp_path, k, spec, form: str):
+    """A site's mirror folder of tarballs the test makes itself (no upstream code: a small tar.gz
+    per tarball the image compiles, under the file name the matrix gives it), and a copy of
+    matrix.yaml whose entries record those files' sha256 and size in place of upstream's."""
+    import io
+    import re
+    import tarfile
     mirror = tmp_path / "mirror"
-    shutil.copytree(SHARED, mirror)
+    mirror.mkdir()
+    text = MATRIX.read_text()
+    for tb in S.for_image(k, spec, form):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            data = f"{tb.name} {tb.version}: made by tests/test_sources.py\n".encode()
+            info = tarfile.TarInfo(f"{tb.name}-{tb.version}/README")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        (mirror / tb.file).write_bytes(buf.getvalue())
+        digest = hashlib.sha256(buf.getvalue()).hexdigest()
+        # the size where the entry records one (written in the flow style), else the sha256 alone
+        text, n = re.subn(rf'sha256: "{tb.sha256}", size: \d+',
+                          f'sha256: "{digest}", size: {len(buf.getvalue())}', text)
+        if not n:
+            text, n = re.subn(rf'sha256: "{tb.sha256}"', f'sha256: "{digest}"', text)
+        assert n == 1, tb.file
+    copy = tmp_path / "site" / "matrix.yaml"
+    copy.parent.mkdir()
+    copy.write_text(text)
+    (copy.parent / "locks").symlink_to(ROOT / "locks")
+    return mirror, copy
+
+
+@pytest.mark.parametrize("form", ["release", "git"])
+def test_fill_the_cache_from_a_site_mirror(tmp_path, capsys, k, specs, form):
+    """`sources fetch IMAGE --from MIRROR` as a site runs it: every tarball the image compiles,
+    in either form, copied into the cache and checked against what its matrix records."""
+    mirror, matrix = _site_mirror(tmp_path, k, specs[COMMS], form)
     cache = tmp_path / "cache"
-    assert cli.main(["sources", "--matrix", str(MATRIX), "fetch", COMMS, "--form", "git",
+    assert cli.main(["sources", "--matrix", str(matrix), "fetch", COMMS, "--form", form,
                      "--from", str(mirror), "--cache", str(cache)]) == 0
     out = capsys.readouterr().out
     assert "4 tarballs in" in out and out.count("sha256 ok") == 4
-    assert sorted(p.name for p in cache.iterdir()) == [
-        "gdrcopy-2.5.1.tar.gz", "nccl-tests-2.17.6.tar.gz", "openmpi-5.0.10-git.tar.gz",
-        "ucx-1.22.0-git.tar.gz"]
+    want = {"release": ["gdrcopy-2.5.1.tar.gz", "nccl-tests-2.17.6.tar.gz", "openmpi-5.0.10.tar.bz2",
+                        "ucx-1.22.0.tar.gz"],
+            "git": ["gdrcopy-2.5.1.tar.gz", "nccl-tests-2.17.6.tar.gz", "openmpi-5.0.10-git.tar.gz",
+                    "ucx-1.22.0-git.tar.gz"]}[form]
+    assert sorted(p.name for p in cache.iterdir()) == want
+    for name in want:
+        assert (cache / name).read_bytes() == (mirror / name).read_bytes()
+    # the same mirror against the real matrix: the first file is refused, nothing is cached
+    capsys.readouterr()
+    assert cli.main(["sources", "--matrix", str(MATRIX), "fetch", COMMS, "--form", form,
+                     "--from", str(mirror), "--cache", str(tmp_path / "cache2")]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("imagebuild sources:")]
+    assert len(err) == 1 and "matrix.yaml records" in err[0], err
+    assert not [p for p in (tmp_path / "cache2").iterdir() if not p.name.startswith(".")]
 
 
 def test_an_unreachable_mirror_is_an_outage_exit_3(capsys, tmp_path):
@@ -180,20 +221,6 @@ def test_an_http_mirror_declaring_too_much_is_refused_before_reading(tmp_path, m
     with _http_mirror(mirror) as url, pytest.raises(S.SourceError, match="declares 7 bytes, more than the 4"):
         S.fetch([tb], tmp_path / "cache", url)
     assert list((tmp_path / "cache").iterdir()) == []
-
-def test_the_sizes_matrix_yaml_records_are_the_shared_archives_lengths(k, specs):
-    """Each recorded size is the length of the file its sha256 names (the copies in
-    ../shared/sources match those sha256s); a size is recorded for every tarball found there."""
-    from conftest import SHARED_SOURCES
-    tarballs = S.catalog(k, specs.values()) + S.catalog(k, specs.values(), "git")
-    checked = 0
-    for tb in {t.file: t for t in tarballs}.values():
-        local = SHARED_SOURCES / tb.file
-        if local.is_file() and S.sha256_file(local) == tb.sha256:
-            assert tb.size == local.stat().st_size, tb.file
-            checked += 1
-    assert checked == 4
-
 
 def _sized(tmp_path, size: int):
     tb, mirror = _fake(tmp_path)

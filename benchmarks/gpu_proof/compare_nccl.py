@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""The image's all_reduce_perf against the same nccl-tests built on the host, from gpu_proof.sh's logs.
+"""The image's all-reduce benchmark against the same benchmark built on the host, from gpu_proof.sh's
+logs: imagebuild-nccl-bw (the registry-built image's) or nccl-tests' all_reduce_perf (a site's
+image), which print the same table.
 
     python3 benchmarks/gpu_proof/compare_nccl.py OUTDIR
 
@@ -30,8 +32,8 @@ def parse(text: str) -> tuple[dict[int, dict[str, float]], dict[str, str]]:
     rows: dict[int, dict[str, float]] = {}
     facts: dict[str, str] = {}
     for line in text.splitlines():
-        if m := re.search(r"nccl-tests version (\S+).*?nccl-library=(\d+)", line):
-            facts["nccl-tests"], facts["nccl-library"] = m.group(1), m.group(2)
+        if m := re.search(r"(nccl-tests version|imagebuild-nccl-bw) (\S+?):?\s.*?nccl-library=(\d+)", line):
+            facts[m.group(1).split()[0]], facts["nccl-library"] = m.group(2), m.group(3)
         elif m := re.search(r"NCCL version (\S+)", line):
             facts.setdefault("nccl", m.group(1))
         elif m := re.search(r"Rank\s+0 .* device\s+0 \[(.*?)\]\s+(.*)$", line):

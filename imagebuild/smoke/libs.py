@@ -18,6 +18,9 @@ _PREFIX_DIRS = ("/opt/ucx/lib", "/opt/openmpi/lib", "/usr/local/cuda/lib64",
                 "/usr/local/openmpi/lib", "/opt/hpcx/ucx/lib", "/opt/hpcx/ompi/lib")
 _LDCONFIG_CACHE: dict[str, str] | None = None
 
+# driver libraries: the NVIDIA container runtime mounts them from the host at run time
+DRIVER_LIBS = ("libcuda.so.1", "libnvidia-ml.so.1", "libnvidia-ptxjitcompiler.so.1")
+
 
 def _ldconfig() -> dict[str, str]:
     global _LDCONFIG_CACHE
