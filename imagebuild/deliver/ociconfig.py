@@ -35,15 +35,26 @@ def resolve_in_root(root: Path, path: str) -> Path:
                           "symbolic links on its way") from None
 
 
+#: the host's files a container needs to resolve names as the node does (its own name first:
+#: torchrun's rendezvous, MPI's and NCCL's bootstrap), bound read-only from the node the job runs
+#: on, as enroot does by default; an image's own copies are empty placeholders a builder left
+HOST_FILES = ("/etc/hosts", "/etc/resolv.conf")
+
+
 def hpc_runtime_config(config: dict) -> dict:
     """A runtime config made fit for a batch job, as enroot and pyxis run containers: the host's
-    network (MPI, NCCL and UCX reach the other nodes) and hostname (the node's name in logs and
-    reports), no terminal (a batch step has none), a writable root, /dev/shm without the 64 MiB
-    cap (MPI and NCCL put their shared-memory segments there) and the job's own rlimits."""
+    network (MPI, NCCL and UCX reach the other nodes), hostname (the node's name in logs and
+    reports) and name resolution (HOST_FILES), no terminal (a batch step has none), a writable
+    root, /dev/shm without the 64 MiB cap (MPI and NCCL put their shared-memory segments there)
+    and the job's own rlimits."""
     config = json.loads(json.dumps(config))
     linux = config.setdefault("linux", {})
     linux["namespaces"] = [ns for ns in linux.get("namespaces", []) if ns.get("type") not in ("network", "uts")]
     config.pop("hostname", None)
+    mounts = [m for m in config.get("mounts", []) if m.get("destination") not in HOST_FILES]
+    mounts += [{"destination": path, "type": "bind", "source": path,
+                "options": ["rbind", "ro", "nosuid", "nodev", "noexec"]} for path in HOST_FILES]
+    config["mounts"] = mounts
     process = config.setdefault("process", {})
     process["terminal"] = False
     process.pop("rlimits", None)

@@ -1,19 +1,27 @@
-"""sbatch scripts that run the smoke suite inside an image across the nodes of a Slurm job.
+"""sbatch scripts that run the smoke suite, or the user's own torchrun job, inside an image
+across the nodes of a Slurm job.
 
-The script starts one task per GPU (one per node when there are no GPUs) with
-``srun --mpi=pmix`` inside the container, through either runtime:
+The smoke job starts one task per GPU (one per node when there are no GPUs) with
+``srun --mpi=pmix`` inside the container; the torchrun job starts one task per node, each
+``torchrun`` with one worker per GPU and c10d rendezvous on the job's first node. Either goes
+through one of two runtimes:
 
-- ``pyxis`` (default): ``srun --container-image=IMAGE.sqsh`` (enroot squashfs from ``imagebuild
-  export --format sqsh``); reports are written to a host folder mounted into the container;
+- ``pyxis`` (default): ``srun --container-image=IMAGE``, IMAGE an enroot squashfs from ``imagebuild
+  export --format sqsh`` or a registry reference pyxis pulls itself
+  (``[USER@][REGISTRY#]IMAGE[:TAG|@sha256:DIGEST]``, enroot's form; ``imagebuild tags --registry``
+  prints it);
 - ``oci``: Slurm's own OCI support, ``srun --container=BUNDLE`` (``imagebuild export --format
-  oci-bundle``; oci.conf must name a runtime such as runc); reports land under the bundle's rootfs.
+  oci-bundle``, whose config binds the node's /etc/hosts and /etc/resolv.conf and shares its network
+  and hostname; oci.conf must name a runtime such as runc).
 
 On every node, inside the container, the GPUDirect probe prints ``export`` lines with the NCCL and
 UCX settings for the RDMA path that node offers (``imagebuild-gdr-check --env``); the task
-evaluates them and then runs ``imagebuild-smoke``, one JSON report per task.
+evaluates them first. The smoke suite's JSON report of each task is the task's standard output,
+which ``srun --output`` writes to a folder of the host (the submit folder, or ``--reports-dir``):
+nothing is written into the image or the bundle.
 
 Every value that reaches the script is validated against a strict pattern first (paths, names,
-counts in range, check names), and quoted on top of that.
+counts in range, check names, Slurm's time formats, registry references), and quoted on top of that.
 """
 
 from __future__ import annotations
@@ -26,17 +34,28 @@ from dataclasses import dataclass
 from ..errors import UsageError
 
 RUNTIMES = ("pyxis", "oci")
+JOBS = ("smoke", "torchrun")
 MAX_NODES = 4096
 MAX_GPUS_PER_NODE = 64
 MAX_TASKS_PER_NODE = 1024
-#: where reports are seen inside the container
-CONTAINER_REPORTS = "/imagebuild-reports"
 
 _SEGMENT = r"[A-Za-z0-9_][A-Za-z0-9._+-]*"
 ABS_PATH_RE = re.compile(rf"^(?:/{_SEGMENT})+/?\Z")
 NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}\Z")
 CHECK_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}\Z")
-TIME_RE = re.compile(r"^(?:[0-9]{1,3}-)?[0-9]{1,3}:[0-5][0-9]:[0-5][0-9]\Z|^[0-9]{1,6}\Z")
+# Slurm's time limits (sbatch --time): minutes, minutes:seconds, hours:minutes:seconds, days-hours,
+# days-hours:minutes, days-hours:minutes:seconds; UNLIMITED and INFINITE
+_F = r"[0-9]{1,6}"
+_S = r"[0-5]?[0-9]"
+TIME_RE = re.compile(rf"^(?:{_F}|{_F}:{_S}|{_F}:{_S}:{_S}|{_F}-{_F}|{_F}-{_F}:{_S}|{_F}-{_F}:{_S}:{_S}"
+                     r"|UNLIMITED|INFINITE|unlimited|infinite)\Z")
+# a registry reference as pyxis and enroot take it: [USER@][REGISTRY#]IMAGE[:TAG|@sha256:DIGEST]
+_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?(?::[0-9]{1,5})?"
+_PATH = r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*){0,15}"
+PYXIS_REF_RE = re.compile(rf"^(?:[A-Za-z0-9_.-]{{1,64}}@)?(?:{_HOST}#)?{_PATH}"
+                          r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})?\Z")
+#: one word of the user's torchrun command line: printable, no control character, bounded
+MAX_ARG = 4096
 
 
 def check_path(value: str, what: str) -> str:
@@ -75,25 +94,77 @@ def known_checks() -> tuple[str, ...] | None:
     return tuple(CHECK_NAMES)
 
 
+def check_pyxis_ref(value: str, what: str = "--image-ref") -> str:
+    """A registry reference pyxis and enroot read (``[USER@][REGISTRY#]IMAGE[:TAG|@sha256:HEX]``), or
+    UsageError naming ``what``. A docker reference with a registry host (``host:5000/ns/img:tag``)
+    is taken in enroot's spelling (``host:5000#ns/img:tag``)."""
+    if not isinstance(value, str) or len(value) > 512:
+        raise UsageError("a registry reference of at most 512 characters is expected", argument=what)
+    ref = value
+    if "#" not in ref and "/" in ref:
+        head, rest = ref.split("/", 1)
+        if "." in head or ":" in head or head == "localhost":     # docker's registry host
+            ref = f"{head}#{rest}"
+    if not PYXIS_REF_RE.match(ref):
+        shown = value[:80].encode("unicode_escape").decode("ascii")
+        raise UsageError(f"{shown!r} is not a registry reference pyxis reads "
+                         "([USER@][REGISTRY#]IMAGE[:TAG|@sha256:DIGEST])", argument=what)
+    return ref
+
+
+def check_command(words, what: str = "--torchrun") -> tuple[str, ...]:
+    """The user's script and its arguments: at least the script, each word printable text without
+    a control character, at most MAX_ARG characters; UsageError naming ``what``."""
+    words = tuple(words or ())
+    if not words:
+        raise UsageError("give the training script and its arguments", argument=what)
+    for word in words:
+        if not isinstance(word, str) or not word or len(word) > MAX_ARG or \
+                any(ord(ch) < 32 or ord(ch) == 127 for ch in word):
+            shown = str(word)[:60].encode("unicode_escape").decode("ascii")
+            raise UsageError(f"{shown!r} is not a word of printable text (at most {MAX_ARG} "
+                             "characters, no control character)", argument=what)
+    return words
+
+
 @dataclass(frozen=True)
 class SbatchSpec:
     """What the sbatch script runs. Validated on creation."""
 
-    image_path: str
+    image_path: str | None
     nodes: int
     gpus_per_node: int
     tasks_per_node: int | None = None   # default: gpus_per_node, or 1 without GPUs
     runtime: str = "pyxis"
     checks: tuple[str, ...] = ()        # --only; empty: the whole suite
-    tier: str | None = None             # default: gpu with GPUs, else cpu
+    tier: str | None = None             # default: cpu for a CPU image, gpu with GPUs, else cpu
     time_limit: str = "00:30:00"
     job_name: str = "imagebuild-smoke"
     partition: str | None = None
     account: str | None = None
-    reports_dir: str | None = None      # host folder (pyxis); default: submit dir/imagebuild-reports
+    reports_dir: str | None = None      # host folder; default: submit dir/imagebuild-reports
+    image_ref: str | None = None        # a registry reference pyxis pulls (instead of image_path)
+    job: str = "smoke"                  # or torchrun: the user's own command
+    command: tuple[str, ...] = ()       # torchrun's script and arguments
+    cpu_image: bool = False             # the image has no CUDA: its tier is cpu
 
     def __post_init__(self):
-        check_path(self.image_path, "--image-path")
+        if (self.image_path is None) == (self.image_ref is None):
+            raise UsageError("give the image as a path or as a registry reference, one of them",
+                             argument="--image-ref")
+        if self.image_path is not None:
+            check_path(self.image_path, "--image-path")
+        else:
+            object.__setattr__(self, "image_ref", check_pyxis_ref(self.image_ref))
+            if self.runtime != "pyxis":
+                raise UsageError("Slurm's OCI support runs a bundle folder, not a registry reference: "
+                                 "export it (imagebuild export --format oci-bundle)", argument="--image-ref")
+        if self.job not in JOBS:
+            raise UsageError(f"{self.job!r} is not one of {', '.join(JOBS)}", argument="--job")
+        if self.job == "torchrun":
+            object.__setattr__(self, "command", check_command(self.command))
+        elif self.command:
+            raise UsageError("a command is for --job torchrun", argument="--torchrun")
         check_count(self.nodes, "--nodes", 1, MAX_NODES)
         check_count(self.gpus_per_node, "--gpus-per-node", 0, MAX_GPUS_PER_NODE)
         if self.tasks_per_node is not None:
@@ -107,8 +178,9 @@ class SbatchSpec:
             if not isinstance(check, str) or not CHECK_RE.match(check) or (names and check not in names):
                 raise UsageError(f"{check!r} is not a smoke check"
                                  + (f" (one of: {', '.join(names)})" if names else ""), argument="--only")
-        if not TIME_RE.match(self.time_limit):
-            raise UsageError(f"{self.time_limit!r} is not a Slurm time limit (MINUTES or [D-]HH:MM:SS)",
+        if not isinstance(self.time_limit, str) or not TIME_RE.match(self.time_limit):
+            raise UsageError(f"{self.time_limit!r} is not a Slurm time limit (MINUTES, MINUTES:SECONDS, "
+                             "HOURS:MINUTES:SECONDS, DAYS-HOURS[:MINUTES[:SECONDS]], UNLIMITED)",
                              argument="--time")
         check_name(self.job_name, "--job-name")
         if self.partition is not None:
@@ -124,32 +196,54 @@ class SbatchSpec:
 
     @property
     def smoke_tier(self) -> str:
-        return self.tier or ("gpu" if self.gpus_per_node > 0 else "cpu")
+        if self.tier:
+            return self.tier
+        return "gpu" if self.gpus_per_node > 0 and not self.cpu_image else "cpu"
+
+    @property
+    def image(self) -> str:
+        return self.image_ref if self.image_ref is not None else self.image_path
 
 
-# The task run inside the container on every node. $1 is the report folder as the container sees
-# it; the remaining arguments go to imagebuild-smoke. pyxis skips the image's entrypoint, so the
-# task prints imagebuild-check's line itself (on stderr; images older than the command skip it).
+# The smoke task, inside the container on every node: the rest of its arguments go to
+# imagebuild-smoke, whose JSON report is the task's standard output (srun --output writes it to the
+# host) and whose own output goes to standard error. pyxis skips the image's entrypoint, so the task
+# prints imagebuild-check's line itself (on stderr; images older than the command skip it).
 _TASK = """set -eu
-dir=$1; shift
 if command -v imagebuild-check >/dev/null; then imagebuild-check >&2 || :; fi
 gdr_env=$(imagebuild-gdr-check --env) || { echo "imagebuild-gdr-check --env failed on $(uname -n)" >&2; exit 3; }
 eval "$gdr_env"
-exec imagebuild-smoke --report "$dir/$(uname -n)-${SLURM_PROCID:-0}.json" "$@"
+report=$(mktemp)
+status=0
+imagebuild-smoke --report "$report" "$@" >&2 || status=$?
+cat "$report"
+exit "$status"
+"""
+
+# The torchrun task, one per node: the GPUDirect settings, then torchrun with the user's command.
+_TORCHRUN = """set -eu
+if command -v imagebuild-check >/dev/null; then imagebuild-check >&2 || :; fi
+gdr_env=$(imagebuild-gdr-check --env) || { echo "imagebuild-gdr-check --env failed on $(uname -n)" >&2; exit 3; }
+eval "$gdr_env"
+exec "$@"
 """
 
 
 def render_sbatch(spec: SbatchSpec) -> str:
     """The sbatch script text for ``spec``: same spec, same bytes."""
     q = shlex.quote
+    torchrun = spec.job == "torchrun"
+    what = "the user's torchrun job" if torchrun else "the imagebuild smoke suite"
     lines = [
         "#!/bin/bash",
-        "# Written by `imagebuild slurm-script`: runs the imagebuild smoke suite inside the image on",
-        f"# {spec.nodes} node(s), {spec.ntasks_per_node} task(s) per node, runtime {spec.runtime}.",
+        f"# Written by `imagebuild slurm-script`: runs {what} inside the image on",
+        f"# {spec.nodes} node(s), " + (f"one torchrun per node with {spec.gpus_per_node or spec.tasks_per_node or 1} "
+                                       "worker(s)" if torchrun else f"{spec.ntasks_per_node} task(s) per node")
+        + f", runtime {spec.runtime}.",
         "# Submit with: sbatch THIS_FILE. Every value below was validated when it was written.",
         f"#SBATCH --job-name={spec.job_name}",
         f"#SBATCH --nodes={spec.nodes}",
-        f"#SBATCH --ntasks-per-node={spec.ntasks_per_node}",
+        f"#SBATCH --ntasks-per-node={1 if torchrun else spec.ntasks_per_node}",
     ]
     if spec.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={spec.gpus_per_node}")
@@ -162,40 +256,47 @@ def render_sbatch(spec: SbatchSpec) -> str:
         f"#SBATCH --output={spec.job_name}-%j.out",
         "set -euo pipefail",
         "",
-        f"IMAGE={q(spec.image_path)}",
+        f"IMAGE={q(spec.image)}",
         'JOB="${SLURM_JOB_ID:-nojob}"',
     ]
     if spec.runtime == "pyxis":
-        if spec.reports_dir:
-            lines.append(f'REPORTS={q(spec.reports_dir)}/"$JOB"')
-        else:
-            lines.append('REPORTS="${SLURM_SUBMIT_DIR:-$PWD}/imagebuild-reports/$JOB"')
-        lines += [
-            f'INSIDE={CONTAINER_REPORTS}',
-            'mkdir -p "$REPORTS"',
-        ]
-        container = ['--container-image="$IMAGE"', f'--container-mounts="$REPORTS:{CONTAINER_REPORTS}"']
+        container = ['--container-image="$IMAGE"']
     else:
-        lines += [
-            '# Slurm\'s OCI runtime mounts nothing of ours: reports go under the bundle\'s rootfs',
-            f'REPORTS="$IMAGE/rootfs{CONTAINER_REPORTS}/$JOB"',
-            f'INSIDE="{CONTAINER_REPORTS}/$JOB"',
-            'mkdir -p "$REPORTS"',
-        ]
         container = ['--container="$IMAGE"']
+    if torchrun:
+        nproc = spec.gpus_per_node or spec.tasks_per_node or 1
+        lines += [
+            '# the rendezvous: the job\'s first node',
+            'MASTER=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}" | head -n 1)',
+            "TASK=" + q(_TORCHRUN),
+            "",
+            "srun --ntasks-per-node=1 " + " ".join(container) + ' /bin/sh -c "$TASK" imagebuild-task '
+            + "torchrun --nnodes=\"${SLURM_NNODES:-1}\" --nproc-per-node=" + str(nproc)
+            + ' --rdzv-backend=c10d --rdzv-id="$JOB" --rdzv-endpoint="$MASTER:29500" '
+            + " ".join(q(a) for a in spec.command),
+            "",
+        ]
+        return "\n".join(lines)
+    if spec.reports_dir:
+        lines.append(f'REPORTS={q(spec.reports_dir)}/"$JOB"')
+    else:
+        lines.append('REPORTS="${SLURM_SUBMIT_DIR:-$PWD}/imagebuild-reports/$JOB"')
+    lines.append('mkdir -p "$REPORTS"')
     smoke_args = ["--tier", spec.smoke_tier]
     if spec.checks:
         smoke_args += ["--only", *spec.checks]
     lines += [
         "",
         "# Inside the container, on every node: the GPUDirect probe's `export` lines (NCCL/UCX",
-        "# settings for the RDMA path that node offers) are evaluated, then the smoke suite runs",
-        "# and writes one JSON report per task.",
+        "# settings for the RDMA path that node offers) are evaluated, then the smoke suite runs;",
+        "# each task's JSON report is its standard output, which srun writes into $REPORTS on the",
+        "# host (NODE-TASK.json; the suite's own output beside it as NODE-TASK.log).",
         "TASK=" + q(_TASK),
         "",
         "status=0",
         "srun --mpi=pmix --ntasks-per-node=" + str(spec.ntasks_per_node) + " " + " ".join(container)
-        + ' /bin/sh -c "$TASK" imagebuild-task "$INSIDE" ' + " ".join(q(a) for a in smoke_args)
+        + ' --output="$REPORTS/%N-%t.json" --error="$REPORTS/%N-%t.log"'
+        + ' /bin/sh -c "$TASK" imagebuild-task ' + " ".join(q(a) for a in smoke_args)
         + " || status=$?",
         "",
         'echo "imagebuild: smoke reports in $REPORTS:"',

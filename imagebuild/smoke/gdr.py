@@ -19,7 +19,7 @@ an active port (/sys/class/infiniband/<dev>/device/net/*) that has an IPv4 route
 (/proc/net/route), else the interface of the default route; without an active port it is not set
 (NCCL's own choice stands).
 
-``python -m imagebuild.smoke.gdr [--json] [--root DIR]`` (installed as ``imagebuild-gdr-check``).
+``python -m imagebuild.smoke.gdrcli [--json] [--root DIR]`` (installed as ``imagebuild-gdr-check``).
 """
 
 from __future__ import annotations
