@@ -1,7 +1,8 @@
-"""Golden tests: every component fragment, in each format, for six reference images (CUDA
+"""Golden tests: every component fragment, in each format, for seven reference images (CUDA
 runtime images on Ubuntu (apt) and Rocky Linux (dnf), communication images with DOCA-OFED on each,
-the Debian communication image compiled from git tag archives against CUDA from the wheels, and
-smoke-cpu). A change to one fragment changes exactly its golden files.
+the Debian communication image built from the registries, the same image as a site compiles it from
+git tag archives against CUDA from the wheels (docs/examples/comms-from-git.yaml), and smoke-cpu).
+A change to one fragment changes exactly its golden files.
 Regenerate deliberately with IMAGEBUILD_UPDATE_GOLDEN=1 and review the diff."""
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ import os
 
 import pytest
 
-from conftest import RECIPES, ROOT
+import tempfile
+from pathlib import Path
+
+from conftest import RECIPES, ROOT, site_matrix
 from imagebuild.render import images, renderer as render
 from imagebuild import knowledge
 
@@ -24,14 +28,23 @@ REFERENCE = ("pytorch-2.6.0-cu124-ubuntu22.04-runtime", "smoke-cpu",
              "comms-cu130-nccl2.30.7-debian12-runtime")
 
 
+SITE_REFERENCE = ("comms-cu130-nccl2.30.7-debian12-runtime",)
+
+
 def _cases():
-    k = knowledge.load(ROOT / "matrix.yaml")
-    specs = {s.id: s for s in images.expand(k, allow_unverified=True)[0]}
     r = render.Renderer()
     cases = {}
+    k = knowledge.load(ROOT / "matrix.yaml")
+    specs = {s.id: s for s in images.expand(k, allow_unverified=True)[0]}
     for image in REFERENCE:
         for (frag, fmt), text in r.fragment_texts(specs[image], k).items():
             cases.setdefault(f"{frag}.{fmt}", text)
+    with tempfile.TemporaryDirectory() as tmp:    # the fragments only the site's image has
+        site = knowledge.load(site_matrix(Path(tmp)))
+        site_specs = {s.id: s for s in images.expand(site)[0]}
+        for image in SITE_REFERENCE:
+            for (frag, fmt), text in r.fragment_texts(site_specs[image], site).items():
+                cases.setdefault(f"{frag}.{fmt}", text)
     return cases
 
 

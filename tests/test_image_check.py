@@ -44,7 +44,9 @@ def facts(image_id: str) -> dict:
 def test_needs_come_from_the_matrix():
     needs = facts(CU128)["needs"]
     assert needs["native_driver"] == K.releases["12.8.1"].driver == "570.124.06"
-    assert needs["forward_compat"] == {"package": "cuda-compat-12-8", "branches": [535]}
+    # cuda-compat-12-8 serves R535, which minor-version compatibility serves already: not needed
+    assert "forward_compat" not in needs
+    assert facts(CU130)["needs"]["forward_compat"] == {"package": "cuda-compat-13-0", "branches": [570, 535]}
     assert needs["gpu_archs"] == list(K.variants[("2.10.0", "12.8")].arch)
     assert "gpu_archs" not in facts(CU130)["needs"]          # no PyTorch in a comms image
     assert "needs" not in facts("smoke-cpu")                  # a CPU image needs no driver

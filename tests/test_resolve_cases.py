@@ -56,8 +56,10 @@ def test_torch_cu128_on_blackwell_needs_the_570_row(k):
 
 def test_cu128_images_require_the_driver_of_the_hopper_row():
     text = (ROOT / "Dockerfiles" / "pytorch-2.10.0-cu128-ubuntu24.04-runtime" / "Dockerfile").read_text()
-    assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.0 driver>=525.60.13"' in text
-    assert "driver>=570.26" not in text
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.0,driver>=525.60.13"' in text
+    # the Hopper row's floor is the image's; Blackwell's own (cuDNN's sm_100 row) is that arch's
+    require_arch = next(ln for ln in text.splitlines() if "NVIDIA_REQUIRE_ARCH=" in ln)
+    assert "arch=9.0 " in require_arch and "arch=10.0,driver>=570.26" in require_arch
 
 
 # --- a GPU user gets a GPU stack ----------------------------------------------------------------

@@ -282,11 +282,12 @@ def test_gdr_dmabuf_needs_open_modules_and_kernel_5_12(tmp_path):
 
 def test_gdr_command_json(tmp_path):
     root = _tree(tmp_path, version=PROPRIETARY, modules=["nvidia_peermem"])
-    out = subprocess.run([sys.executable, "-m", "imagebuild.smoke.gdr", "--json", "--root", root],
+    out = subprocess.run([sys.executable, "-m", "imagebuild.smoke.gdrcli", "--json", "--root", root],
                          capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stderr == ""      # no runpy warning at the top of a node's log (issue 43)
     data = json.loads(out.stdout)
     assert data["path"] == "nvidia-peermem" and data["available"] == ["nvidia-peermem"]
-    text = subprocess.run([sys.executable, "-m", "imagebuild.smoke.gdr", "--root", root],
+    text = subprocess.run([sys.executable, "-m", "imagebuild.smoke.gdrcli", "--root", root],
                           capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert text.startswith("GPUDirect RDMA path: nvidia-peermem")
 
@@ -485,14 +486,15 @@ class _SuiteSession:
 
 @pytest.mark.parametrize("tier, ranks, only, argv_tail, gpus", [
     ("cpu", 2, [], ["--tier", "cpu", "--ranks", "2", "--only", *smoke.CHECK_NAMES], False),
-    ("gpu", None, [], ["--tier", "gpu", "--only", *smoke.CHECK_NAMES, "nccl-tests"], True),
+    ("gpu", None, [], ["--tier", "gpu", "--only", *smoke.CHECK_NAMES, "nccl.bandwidth", "nccl-tests"], True),
     ("gpu", 4, ["nccl-tests"], ["--tier", "gpu", "--ranks", "4", "--only", "nccl-tests"], True),
     ("cpu", 2, ["versions", "nccl-tests"], ["--tier", "cpu", "--ranks", "2", "--only", "versions", "nccl-tests"],
      False),
 ])
 def test_the_suite_container_per_tier(tier, ranks, only, argv_tail, gpus):
     """Tier gpu asks the engine for every GPU and leaves the ranks to the suite (one per GPU)
-    unless given; tier cpu asks for none; nccl-tests runs on tier gpu or when named."""
+    unless given; tier cpu asks for none; nccl.bandwidth and nccl-tests run on tier gpu or when
+    named."""
     from imagebuild.testrun.runner import ImageUnderTest, TestOptions, _suite_in_container
 
     cs = _SuiteSession()
@@ -587,7 +589,7 @@ def test_imagebuild_test_argument_errors_are_one_line():
 
 def test_gdr_command_env_lines_can_be_evaluated(tmp_path):
     root = _tree(tmp_path, version=OPEN, modules=["nvidia_peermem"])
-    out = subprocess.run([sys.executable, "-m", "imagebuild.smoke.gdr", "--env", "--root", root],
+    out = subprocess.run([sys.executable, "-m", "imagebuild.smoke.gdrcli", "--env", "--root", root],
                          capture_output=True, text=True, cwd=ROOT, check=True).stdout
     assert out.splitlines() and all(line.startswith("export NCCL_") for line in out.splitlines())
     shown = subprocess.run(["bash", "-c", out + 'echo "$NCCL_DMABUF_ENABLE:$NCCL_NET_GDR_LEVEL"'],
@@ -822,6 +824,12 @@ def test_nccl_tests_check_skips_or_fails_without_the_binary(tmp_path, monkeypatc
     cuda_image = {"stack": {"cuda": "13.0.2", "nccl": "2.28.3"}}
     res = checks.check_nccl_tests(_gpu_ctx(tmp_path, expectation=cuda_image))
     assert res.status == FAIL and "the image should have nccl-tests (CUDA 13.0.2, NCCL 2.28.3)" in res.detail
+    # an image that says what it compiled is held to that list: the registry-built one has none
+    compiled = {**cuda_image, "built": ["/opt/ucx", "/opt/openmpi", "/opt/nccl-tests"]}
+    assert checks.check_nccl_tests(_gpu_ctx(tmp_path, expectation=compiled)).status == FAIL
+    registry = {**cuda_image, "features": {"nccl_bench": True}}
+    res = checks.check_nccl_tests(_gpu_ctx(tmp_path, expectation=registry))
+    assert res.status == SKIP and res.detail.startswith("nccl-tests not installed")
     monkeypatch.setenv(checks.NCCL_TESTS_ENV, str(tmp_path / "nowhere"))
     res = checks.check_nccl_tests(_gpu_ctx(tmp_path))
     assert res.status == FAIL and "no executable all_reduce_perf there" in res.detail
@@ -838,7 +846,7 @@ def test_tier_gpu_adds_nccl_tests_and_tier_cpu_does_not(monkeypatch):
     for name in list(checks.CHECKS):
         monkeypatch.setitem(checks.CHECKS, name, lambda ctx, n=name: CheckResult(n, PASS, "ok"))
     gpu = smoke.run_suite(tier="gpu", ranks=1)
-    assert [c.name for c in gpu.checks] == list(smoke.CHECK_NAMES) + ["nccl-tests"]
+    assert [c.name for c in gpu.checks] == list(smoke.CHECK_NAMES) + ["nccl.bandwidth", "nccl-tests"]
     cpu = smoke.run_suite(tier="cpu", ranks=1)
     assert [c.name for c in cpu.checks] == list(smoke.CHECK_NAMES)
     only = smoke.run_suite(tier="cpu", ranks=1, only=["nccl-tests", "versions"])

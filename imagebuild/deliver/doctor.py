@@ -402,6 +402,9 @@ class Diagnosis:
     missing: list[Missing]
     env: dict[str, str]            # NCCL/UCX settings for this node's fabric
     fabric_notes: list[str] = field(default_factory=list)
+    # what NVIDIA's container runtime makes of the best image's NVIDIA_REQUIRE_* here: None when
+    # there is nothing to judge (no driver, a CPU image), "" when it would start it, else its error
+    runtime: str | None = None
 
     @property
     def best(self):
@@ -417,7 +420,9 @@ class Diagnosis:
                 "does_not_run": len(self.misfits),
                 "gpudirect": {"status": self.gpudirect,
                               "missing": [m.to_json() for m in self.missing]},
-                "env": dict(sorted(self.env.items())), "fabric_notes": list(self.fabric_notes)}
+                "env": dict(sorted(self.env.items())), "fabric_notes": list(self.fabric_notes),
+                "runtime": None if self.runtime is None else
+                {"starts": self.runtime == "", "message": self.runtime or None}}
 
 
 def diagnose(k, specs, node: Node) -> Diagnosis:
@@ -435,7 +440,23 @@ def diagnose(k, specs, node: Node) -> Diagnosis:
                if key not in ("NCCL_NET_GDR_LEVEL", "NCCL_DMABUF_ENABLE")}
     _, fabric_notes = gdr.fabric_env(node.probe.ports, node.root)
     return Diagnosis(node=node, facts=facts, fits=good, misfits=bad, gpudirect=status,
-                     missing=missing, env=env, fabric_notes=fabric_notes)
+                     missing=missing, env=env, fabric_notes=fabric_notes,
+                     runtime=_runtime(k, good[0].spec, node) if good else None)
+
+
+def _runtime(k, spec, node: Node) -> str | None:
+    """NVIDIA's runtime on the best image here (runtimecheck): None with nothing to judge."""
+    from ..render.requires import image_requires
+    from .runtimecheck import refusal
+    env = image_requires(spec, k)
+    if not env or node.driver is None:
+        return None
+    gpus = []
+    for g in node.gpus or []:
+        known = k.gpu_by_name(g.name)
+        gpus.append((g.compute_cap, known.datacenter if known is not None and not known.name.startswith("sm_")
+                     else None))
+    return refusal(k, env, node.driver, gpus) or ""
 
 
 # ------------------------------------------------------------------------------------ capturing

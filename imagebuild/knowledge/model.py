@@ -143,6 +143,7 @@ class Architecture:
     last_cuda: str | None
     last_branch: int | None
     source: str
+    first_branch: int | None = None      # the first driver branch that drives it, if known
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,7 @@ class Gpu:
     datacenter: bool
     source: str
     platforms: tuple[str, ...] = ()      # empty: any platform the matrix lists
+    first_branch: int | None = None      # a floor of its own, above its architecture's
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ class CudaStages:
         devel = self._devel_steps(spec, k, c, tarballs, devel_extra, doca_repo, rdma_dev)
         torch_steps = self._torch_steps(spec, k)
         tail = self._common_tail(spec, "/opt/venv/bin/python")
-        final = [Step("env", items=sorted(self.env_vars(spec, c).items())),
+        final = [Step("env", items=sorted(self.env_vars(spec, k, c).items())),
                  Step("label", items=image_labels(spec, k))]
         runtime = self._runtime_steps(spec, c, runtime_extra, doca_copies, rdma_pk, rdma_name)
         return [*self._source_stages(spec, c, tarballs, base, devel[0]), Stage("devel", base, devel),
@@ -163,7 +163,7 @@ class CudaStages:
         steps += [
             Step("copy", comment="what the image is expected to contain (this image's id and flavor)",
                  src="image.json", dest="/opt/imagebuild/image.json"),
-            Step("env", items=sorted(self.env_vars(spec, c).items())),
+            Step("env", items=sorted(self.env_vars(spec, k, c).items())),
             Step("label", items=image_labels(spec, k)),
         ]
         return Stage(None, base, steps, bootstrap="docker-daemon")
@@ -200,11 +200,17 @@ class CudaStages:
         # was cut from, so it follows the repository); the run-time libraries pinned to NVIDIA's
         # X.Y.Z-1, only when no PyTorch wheels bring them (each library once)
         compat = c.os_packages("cuda-compat")
+        # NVIDIA's container runtime looks for the compat libraries at /usr/local/cuda/compat
+        # inside the image (libnvidia-container's CUDA_RUNTIME_DIR), and uses them where they are
+        # newer than the host's driver; the package installs them under /usr/local/cuda-X.Y
+        after = (f"ln -sfn cuda-{c.mm} /usr/local/cuda",
+                 "ls /usr/local/cuda/compat/libcuda.so.* >/dev/null")
         if not c.torch_libs:
             return self.packages(c.pm, "cuda-runtime", f"CUDA {c.cuda} run-time libraries",
-                                 compat + pinned(c.pm, c.os_packages("cuda-runtime"), f"{c.cuda}-1"))
+                                 compat + pinned(c.pm, c.os_packages("cuda-runtime"), f"{c.cuda}-1"),
+                                 after=after)
         return self.packages(c.pm, "cuda-runtime", f"CUDA {c.cuda} forward compatibility; its "
-                             "libraries come once, from PyTorch's wheels", compat)
+                             "libraries come once, from PyTorch's wheels", compat, after=after)
 
     def _cuda_devel_packages(self, c: _CudaLayout, rdma_dev: list[str]) -> Step:
         """CUDA's compiler and development libraries from NVIDIA's repository, pinned to its

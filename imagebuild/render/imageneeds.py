@@ -2,18 +2,22 @@
 ``needs`` object (read inside the image by ``imagebuild-check``, imagebuild/smoke/imagecheck.py).
 
     native_driver   the driver the image's CUDA release shipped with (CUDA Table 3), when known
-    forward_compat  {package, branches}: the cuda-compat package of the CUDA release and the host
-                    driver branches NVIDIA's forward-compatibility table lists for it (cuda.compat)
+    forward_compat  {package, branches}: the cuda-compat package the image carries (CUDA from
+                    NVIDIA's repository) and the host driver branches below its minimum driver on
+                    which imagebuild runs it through that package (NVIDIA's forward-compatibility
+                    table, cuda.compat, as the resolver reads it: render/requires.py)
     gpu_archs       the compute capabilities the image's PyTorch build is compiled for, when the
                     matrix has them confirmed (an unverified list is left out, never guessed)
 
-A CPU image, or a fact the matrix does not hold, gives no key. ``min_driver`` (the floor through
+A CPU image, or a fact the matrix does not hold, gives no key. The architectures the image runs
+on, with their drivers, are image.json's `nvidia_require` (NVIDIA_REQUIRE_ARCH, render/requires.py). ``min_driver`` (the floor through
 minor-version compatibility and cuDNN's rows) is image.json's own key already.
 """
 
 from __future__ import annotations
 
 from .images import ImageSpec
+from .requires import arch_windows, forward_compat_windows
 from ..versions import NONE, parse_version
 
 
@@ -26,12 +30,16 @@ def image_needs(spec: ImageSpec, k) -> dict:
     if release is not None and release.driver and release.verified:
         needs["native_driver"] = release.driver
     mm = spec.cuda_mm
-    row = k.compat.get(mm)
+    stack = tuple(sorted(spec.stack.items()))
+    archs = arch_windows(k, stack, spec.cuda_from)
     mode = next((m for m in k.modes if m.package), None)
-    if row is not None and mode is not None:
-        v = parse_version(cuda)
-        needs["forward_compat"] = {"package": mode.package.format(major=v.major, minor=v.minor),
-                                   "branches": sorted(row.branches, reverse=True)}
+    if spec.cuda_from == "repository" and mode is not None and spec.min_driver:
+        branches = [b for _, b in forward_compat_windows(k, stack, spec.cuda_from, archs, spec.min_driver)]
+        if branches:
+            v = parse_version(cuda)
+            needs["forward_compat"] = {"package": mode.package.format(major=v.major, minor=v.minor),
+                                       "branches": sorted(branches, reverse=True)}
+
     torch = spec.stack.get("pytorch", NONE)
     if torch != NONE:
         variant = k.variants.get((torch, mm))

@@ -12,6 +12,7 @@ from pathlib import Path
 from ..atomic import deferred_signals, swap_dir, work_dir
 from ..errors import RenderError
 from .imageneeds import image_needs
+from .requires import image_requires
 from .images import ImageSpec
 from .wheellock import wheel_set
 from .renderer import Renderer, image_lock, package_files
@@ -163,6 +164,9 @@ def write_context(spec: ImageSpec, dest: Path, *, k, renderer: Renderer | None =
     shutil.copytree(pkg / "smoke", dest / "lib" / "imagebuild" / "smoke",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     facts = {**spec.image_json, **image_needs(spec, k)}   # + what the node must offer (imagebuild-check)
+    require = image_requires(spec, k)    # what NVIDIA's runtime checks: the image's ENV says the same
+    if require:
+        facts["nvidia_require"] = require
     (dest / "image.json").write_text(json.dumps(facts, indent=2, sort_keys=True) + "\n")
     (dest / ".dockerignore").write_text("**/__pycache__\n")
     lock = image_lock(spec, k)

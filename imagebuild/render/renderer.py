@@ -25,8 +25,9 @@ from .. import platforms
 from ..errors import RenderError
 from .images import ImageSpec
 from ..packagers import PACKAGERS
-from ..versions import NONE, parse_version
+from ..versions import NONE
 from .cudastages import CudaStages
+from .requires import image_requires
 from .shape import _check_docker, _check_singularity
 from .steps import (CA_PRELUDE, ENTRYPOINT, PIP_CONSTRAINT, REQUIREMENTS,  # noqa: F401 - re-exported
                     Stage, Step, _CudaLayout, _cuda_layout, _key_check, _lock_copy, _os_extras,
@@ -173,7 +174,7 @@ class Renderer(CudaStages):
                 self.fragment("venv", "Python virtual environment", python_bin="python3"),
                 *self._torch_steps(spec, k),
                 *self._common_tail(spec, "/opt/venv/bin/python"),
-                Step("env", items=sorted(self.env_vars(spec).items())),
+                Step("env", items=sorted(self.env_vars(spec, k).items())),
                 Step("label", items=image_labels(spec, k)),
             ])]
         if spec.wheels != "host":
@@ -196,7 +197,7 @@ class Renderer(CudaStages):
             steps.append(Step("copy", from_stage="torch", src=f"{REQUIREMENTS}/wheels.txt",
                               dest=f"{REQUIREMENTS}/wheels.txt"))
         steps += self._common_tail(spec, "/opt/venv/bin/python")
-        steps.append(Step("env", items=sorted(self.env_vars(spec).items())))
+        steps.append(Step("env", items=sorted(self.env_vars(spec, k).items())))
         steps.append(Step("label", items=image_labels(spec, k)))
         stages.append(Stage(None, base, steps))
         return stages
@@ -239,12 +240,12 @@ class Renderer(CudaStages):
             Step("copy", comment="the benchmark as the nccl-bench stage built it",
                  from_stage="nccl-bench", src=NCCL_BENCH, dest=NCCL_BENCH),
             *self._common_tail(spec, "/opt/venv/bin/python"),
-            Step("env", items=sorted(self.env_vars(spec, c).items())),
+            Step("env", items=sorted(self.env_vars(spec, k, c).items())),
             Step("label", items=image_labels(spec, k)),
         ])
         return [bench, final]
 
-    def env_vars(self, spec: ImageSpec, c: _CudaLayout | None = None) -> dict[str, str]:
+    def env_vars(self, spec: ImageSpec, k, c: _CudaLayout | None = None) -> dict[str, str]:
         """Everything an image needs at run time: enroot and pyxis read ENV, not ENTRYPOINT."""
         path = ["/opt/venv/bin"]
         ld = []
@@ -253,14 +254,10 @@ class Renderer(CudaStages):
         if spec.wheel_lock is not None:   # written by the pip-constraint fragment
             env["PIP_CONSTRAINT"] = PIP_CONSTRAINT
         if spec.stack["cuda"] != NONE:
-            # what the NVIDIA container runtime reads, wherever the image's CUDA comes from
-            major = parse_version(spec.stack["cuda"]).major
-            env.update({
-                "NVIDIA_VISIBLE_DEVICES": "all",
-                "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
-                # minor-version compatibility: any driver of this CUDA major from the floor up
-                "NVIDIA_REQUIRE_CUDA": f"cuda>={major}.0 driver>={spec.min_driver}",
-            })
+            # what the NVIDIA container runtime reads, wherever the image's CUDA comes from: its
+            # requirements say where imagebuild says the image runs (render/requires.py)
+            env.update({"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+                        **image_requires(spec, k)})
         if c is not None and spec.compiles:   # CUDA, with the building blocks compiled against it
             path += blocks.search_path("bin", None, f"{c.home}/bin")
             ld += blocks.search_path("lib", f"{c.nccl_home}/lib", c.lib)

@@ -39,6 +39,7 @@ import subprocess
 import sys
 
 from .expect import read_json
+from .nvrequire import Gpu, InvalidRequirement, Node, satisfied
 
 IMAGE_JSON = "/opt/imagebuild/image.json"
 PROC_VERSION = "/proc/driver/nvidia/version"
@@ -51,9 +52,20 @@ OK, NO, UNKNOWN, CPU_ONLY = 0, 1, 2, 3
 # /usr/local/bin/imagebuild-entrypoint, the Docker ENTRYPOINT (written at build time by
 # `imagecheck --install-entrypoint`, so the recipe holds no shell expansion to quote)
 ENTRYPOINT_SCRIPT = """#!/bin/sh
-# imagebuild-entrypoint: imagebuild-check's one line on stderr (IMAGEBUILD_CHECK=0, no, false or
-# off: nothing), then the command replaces this shell (exec): its arguments, exit code and
-# signals are its own. pyxis skips entrypoints: run imagebuild-check there yourself.
+# imagebuild-entrypoint: forward compatibility, then imagebuild-check's one line on stderr
+# (IMAGEBUILD_CHECK=0, no, false or off: nothing), then the command replaces this shell (exec):
+# its arguments, exit code and signals are its own. pyxis skips entrypoints: run imagebuild-check
+# there yourself (enroot's hook uses nvidia-container-cli, which loads the compat libraries itself).
+# Forward compatibility: where the image carries cuda-compat and the host's driver is older than
+# its CUDA needs, on a branch the package supports, the package's folder goes first on
+# LD_LIBRARY_PATH (NVIDIA's own runtime does the same from toolkit 1.17.5; IMAGEBUILD_COMPAT=0: not).
+if [ -d /usr/local/cuda/compat ]; then
+  case "${IMAGEBUILD_COMPAT:-1}" in
+    0|no|false|off) ;;
+    *) compat=$(/usr/local/bin/imagebuild-check --compat-dir 2>/dev/null) || compat=
+       if [ -n "$compat" ]; then export LD_LIBRARY_PATH="$compat${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi ;;
+  esac
+fi
 case "${IMAGEBUILD_CHECK:-1}" in
   0|no|false|off) ;;
   *) /usr/local/bin/imagebuild-check >&2 || : ;;
@@ -142,6 +154,37 @@ def compat_present(cuda: str) -> str | None:
     mm = ".".join(cuda.split(".")[:2])
     folder = f"/usr/local/cuda-{mm}/compat"
     return folder if glob.glob(os.path.join(folder, "libcuda.so*")) else None
+
+
+def compat_dir_to_use(image: dict, proc_text: str | None = None) -> str | None:
+    """The image's cuda-compat folder when forward compatibility is how it runs on this node: the
+    driver (from /proc, no nvidia-smi: the entrypoint asks before every command) is older than the
+    image's minimum and on a branch its cuda-compat package supports, and the folder holds the
+    libraries. None otherwise, and whenever a fact is missing."""
+    cuda = image["stack"].get("cuda", "none")
+    needs = image.get("needs") if isinstance(image.get("needs"), dict) else {}
+    fwd = needs.get("forward_compat") if isinstance(needs.get("forward_compat"), dict) else None
+    floor = image.get("min_driver")
+    if fwd is None or not isinstance(cuda, str) or cuda in ("none", "") or not isinstance(floor, str) \
+            or not _DRIVER.match(floor):
+        return None
+    folder = compat_present(cuda)
+    if folder is None:
+        return None
+    if proc_text is None:
+        try:
+            with open(PROC_VERSION, encoding="utf-8", errors="replace") as fh:
+                proc_text = fh.read(65536)
+        except OSError:
+            return None
+    try:
+        driver = driver_from_proc(proc_text)
+    except Unjudgeable:
+        return None
+    branches = fwd.get("branches") if isinstance(fwd.get("branches"), list) else []
+    if _v(driver) < _v(floor) and _v(driver)[0] in branches:
+        return folder
+    return None
 
 
 def served_by(cc: str, archs: list[str]) -> bool:
@@ -245,16 +288,37 @@ def _judge(image: dict, driver: str | None, gpus: list[tuple[str, str, str]] | N
                 "code newer than the driver")
     elif native and _DRIVER.match(native):
         mode = " natively"
+    problems += _gpu_problems(image, needs, torch, driver, gpus)
+    if problems:
+        return NO, "; ".join(problems)
+    return OK, f"OK: {name} (CUDA {cuda}) runs here{mode}: {seen}"
+
+
+def _gpu_problems(image: dict, needs: dict, torch, driver: str, gpus) -> list[str]:
+    """Why a GPU of this node is not one the image runs on: not in its PyTorch build (served_by), or
+    not an architecture (with its drivers) its NVIDIA_REQUIRE_ARCH admits. The first such GPU."""
     archs = needs.get("gpu_archs") if isinstance(needs.get("gpu_archs"), list) else None
     if archs and torch not in ("none", "", None):
         for gname, cc, _ in sorted(set(gpus)):
             if not served_by(cc, archs):
-                problems.append(f"{gname} (compute capability {cc}) is not in this image's PyTorch "
-                                f"{torch} build ({', '.join(archs)}): use a tag whose build lists it")
-                break
-    if problems:
-        return NO, "; ".join(problems)
-    return OK, f"OK: {name} (CUDA {cuda}) runs here{mode}: {seen}"
+                return [f"{gname} (compute capability {cc}) is not in this image's PyTorch "
+                        f"{torch} build ({', '.join(archs)}): use a tag whose build lists it"]
+    require = image.get("nvidia_require") if isinstance(image.get("nvidia_require"), dict) else {}
+    arch_req = require.get("NVIDIA_REQUIRE_ARCH")
+    if not isinstance(arch_req, str):
+        return []
+    # the architectures (and their drivers) the image runs on, as NVIDIA's runtime reads them
+    node = Node(driver=driver, cuda=None, gpus=())
+    for gname, cc, _ in sorted(set(gpus)):
+        try:
+            fits = satisfied(arch_req, node, Gpu(arch=cc, brand=None))
+        except InvalidRequirement as exc:
+            raise Unjudgeable(f"NVIDIA_REQUIRE_ARCH of image.json: {exc}") from None
+        if not fits:
+            return [f"{gname} (compute capability {cc}) with driver {driver} is not a GPU this image "
+                    f"runs on (NVIDIA_REQUIRE_ARCH={arch_req}): use a tag built for it, or the driver "
+                    "it names"]
+    return []
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -268,7 +332,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print {code, line} as JSON instead")
     ap.add_argument("--install-entrypoint", metavar="PATH",
                     help="write the entrypoint wrapper script to PATH (mode 0755) and exit (image builds)")
+    ap.add_argument("--compat-dir", action="store_true",
+                    help="print the image's cuda-compat folder when forward compatibility is what runs it "
+                         "on this node's driver (exit 0), else nothing (exit 1)")
     args = ap.parse_args(argv)
+    if args.compat_dir:
+        try:
+            folder = compat_dir_to_use(load_image(args.image_json))
+        except Unjudgeable:
+            folder = None
+        if folder:
+            print(folder)
+        return OK if folder else NO
     if args.install_entrypoint:
         with open(args.install_entrypoint, "w", encoding="utf-8") as fh:
             fh.write(ENTRYPOINT_SCRIPT)

@@ -53,6 +53,27 @@ def expected_from_labels(labels: dict[str, str]) -> dict:
 _REQUIRE_DRIVER = re.compile(r"(?:^|\s)driver>=([0-9][0-9.]*)(?=\s|$)")
 
 
+def _require_problem(env: dict[str, str], image_json: dict, min_driver: str) -> str | None:
+    """Why the image's NVIDIA_REQUIRE_* variables are not the ones image.json records, or would not
+    parse as NVIDIA's runtime reads them (None when they are and do): they make the runtime refuse
+    a node. An image.json without `nvidia_require` (an older image) is held to its driver floor."""
+    from ..smoke.nvrequire import InvalidRequirement, PREFIX, check_syntax
+    want = image_json.get("nvidia_require")
+    if not isinstance(want, dict):
+        return _require_cuda_problem(env, min_driver)
+    have = {k: v for k, v in env.items() if k.startswith(PREFIX)}
+    if have != want:
+        names = sorted(set(have) | set(want))
+        diff = [n for n in names if have.get(n) != want.get(n)]
+        return f"{', '.join(diff)} in the image's ENV differ from image.json nvidia_require"
+    for name, req in sorted(have.items()):
+        try:
+            check_syntax(req)
+        except InvalidRequirement as exc:
+            return f"{name} would be an invalid expression to NVIDIA's runtime: {exc}"
+    return None
+
+
 def _require_cuda_problem(env: dict[str, str], min_driver: str) -> str | None:
     """Why the image's NVIDIA_REQUIRE_CUDA does not hold the driver floor image.json states (None
     when it does): it is what makes the NVIDIA runtime refuse a node whose driver is too old."""
@@ -83,7 +104,7 @@ def compare_labels(labels: dict[str, str], image_json: dict | None,
     min_driver = str(image_json.get("min_driver", "none"))
     checks_require = env is not None and min_driver != "none"
     if checks_require:
-        problem = _require_cuda_problem(env, min_driver)
+        problem = _require_problem(env, image_json, min_driver)
         if problem:
             diffs.append(problem)
     stack = image_json.get("stack", {}) if isinstance(image_json.get("stack"), dict) else {}
@@ -97,7 +118,8 @@ def compare_labels(labels: dict[str, str], image_json: dict | None,
     if diffs:
         return [(FAIL, "labels differ from image.json: " + "; ".join(diffs))]
     compared = ("id, flavor" + (", min-driver" if "min_driver" in image_json else "")
-                + (", NVIDIA_REQUIRE_CUDA" if checks_require else ""))
+                + ((", NVIDIA_REQUIRE_*" if isinstance(image_json.get("nvidia_require"), dict)
+                    else ", NVIDIA_REQUIRE_CUDA") if checks_require else ""))
     return [(PASS, f"labels equal {IMAGE_JSON} ({len(COMPONENTS)} components, {compared})")]
 
 

@@ -99,12 +99,16 @@ def run(args) -> int:
         stack.update(stack_from_mapping(data, args.from_json))
         image = LABEL_PREFIX in json.dumps(data)
         cuda_from = _cuda_provider(data) or cuda_from
+    env: dict[str, str] | None = None    # the image's environment, where the input holds it
+    if args.from_json:
+        env = _env_of(data)
     if args.image:
         from ...engines import get_engine
         found = get_engine().lookup(args.image)
         if found is None:
             raise UsageError(f"no image {args.image!r} in the engine", argument="--image")
         labels = dict(found.labels)
+        env = dict(found.env)
         stack.update(stack_from_mapping(labels, args.image))
         image = True
         cuda_from = _cuda_provider(labels) or cuda_from
@@ -112,10 +116,17 @@ def run(args) -> int:
     if stack.get("driver") and not args.driver:
         args.driver = stack["driver"]
     k = knowledge.load(args.matrix)
-    res = R.check(k, host_from(args), stack, args.allow_unverified, system=system_from(args), image=image,
+    host = host_from(args)
+    res = R.check(k, host, stack, args.allow_unverified, system=system_from(args), image=image,
                   cuda_from=cuda_from)
+    refused = _runtime_refusal(k, env, host) if env is not None else None
     if args.json:
-        Reporter.for_args("check", args).result(res.to_json())
+        doc = res.to_json()
+        if env is not None and host.driver:
+            doc["runtime"] = {"starts": refused is None, "message": refused}
+        if refused:
+            doc["ok"] = False
+        Reporter.for_args("check", args).result(doc)
     elif res.ok:
         print("consistent:")
         print_resolution(res)
@@ -123,4 +134,29 @@ def run(args) -> int:
         print("inconsistent: the facts that rule this stack out:")
         for line in res.explanation:
             print(f"  - {line}")
-    return 0 if res.ok else 1
+    if refused and not args.json:
+        print(f"NVIDIA's container runtime would refuse this image here: {refused} (the image's "
+              "NVIDIA_REQUIRE_* variables; NVIDIA_DISABLE_REQUIRE=1 turns the check off)")
+    return 0 if res.ok and not refused else 1
+
+
+def _env_of(data) -> dict[str, str] | None:
+    """The Config.Env of docker inspect output as a mapping, or None when the document has none."""
+    if isinstance(data, list) and data and isinstance(data[0], dict):
+        data = data[0]
+    config = data.get("Config") if isinstance(data, dict) else None
+    items = config.get("Env") if isinstance(config, dict) else None
+    if not isinstance(items, list):
+        return None
+    return dict(str(e).split("=", 1) for e in items if isinstance(e, str) and "=" in e)
+
+
+def _runtime_refusal(k, env: dict[str, str], host) -> str | None:
+    """NVIDIA's runtime's error for the image on the host flags (None: it would start it)."""
+    from ...deliver.runtimecheck import refusal
+    gpus = []
+    if host.gpu and host.gpu.lower() != "none":
+        g = k.gpu_by_name(host.gpu)
+        if g is not None:
+            gpus.append((g.cc, g.datacenter if not g.name.startswith("sm_") else None))
+    return refusal(k, env, host.driver, gpus)

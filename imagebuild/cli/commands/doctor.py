@@ -111,6 +111,9 @@ def print_text(d) -> None:
         print(f"  tags: {', '.join(b.spec.tags)}")
         if b.mode not in ("n/a",):
             print(f"  {b.detail}" + (f" (caveat: {b.caveat})" if b.caveat else ""))
+        if d.runtime is not None:
+            print("  NVIDIA's container runtime: " + ("its NVIDIA_REQUIRE_* hold on this node" if d.runtime == ""
+                                                      else f"would refuse it here: {d.runtime}"))
         rest = d.fits[1:1 + SHOWN]
         if rest:
             print(f"  also runs here ({len(d.fits) - 1} more; --json lists all):")

@@ -20,7 +20,7 @@ def load(c: _Ctx, doc, sources) -> dict[str, Architecture]:
         first, last = c.version(a, "first_cuda", w, True), c.version(a, "last_cuda", w, True)
         src = c.source(a, sources, w)
         architectures[cc] = Architecture(cc, c.text(a, "name", w), first, last,
-                                         a.get("last_branch"), src)
+                                         a.get("last_branch"), src, a.get("first_branch"))
         cc_is = category_matcher([cc])
         if first or last:
             c.add_rule(f"arch-{cc}-cuda", [("gpu.cc", cc_is)],

@@ -21,7 +21,7 @@ def load(c: _Ctx, doc, sources, architectures) -> dict[str, Gpu]:
             c.fail(f"gpus: {name} is listed twice", g, "name")
         src = c.source(g, sources, w)
         plats = c.platform_list(g, "platforms", f"{w} {name}") or ()
-        gpus[name] = Gpu(name, cc, c.flag(g, "datacenter", w, False), src, plats)
+        gpus[name] = Gpu(name, cc, c.flag(g, "datacenter", w, False), src, plats, g.get("first_branch"))
         is_gpu = category_matcher([name])
         branch_rules(c, g, w, [("gpu", is_gpu)], f"{name} GPUs", f"gpu-{name}", src)
         if plats:
