@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from ..errors import ImagebuildError
@@ -127,6 +128,18 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. stdout and stderr are guarded for the whole run (redact.GuardedStream):
+    whatever a command prints, credentials are hidden and control characters escaped."""
+    from ..redact import GuardedStream
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = GuardedStream(out), GuardedStream(err)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout, sys.stderr = out, err
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
         _top_parser().print_help()
@@ -155,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         action = getattr(args, "action", None)
         reporter.rename(f"{name} {action}" if isinstance(action, str) else name,
                         bool(getattr(args, "json", False)) or getattr(args, "format", None) == "json")
+        _check_outputs(name, args)
         if hasattr(args, "matrix"):
             from ..workspace import locate_matrix
             args.matrix, args.matrix_origin = locate_matrix(args.matrix)
@@ -170,6 +184,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     _finish(reporter, args, code, fatal)
     return code
+
+
+#: the arguments through which a command writes (or replaces) a file or folder the user names:
+#: each is checked before the command does any work (atomic.output_target: no device node, FIFO,
+#: socket, dangling link or system path), and again where it is written. docs/hardening.md
+#: lists them; tests/test_hardening.py plants the attacks on each.
+OUTPUT_ARGS = ("output", "report", "capture", "lock", "dir", "reports_dir")
+
+
+def _check_outputs(name: str, args) -> None:
+    from ..atomic import OutputRefused, output_target
+    for dest in OUTPUT_ARGS:
+        value = getattr(args, dest, None)
+        if isinstance(value, (str, os.PathLike)) and str(value):
+            try:
+                output_target(value, folder=True)
+            except OutputRefused as exc:
+                raise OutputRefused(exc.message, argument=f"--{dest.replace('_', '-')}"
+                                    if dest != "dir" else "DIR") from None
 
 
 def _finish(reporter, args, code: int, fatal: str | None) -> None:

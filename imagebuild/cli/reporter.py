@@ -32,13 +32,15 @@ Without an open run (library use, a unit test) `result()` prints `document` itse
 answer stay. There is no terminal rendering that rewrites a status line: every progress line here
 is a record (which step was cached, where a tarball came from, which image failed) and with
 `build --jobs N` the lines of several images interleave, so one overwritten line would hide most
-of them. Standard library only, and nothing of imagebuild: every command may use it.
+of them. Standard library only, and of imagebuild only redact.py: every command may use it.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+
+from ..redact import scrub as _scrub   # every JSON document: no credential in any string
 
 
 # the envelope's `schema`: a consumer checks it before reading the rest; a change to the
@@ -48,7 +50,7 @@ SCHEMA = "imagebuild.result/1"
 
 def dumps(document) -> str:
     """The one JSON rendering of a command's answer (sorted keys, indent 2)."""
-    return json.dumps(document, indent=2, sort_keys=True, default=str)
+    return json.dumps(_scrub(document), indent=2, sort_keys=True, default=str)
 
 
 def envelope(command: str, exit_code: int, result, *, version: str, warnings=(), errors=(),
@@ -134,7 +136,7 @@ class Reporter:
     def _event(self, event: str, message: str, fields: dict) -> None:
         doc = {**fields, "event": event, "command": self.command, "message": str(message)}
         # sys.stderr is looked up at each call: a test's capture, or a redirected stream, gets it
-        print(json.dumps(doc, sort_keys=True, default=str), file=sys.stderr, flush=True)
+        print(json.dumps(_scrub(doc), sort_keys=True, default=str), file=sys.stderr, flush=True)
 
     def progress(self, message: str, **fields) -> None:
         if self.quiet:
