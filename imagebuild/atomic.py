@@ -3,7 +3,8 @@ signals that stop a command cleanly.
 
 - ``atomic_file(path, mode)``: a file object on a new temporary file beside ``path``; when the
   block ends it is renamed over ``path`` (one ``os.replace``), on any exception it is removed and
-  ``path`` is left as it was. ``write_atomic(path, data)`` writes text or bytes through it. This is
+  ``path`` is left as it was. ``path`` goes through ``output_target`` first: a device node, FIFO,
+  socket or folder is refused, a link to a regular file is written through. ``write_atomic(path, data)`` writes text or bytes through it. This is
   the host side's one file writer (the smoke suite, copied into images, keeps its own).
 - ``exchange(a, b)``: swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); where
   the file system cannot, ``swap_dir`` falls back to two renames (the old folder moved to a unique
@@ -29,9 +30,62 @@ import secrets
 import shutil
 import signal
 import tempfile
+import stat
 import threading
 from pathlib import Path
 from typing import IO, Iterator
+
+from .errors import UsageError
+
+
+class OutputRefused(UsageError):
+    """An output path names something a command must not replace (a device, a FIFO, a folder)."""
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+_SYSTEM = ("/dev/", "/proc/", "/sys/")   # /dev/stdout, /proc/self/fd/1: a stream, never a file to replace
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def output_target(path: str | os.PathLike, *, folder: bool = False) -> Path:
+    """Where a command may put what it writes at ``path`` (docs/hardening.md, "Data destroyed"):
+    ``path`` itself when it is missing or a regular file (or, with ``folder``, a folder); through
+    a symbolic link, the regular file (or folder) the link names, so the link stays and its target
+    gets the new content, as a shell's ``>`` does. Anything else (a FIFO, a device node such as
+    /dev/null, a socket, a link to one of those, a dangling link or a link loop) is refused with
+    one line: replacing it by a regular file would destroy what the command did not make."""
+    target = Path(path)
+    if os.path.abspath(target).startswith(_SYSTEM):
+        top = "/" + os.path.abspath(target).split("/")[1]
+        raise OutputRefused(f"{path}: is under {top}, "
+                            "the system's own files and streams; refused: name a plain file (without the "
+                            "option the answer goes to stdout where the command prints one)")
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return target
+    except OSError as exc:
+        raise OutputRefused(f"{target}: cannot be written ({exc.strerror}); refused") from None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            real = Path(os.path.realpath(target, strict=True))
+            st = os.stat(real)
+        except (OSError, RuntimeError):
+            raise OutputRefused(f"{target}: a symbolic link to nothing that exists (or a loop); refused: "
+                                "name a plain file") from None
+        target = real
+    if stat.S_ISREG(st.st_mode) or (folder and stat.S_ISDIR(st.st_mode)):
+        return target
+    raise OutputRefused(f"{path}: is {_kind(st.st_mode)}, not a regular file"
+                        f"{' or folder' if folder else ''}; refused: nothing is written over it "
+                        "(name a plain file; without the option the answer goes to stdout where "
+                        "the command prints one)")
+
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -50,9 +104,9 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", *, perm: int | None =
     before it takes ``path``'s place."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_file writes a new file: mode 'w' or 'wb', not {mode!r}")
-    target = Path(path)
     if parents:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    target = output_target(path)
     text = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
     create = 0o666 if perm is None else 0o600   # a file meant to be private is private from the start
     for _ in range(100):
@@ -70,6 +124,8 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", *, perm: int | None =
             yield fh
         if perm is not None:
             os.chmod(tmp, perm)
+        if output_target(target) != target:    # changed under us while we wrote: not replaced
+            raise OutputRefused(f"{target}: was replaced by a link while it was written; refused")
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

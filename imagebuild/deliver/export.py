@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import reference
+from ..atomic import output_target
 from ..errors import ExportError, ImagebuildError
 from .ociconfig import (ACCOUNT_FILE_MAX, hpc_runtime_config, read_account_file,  # noqa: F401 - re-exported
                         resolve_in_root, resolve_user, runtime_config)
@@ -233,7 +234,13 @@ def _run(argv: list[str], what: str, stdin=None) -> subprocess.CompletedProcess:
 
 
 def _refuse_existing(output: Path, force: bool) -> None:
-    if (output.exists() or output.is_symlink()) and not force:
+    """An existing output is replaced only with --force, and never when it is a device, FIFO,
+    socket or link (atomic.output_target): --force replaces an export, not /dev/null."""
+    if output.is_symlink() or (output.exists() and not (output.is_file() or output.is_dir())):
+        output_target(output)                      # raises its one line for special files
+        raise ExportError(f"{output} is a symbolic link; refused: exports replace plain files and "
+                          "folders only (name the link's target)")
+    if output_target(output, folder=True).exists() and not force:
         raise ExportError(f"{output} already exists (use --force to replace it)")
 
 

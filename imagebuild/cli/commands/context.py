@@ -50,10 +50,17 @@ def run(args) -> int:
     k, every = matrix_run.k, dict(matrix_run.images)
     chosen = list(dict.fromkeys(s.id for s in select(every, args.images)))
     out = Path(args.output)
-    for image_id in chosen:     # write_context replaces a folder: nothing of the user's is lost
-        if (out / image_id).exists():
-            raise UsageError(f"{out / image_id} exists; nothing was written (choose another --output)",
-                             argument="--output")
+    # every folder this run writes, the images a chosen one is FROM included (a devel's runtime):
+    # write_context replaces a folder, so an existing one (or a link, or a file) of that name is
+    # refused before anything is written: nothing the run did not make is replaced
+    from ...render.images import with_bases
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise UsageError(f"{out} is not a folder (or is a link); nothing was written", argument="--output")
+    for spec in with_bases([every[i] for i in chosen], every):
+        where = out / spec.id
+        if where.exists() or where.is_symlink():
+            raise UsageError(f"{where} exists; nothing was written (choose another --output, or "
+                             "remove it)", argument="--output")
     root = Workspace.of(args.matrix).root
     jobs = jobs_for(chosen, k, out, sources=args.sources, progress=rep.progress, every=every)
     docs, lines = [], []

@@ -155,9 +155,20 @@ def _copy(args) -> int:
         raise UsageError(f"{dest / 'matrix.yaml'} exists: nothing was copied", argument="DIR")
     src_locks = lock_root(k) / LOCK_DIR
     locks = sorted(src_locks.glob("*.txt")) if src_locks.is_dir() else []
+    # a lock already in DIR is the user's (edited, or from another copy): refused before anything
+    # is written, never replaced; the same bytes are left as they are
+    clash = [lk.name for lk in locks if (dest / LOCK_DIR / lk.name).is_symlink()
+             or ((dest / LOCK_DIR / lk.name).exists()
+                 and (dest / LOCK_DIR / lk.name).read_bytes() != lk.read_bytes())]
+    if clash:
+        raise UsageError(f"{dest / LOCK_DIR / clash[0]} exists and differs from the packaged lock"
+                         f"{f' (and {len(clash) - 1} more)' if len(clash) > 1 else ''}: nothing was "
+                         "copied (copy into an empty folder)", argument="DIR")
     (dest / LOCK_DIR).mkdir(parents=True, exist_ok=True)
     for lock in locks:
-        shutil.copyfile(lock, dest / LOCK_DIR / lock.name)
+        if not (dest / LOCK_DIR / lock.name).exists():
+            with open(lock, "rb") as src, open(dest / LOCK_DIR / lock.name, "xb") as dst:
+                shutil.copyfileobj(src, dst)
     write_atomic(dest / "matrix.yaml", Path(k.path).read_bytes())   # last: a copy is whole or absent
     Reporter.for_args("knowledge", args).result(
         {"matrix": str(dest / "matrix.yaml"), "as_of": k.as_of, "locks": len(locks)},
