@@ -31,6 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from .. import httpio, untrusted
 from ..errors import EXIT_UNAVAILABLE, ImagebuildError, Unavailable
 
 SEVERITIES = ("low", "medium", "high", "critical")
@@ -128,6 +129,9 @@ def _merge(vulns: list[Vulnerability]) -> list[Vulnerability]:
     return sorted(out, key=lambda x: x.id)
 
 
+MAX_ANSWER_BYTES = 16 * 1024 * 1024   # one package's vulnerability records
+
+
 class Client:
     """GETs against the JSON API with one retry on 429/5xx; transport failures are
     AuditUnavailable."""
@@ -144,7 +148,9 @@ class Client:
         url = f"{self.base}/{path}"
         for attempt in range(2):
             try:
-                r = self.session.get(url, timeout=self.timeout)
+                r = self.session.get(url, timeout=self.timeout, stream=True)
+                body = httpio.read_capped(r, MAX_ANSWER_BYTES, url, httpio.deadline_in(),
+                                          refuse=AuditUnavailable, late=AuditUnavailable)
             except requests.RequestException as exc:
                 raise AuditUnavailable(f"cannot reach the vulnerability data at {self.base} "
                                        f"({type(exc).__name__})") from None
@@ -152,12 +158,12 @@ class Client:
                 return None
             if r.status_code == 200:
                 try:
-                    return r.json()
+                    return untrusted.loads(body)
                 except ValueError:
                     raise AuditUnavailable(f"{url} answered with something other than JSON") from None
             if r.status_code == 429 or r.status_code >= 500:
                 if attempt == 0:
-                    time.sleep(2.0)
+                    time.sleep(min(httpio.retry_after(r) or 2.0, 30.0))
                     continue
                 raise AuditUnavailable(f"the vulnerability data at {self.base} keeps failing "
                                        f"(HTTP {r.status_code})")

@@ -9,16 +9,13 @@ are sent there."""
 from __future__ import annotations
 
 import base64
-import contextlib
-import json
 import re
-import signal
-import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from .. import httpio, untrusted
 from ..digests import sha256_digest
 from ..errors import ImagebuildError, RegistryError, RegistryUnavailable
 from ..redact import redact
@@ -54,6 +51,10 @@ def _retrying(call: Callable[[], Any], *, what: str, host: str, tries: int, back
             if response.status_code not in TRANSIENT_STATUS:
                 return response
             last = f"HTTP {response.status_code}"
+            asked = httpio.retry_after(response)      # a 429/503's own wait, when it names one
+            if asked is not None and attempt < tries:
+                sleep(max(asked, backoff * (2 ** (attempt - 1))))
+                continue
         if attempt < tries:
             sleep(backoff * (2 ** (attempt - 1)))
     raise RegistryUnavailable(f"registry {host} is unreachable: {what} failed {tries} times ({last})")
@@ -71,55 +72,21 @@ DEFAULT_DEADLINE = 600.0
 
 
 def read_bounded(response, cap: int, what: str, deadline: float | None = None) -> None:
-    """Read a streamed requests.Response's body into it (``.content`` then works as usual) without
-    ever holding more than ``cap`` bytes: a declared Content-Length above it is refused before
-    reading, a body that runs past it is refused at that point. The refusal is a RegistryError,
-    which the retry loop does not retry (the same server would send the same body again).
-    ``deadline`` (time.monotonic()): a server that trickles its answer (a byte a second never
-    trips a read timeout) is given up at that instant, RegistryUnavailable."""
-    declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > cap:
-        response.close()
-        raise RegistryError(f"{what}: the answer declares {int(declared)} bytes, more than the "
-                            f"{cap} imagebuild reads")
-    body = bytearray()
-    try:
-        for chunk in response.iter_content(64 * 1024):
-            if len(body) + len(chunk) > cap:
-                raise RegistryError(f"{what}: the answer is larger than the {cap} bytes imagebuild reads")
-            body += chunk
-            if deadline is not None and time.monotonic() > deadline:
-                raise RegistryUnavailable(f"{what}: still sending after the deadline "
-                                          "(--timeout); given up")
-    finally:
-        response.close()
-    response._content = bytes(body)
+    """Read a streamed requests.Response's body into it (``.content`` then works as usual) under
+    ``cap`` and ``deadline`` (httpio.read_capped, the one bounded reader): too large or a
+    malformed Content-Length is a RegistryError, which the retry loop does not retry (the same
+    server would send the same body again); past the deadline, RegistryUnavailable."""
+    httpio.read_capped(response, cap, what, deadline, refuse=RegistryError, late=RegistryUnavailable,
+                       hint=" (--timeout)")
 
 
 class DeadlinePassed(RegistryUnavailable):
     """The registry conversation ran past its deadline (exit 3: retry later, or allow more)."""
 
 
-@contextlib.contextmanager
 def _deadline_alarm(seconds: float | None, message: str):
-    """Raise DeadlinePassed in the main thread when ``seconds`` pass inside the block, wherever it
-    blocks: a server that trickles its headers or body a byte at a time never trips a socket
-    timeout (each byte restarts it), so the deadline is a timer, not a read timeout. Off in other
-    threads (signals reach only the main one) and when ``seconds`` is None."""
-    if seconds is None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(_signum, _frame):
-        raise DeadlinePassed(message)
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+    """httpio.deadline_alarm raising DeadlinePassed(message)."""
+    return httpio.deadline_alarm(seconds, DeadlinePassed(message))
 
 
 def _describe_exception(exc: Exception) -> str:
@@ -314,11 +281,12 @@ class RegistryAPI:
         """One line for a registry's 4xx/5xx answer: its first error code and message, if any."""
         detail = f"HTTP {response.status_code}"
         try:
-            first = (response.json().get("errors") or [{}])[0]
-            code, message = str(first.get("code", "")), str(first.get("message", ""))
+            errors = untrusted.arr(untrusted.loads(response.content), "errors", [])
+            first = errors[0] if errors and isinstance(errors[0], dict) else {}
+            code, message = untrusted.text(first, "code", ""), untrusted.text(first, "message", "")
             if code or message:
-                detail += f" {code}: {' '.join(message.split())[:200]}".rstrip(": ")
-        except (ValueError, AttributeError, TypeError, IndexError):
+                detail += f" {code[:80]}: {' '.join(message.split())[:200]}".rstrip(": ")
+        except ValueError:          # not JSON, or not the shape the API gives: the status alone
             pass
         return RegistryError(scrub(f"registry {self.host} refused {doing} ({detail})", self._secrets()))
 
@@ -340,7 +308,7 @@ class RegistryAPI:
         media_type = response.headers.get("Content-Type", "").split(";")[0].strip()
         if not media_type or media_type in ("application/json", "application/octet-stream"):
             try:
-                media_type = str(json.loads(body).get("mediaType") or media_type)
+                media_type = str(untrusted.loads(body).get("mediaType") or media_type)
             except (ValueError, AttributeError):
                 pass
         return Manifest(body=body, media_type=media_type, digest=digest)
@@ -432,7 +400,7 @@ class RegistryAPI:
             if response.status_code != 200:
                 raise self._refusal(response, f"GET tags {repository}")
             try:
-                page = json.loads(response.content).get("tags") or []
+                page = untrusted.loads(response.content).get("tags") or []
                 if not isinstance(page, list) or not all(isinstance(t, str) for t in page):
                     raise TypeError
             except (ValueError, TypeError, AttributeError):

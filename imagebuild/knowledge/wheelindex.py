@@ -11,15 +11,18 @@ import hashlib
 import io
 import os
 import re
+import struct
 import subprocess
 import sys
 import zipfile
+import zlib
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from html.parser import HTMLParser
 from typing import Any, Callable
 from urllib.parse import urldefrag, urljoin
 
+from .. import httpio
 from ..redact import redact
 from ..versions import NONE, parse_version
 from .wheelpins import PROJECT, IndexUnavailable, SyncError, WheelPins, pins_from_metadata
@@ -114,18 +117,42 @@ def _metadata_attr(value: Any) -> str | None:
     return ""
 
 
+def _json_links(body: str, page_url: str) -> list[Link]:
+    """A PEP 691 page read as untrusted data: every field of the type PEP 691 gives it, or one
+    SyncError naming the file entry (a malformed page was a KeyError or AttributeError)."""
+    from .. import untrusted as U
+
+    links = []
+    try:
+        doc = U.loads(body)
+        files = U.arr(doc, "files", [])
+        for i, f in enumerate(files):
+            if not isinstance(f, dict):
+                raise U.BadData(f"files[{i}] is not an object")
+            meta = f.get("core-metadata", f.get("dist-info-metadata"))
+            if meta is not None and not isinstance(meta, (bool, str, dict)):
+                raise U.BadData(f"files[{i}]: core-metadata is {type(meta).__name__}")
+            sha = U.text(U.obj(f, "hashes", {}), "sha256", None)
+            upload = U.text(f, "upload-time", None)
+            yanked = f.get("yanked", False)
+            if not isinstance(yanked, (bool, str)):
+                raise U.BadData(f"files[{i}]: yanked is {type(yanked).__name__}")
+            url = urljoin(page_url, U.text(f, "url"))
+            links.append(Link(U.text(f, "filename"), urldefrag(url)[0], sha,
+                              _metadata_attr(meta if not isinstance(meta, dict)
+                                             else U.string_map(f, "core-metadata" if "core-metadata" in f
+                                                               else "dist-info-metadata")),
+                              upload, bool(yanked)))
+    except U.BadData as exc:
+        raise SyncError(f"the index's JSON page at {redact(page_url)} is malformed: {exc}") from None
+    return links
+
+
 def parse_project_page(body: str, content_type: str, page_url: str) -> list[Link]:
     """Links of a PEP 503 (HTML) or PEP 691 (JSON) project page."""
     links = []
     if "json" in content_type:
-        import json
-        for f in json.loads(body).get("files", []):
-            url = urljoin(page_url, f["url"])
-            meta = f.get("core-metadata", f.get("dist-info-metadata"))
-            links.append(Link(f["filename"], urldefrag(url)[0], f.get("hashes", {}).get("sha256"),
-                              _metadata_attr(meta), f.get("upload-time"),
-                              bool(f.get("yanked"))))
-        return links
+        return _json_links(body, page_url)
     parser = _LinkParser()
     parser.feed(body)
     for a in parser.links:
@@ -236,14 +263,60 @@ def wheel_pythons(links: list[Link], version: str) -> tuple[str, ...]:
     return tuple(sorted(found, key=parse_version))
 
 
+#: the most read of a project page (torch's PEP 691 page is a few MB) and of a PEP 658 metadata file
+MAX_PAGE_BYTES = 16 * 1024 * 1024
+MAX_METADATA_BYTES = 4 * 1024 * 1024
+#: the most entries of a wheel's central directory read (torch's has about 15,000)
+MAX_ZIP_ENTRIES = 200_000
+#: what zipfile raises for a hostile archive: encrypted entries (RuntimeError), an unknown
+#: compression (NotImplementedError), a name that is not UTF-8 (UnicodeDecodeError), a cut or
+#: lying directory (BadZipFile, EOFError, struct.error, zlib.error, ValueError, OSError)
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, RuntimeError, NotImplementedError,
+              UnicodeDecodeError, EOFError, ValueError, OSError, struct.error, zlib.error)
+
+
+def _zip_error(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0][:120] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def ranged_get(session, url: str, start: int, length: int, timeout: float,
+               deadline: float | None) -> bytes:
+    """Bytes start..start+length-1 of ``url``: the answer must be a 206 whose Content-Range is the
+    range asked, and no more than ``length`` bytes are read (a server sending a 547 MB answer to a
+    512 KiB range is refused at the first byte past it), within ``deadline``."""
+    import requests
+
+    end = start + length - 1
+    name = url.rsplit("/", 1)[-1].split("?", 1)[0][:80]
+    try:
+        resp = httpio.get(session, url, deadline, IndexUnavailable(
+            f"{name}: no answer to a byte range within its deadline; given up"),
+            headers={"Range": f"bytes={start}-{end}"}, timeout=timeout)
+    except requests.RequestException as exc:
+        raise IndexUnavailable(f"cannot reach the package index: {type(exc).__name__}") from None
+    if resp.status_code != 206:
+        resp.close()
+        raise SyncError(f"the index ignores byte ranges for {name} (HTTP {resp.status_code}); "
+                        "refusing to download the whole wheel")
+    got = (resp.headers.get("Content-Range") or "").strip()
+    if not re.fullmatch(rf"bytes {start}-{end}/(\d{{1,19}}|\*)", got):
+        resp.close()
+        raise SyncError(f"{name}: the index answered a range of bytes {start}-{end} with "
+                        f"Content-Range {got[:60]!r}; refused")
+    return httpio.read_capped(resp, length, f"{name}: bytes {start}-{end}", deadline,
+                              refuse=SyncError, late=IndexUnavailable)
+
+
 class _RangeFile(io.RawIOBase):
     """A read-only, seekable view of a remote file through HTTP range requests, in blocks."""
 
     BLOCK = 1 << 19
 
-    def __init__(self, session, url: str, size: int, timeout: float):
+    def __init__(self, session, url: str, size: int, timeout: float, deadline: float | None = None):
         super().__init__()
         self.session, self.url, self.size, self.timeout = session, url, size, timeout
+        self.deadline = deadline
         self.pos = 0
         self.blocks: dict[int, bytes] = {}
         self.fetched = 0
@@ -266,13 +339,11 @@ class _RangeFile(io.RawIOBase):
         if i not in self.blocks:
             start = i * self.BLOCK
             end = min(self.size, start + self.BLOCK) - 1
-            resp = self.session.get(self.url, headers={"Range": f"bytes={start}-{end}"},
-                                    timeout=self.timeout, stream=True)
-            if resp.status_code != 206:
-                resp.close()
-                raise SyncError(f"the index ignores byte ranges for {self.url.rsplit('/', 1)[-1]} "
-                                f"(HTTP {resp.status_code}); refusing to download the whole wheel")
-            data = resp.content
+            data = ranged_get(self.session, self.url, start, end - start + 1, self.timeout,
+                              self.deadline)
+            if len(data) != end - start + 1:
+                raise SyncError(f"{self.url.rsplit('/', 1)[-1]}: {len(data)} bytes came for a range "
+                                f"of {end - start + 1}")
             self.fetched += len(data)
             self.blocks[i] = data
         return self.blocks[i]
@@ -316,12 +387,20 @@ class Index:
     def _get(self, url: str, **kw):
         import requests
 
+        cap = kw.pop("cap", MAX_PAGE_BYTES)
+        deadline = httpio.deadline_in()
+        what = f"the package index at {self.shown}: {redact(url)}"
         try:
-            resp = self.session.get(url, timeout=self.timeout, **kw)
+            resp = httpio.get(self.session, url, deadline, IndexUnavailable(
+                f"{what}: no answer within its deadline; given up"), timeout=self.timeout, **kw)
+            if resp.status_code < 400:
+                httpio.read_capped(resp, cap, what, deadline, refuse=SyncError, late=IndexUnavailable)
         except requests.RequestException as exc:
             detail = redact(str(exc).splitlines()[0][:160]) if str(exc) else ""
             raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
                                    f"{type(exc).__name__}: {detail}") from None
+        if resp.status_code >= 400:
+            resp.close()
         if resp.status_code == 404:
             raise SyncError(f"the package index at {self.shown} has no "
                             f"{redact(url[len(self.url):] or url)}")
@@ -350,7 +429,7 @@ class Index:
                             "wheel")
         link, py = picked
         if link.metadata is not None:
-            resp = self._get(link.url + ".metadata")
+            resp = self._get(link.url + ".metadata", cap=MAX_METADATA_BYTES)
             raw = resp.content
             if link.metadata and _SHA256_RE.match(link.metadata) and \
                     hashlib.sha256(raw).hexdigest() != link.metadata:
@@ -449,18 +528,8 @@ class Index:
         return data
 
     def _range(self, url: str, start: int, length: int) -> bytes:
-        """Bytes start..start+length-1; never more than length + 1 read, whatever is sent."""
-        with self.session.get(url, headers={"Range": f"bytes={start}-{start + length - 1}"},
-                              timeout=self.timeout, stream=True) as resp:
-            if resp.status_code != 206:
-                raise SyncError(f"the package index at {self.shown} answered HTTP "
-                                f"{resp.status_code} to a byte range")
-            out = bytearray()
-            for chunk in resp.iter_content(1 << 16):
-                out += chunk
-                if len(out) > length:
-                    break
-        return bytes(out)
+        """Bytes start..start+length-1 (ranged_get: never more than asked, within a deadline)."""
+        return ranged_get(self.session, url, start, length, self.timeout, httpio.deadline_in())
 
     def _remote_zip(self, link: Link, lacking: str):
         """(ZipFile over the remote wheel through HTTP ranges, the range reader, its size)."""
@@ -471,18 +540,23 @@ class Index:
         except requests.RequestException as exc:
             raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
                                    f"{type(exc).__name__}") from None
-        size = int(head.headers.get("content-length") or 0)
+        size = httpio.declared_length(head, f"{link.filename}: HEAD", SyncError) or 0
         if head.status_code >= 400 or size <= 0 or "bytes" not in head.headers.get("accept-ranges", ""):
             raise SyncError(f"{link.filename}: the index offers {lacking}; refusing to download "
                             "the whole wheel")
-        remote = _RangeFile(self.session, head.url or link.url, size, self.timeout)
+        remote = _RangeFile(self.session, head.url or link.url, size, self.timeout,
+                            httpio.deadline_in())
         try:
-            return zipfile.ZipFile(io.BufferedReader(remote, buffer_size=1 << 16)), remote, size
+            zf = zipfile.ZipFile(io.BufferedReader(remote, buffer_size=1 << 16))
         except requests.RequestException as exc:
             raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
                                    f"{type(exc).__name__}") from None
-        except zipfile.BadZipFile as exc:
-            raise SyncError(f"{link.filename}: not a readable wheel ({exc})") from None
+        except ZIP_ERRORS as exc:
+            raise SyncError(f"{link.filename}: not a readable wheel ({_zip_error(exc)})") from None
+        if len(zf.infolist()) > MAX_ZIP_ENTRIES:
+            raise SyncError(f"{link.filename}: {len(zf.infolist())} entries in the wheel's directory "
+                            f"(at most {MAX_ZIP_ENTRIES} are read)")
+        return zf, remote, size
 
     def _read_member(self, zf, name: str) -> bytes:
         import requests
@@ -492,8 +566,8 @@ class Index:
         except requests.RequestException as exc:
             raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
                                    f"{type(exc).__name__}") from None
-        except (zipfile.BadZipFile, OSError) as exc:
-            raise SyncError(f"unreadable {name} in a wheel ({exc})") from None
+        except ZIP_ERRORS as exc:
+            raise SyncError(f"unreadable {name} in a wheel ({_zip_error(exc)})") from None
 
     def _metadata_by_ranges(self, link: Link) -> tuple[bytes, str]:
         zf, remote, size = self._remote_zip(link, "neither PEP 658 metadata nor byte ranges")

@@ -36,6 +36,7 @@ from ..errors import ImagebuildError, Unavailable, UsageError
 from ..knowledge.grammar import MAX_SOURCE_BYTES
 from ..knowledge.recipe_inputs import release_file
 from ..localfile import open_regular
+from .. import httpio
 from ..redact import redact
 from ..versions import NONE
 
@@ -188,6 +189,10 @@ def fetch(tarballs: list[Tarball], cache: Path, origin: str | None = None,
     return out
 
 
+#: seconds one tarball's download may take in all (IMAGEBUILD_HTTP_DEADLINE overrides it)
+FETCH_DEADLINE_S = 3600.0
+
+
 def _remove_stale_parts(cache: Path, progress) -> None:
     """The `.part` files a killed fetch left in the cache (none of a live one: see
     STALE_PART_SECONDS)."""
@@ -264,17 +269,22 @@ def _read(where: str, session, tb: Tarball) -> Iterable[bytes]:
 
     session = session or requests.Session()
     try:
-        resp = session.get(where, stream=True, timeout=60)
+        deadline = httpio.deadline_in(httpio.exchange_seconds(FETCH_DEADLINE_S))
+        resp = httpio.get(session, where, deadline, SourceUnavailable(
+            f"{tb.file}: {redact(where)}: no answer within its deadline; given up"), timeout=60)
         if resp.status_code >= 400:
             kind = SourceUnavailable if resp.status_code >= 500 or resp.status_code == 429 else SourceError
             raise kind(f"{where}: HTTP {resp.status_code}")
-        declared = resp.headers.get("Content-Length", "")
-        if declared.isdigit() and (int(declared) > tb.limit or (tb.size and int(declared) != tb.size)):
+        what = f"{tb.file}: {redact(where)}"
+        declared = httpio.declared_length(resp, what, SourceError)
+        if declared is not None and (declared > tb.limit or (tb.size and declared != tb.size)):
             resp.close()
-            raise SourceError(f"{redact(where)}: declares {int(declared)} bytes, "
+            raise SourceError(f"{redact(where)}: declares {declared} bytes, "
                               + (f"not {_limit_words(tb)}" if tb.size else f"more than {_limit_words(tb)}")
                               + "; refused")
-        yield from resp.iter_content(CHUNK)
+        # one deadline for the whole file: a mirror dripping a byte a second is given up
+        yield from httpio.chunks(resp, tb.limit, what, deadline, refuse=SourceError,
+                                 late=SourceUnavailable)
     except requests.RequestException as exc:
         raise SourceUnavailable(f"cannot download {where}: {type(exc).__name__}") from None
 
