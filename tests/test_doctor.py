@@ -427,7 +427,7 @@ def test_find_bad_doctor_file_and_missing_lock(capsys, tmp_path):
     assert code == 2 and "not `imagebuild doctor --json` output" in err
     bad.write_text("{not json")
     code, _, err = run_cli(capsys, "find", "--from-doctor", str(bad))
-    assert code == 2 and "malformed JSON at line 1" in err
+    assert code == 2 and "malformed JSON (" in err and "line 1 column 2" in err
     code, _, err = run_cli(capsys, "find", "--matrix", MATRIX, "--gpu", "none",
                            "--lock", str(tmp_path / "images.lock"))
     assert code == 2 and len(err.splitlines()) == 1 and "images.lock: no lock file" in err

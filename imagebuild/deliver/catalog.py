@@ -25,11 +25,11 @@ for a lock.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import untrusted
 from ..errors import ImagebuildError, RegistryError, RegistryUnavailable
 from ..platforms import repository_names
 from .publish import DIGEST_RE, RegistryAPI, Target
@@ -151,7 +151,7 @@ def _read_one(api: RegistryAPI, repo: str, tag: str, where: str, expected: tuple
     if manifest is None:
         raise RegistryError(f"{where}:{tag} vanished while it was read")
     try:
-        doc = json.loads(manifest.body)
+        doc = untrusted.loads(manifest.body)
         layers = doc["layers"]
         ok = doc.get("artifactType") == ARTIFACT_TYPE and isinstance(layers, list) and len(layers) == 1
         layer = layers[0] if ok else {}
@@ -164,7 +164,7 @@ def _read_one(api: RegistryAPI, repo: str, tag: str, where: str, expected: tuple
         raise RegistryError(f"{where}:{tag}: its entry declares {size} bytes (at most {MAX_ENTRY_BYTES} are read)")
     body = api.get_blob(repo, layer["digest"], max_bytes=MAX_ENTRY_BYTES)   # checked against its digest
     try:
-        entry_doc = json.loads(body)
+        entry_doc = untrusted.loads(body)
     except ValueError:
         raise RegistryError(f"{where}:{tag}: the entry is not JSON") from None
     return _checked(entry_doc, tag, where, expected)

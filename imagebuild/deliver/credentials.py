@@ -12,13 +12,13 @@ or one the user allowed (``--auth-host``); otherwise one line refuses (``check_r
 
 from __future__ import annotations
 
-import json
 import os
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from .. import untrusted
 from ..errors import EngineError, RegistryError
 from ..redact import redact
 
@@ -90,12 +90,11 @@ def find_credentials(host: str, *, env: dict[str, str] | None = None,
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = untrusted.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise RegistryError(f"cannot read the Docker config ({type(exc).__name__})", file=str(path)) from None
-    except json.JSONDecodeError as exc:
-        raise RegistryError(f"malformed JSON ({exc.msg})", file=str(path), line=exc.lineno,
-                            column=exc.colno) from None
+    except untrusted.BadData as exc:
+        raise RegistryError(str(exc), file=str(path), line=exc.line, column=exc.column) from None
     if not isinstance(data, dict):
         raise RegistryError("the Docker config is not a JSON object", file=str(path))
     if not data:

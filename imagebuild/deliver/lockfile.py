@@ -56,6 +56,7 @@ from ..reference import DIGEST_RE, is_repo_digest
 from ..workspace import LOCK_FILE
 from ..errors import ImagebuildError, LockError  # LockError: the one of errors.py, named here too
 from ..localfile import MAX_DOCUMENT_BYTES, read_bytes, read_text
+from .. import untrusted
 from .drift import (BUILD_INPUTS, ENGINE_FIELDS, ENGINE_PROVENANCE, ENTRY_KEYS,  # noqa: F401 - re-exported
                     OPTIONAL_KEYS, PROVENANCE_KEYS, _short, drift, drift_all, engine_free, without_bases)
 
@@ -65,6 +66,9 @@ STATUSES = ("fail", "pass", "skip")
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 _IMAGE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
+# a stack: component names and the versions the matrix writes (13.0.2, 2.13.0, ubuntu24.04, none)
+_COMPONENT = re.compile(r"^[a-z][a-z0-9_-]{0,63}\Z")
+_STACK_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+_~-]{0,63}\Z")
 
 
 def dockerfile_path(root: str | os.PathLike, image_id: str) -> Path:
@@ -94,11 +98,9 @@ def read_report_summary(path: str | os.PathLike) -> dict | None:
         raise ImagebuildError(f"cannot read the smoke report ({exc.strerror or type(exc).__name__})",
                               file=str(path)) from None
     try:
-        report = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        line = getattr(exc, "lineno", None)
-        raise ImagebuildError(f"malformed smoke report ({getattr(exc, 'msg', exc)})", file=str(path),
-                              line=line) from None
+        report = untrusted.loads(raw)
+    except ValueError as exc:       # untrusted.BadData, a non-UTF-8 file
+        raise ImagebuildError(f"malformed smoke report ({exc})", file=str(path)) from None
     if not isinstance(report, dict):
         raise ImagebuildError("the smoke report is not a JSON object", file=str(path))
     return summarize_report(report, raw)
@@ -248,18 +250,24 @@ def _check_entry(image_id: str, entry, where: str) -> None:
     if not isinstance(entry["stack"], dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in entry["stack"].items()):
         raise bad("stack must map component names to version strings")
+    for name, version in entry["stack"].items():
+        if not _COMPONENT.match(name) or not _STACK_VALUE.match(version):
+            raise bad(f"stack entry {name[:40]!r}: {version[:40]!r} is not a component name and a "
+                      "version (letters, digits and . + _ ~ -)")
     if not isinstance(entry["dockerfile_sha256"], str) or not _HEX64.match(entry["dockerfile_sha256"]):
         raise bad("dockerfile_sha256 is not a sha256 hex digest")
     for key in ("base_image", "image_id"):
-        if entry[key] is not None and not isinstance(entry[key], str):
-            raise bad(f"{key} must be a string or null")
+        if entry[key] is not None and not (isinstance(entry[key], str) and DIGEST_RE.match(entry[key])):
+            raise bad(f"{key} is not sha256:<64 hex digits> or null")
     smoke = entry["smoke"]
     if smoke is not None:
         if not isinstance(smoke, dict) or set(smoke) != {"counts", "passed", "report_sha256"}:
             raise bad("smoke must be null or {counts, passed, report_sha256}")
         if not isinstance(smoke["passed"], bool) or not isinstance(smoke["counts"], dict) \
-                or not all(isinstance(v, int) for v in smoke["counts"].values()) \
-                or not isinstance(smoke["report_sha256"], str):
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                           for v in smoke["counts"].values()) \
+                or set(smoke["counts"]) - set(STATUSES) \
+                or not isinstance(smoke["report_sha256"], str) or not _HEX64.match(smoke["report_sha256"]):
             raise bad("smoke has values of the wrong type")
 
 
@@ -352,9 +360,9 @@ def read_lock(path: str | os.PathLike) -> dict[str, dict]:
     except OSError as exc:
         raise LockError(f"cannot read ({exc.strerror or type(exc).__name__})", file=where) from None
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise LockError(f"malformed JSON ({exc.msg})", file=where, line=exc.lineno, column=exc.colno) from None
+        data = untrusted.loads(text)       # one key twice, a 5,000-digit number: refused
+    except untrusted.BadData as exc:
+        raise LockError(str(exc), file=where, line=exc.line, column=exc.column) from None
     if not isinstance(data, dict) or set(data) != {"images", "version"}:
         raise LockError("expected an object with exactly the keys 'images' and 'version'", file=where)
     if data["version"] != LOCK_VERSION:
@@ -459,7 +467,7 @@ def sbom_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | None
     if raw is None:
         return None
     try:
-        doc = json.loads(raw)
+        doc = untrusted.loads(raw)
         subject = doc["metadata"]["component"]["bom-ref"]
     except (ValueError, KeyError, TypeError):
         raise ImagebuildError("not a CycloneDX SBOM written by `imagebuild sbom`", file=str(path)) from None
@@ -472,7 +480,7 @@ def report_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | No
     if raw is None:
         return None
     try:
-        report = json.loads(raw)
+        report = untrusted.loads(raw)
     except ValueError:
         raise ImagebuildError("malformed smoke report", file=str(path)) from None
     ok = isinstance(report, dict) and built_id is not None and report.get("image_id") == built_id

@@ -24,10 +24,10 @@ engines expect. `docker pull --platform linux/arm64 REPO:TAG` then gets the arm6
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import untrusted
 from ..digests import sha256_digest
 from ..errors import RegistryError
 from .referrers import OCI_INDEX, OCI_MANIFEST, canonical_json
@@ -79,7 +79,7 @@ def read_member(api: RegistryAPI, repository: str, tag: str, oci_platform: str) 
         raise RegistryError(f"{where} is a {manifest.media_type or 'document of no media type'}, not "
                             f"one platform's image")
     try:
-        config = json.loads(manifest.body)["config"]
+        config = untrusted.loads(manifest.body)["config"]
         config_digest, config_size = str(config["digest"]), int(config["size"])
     except (ValueError, KeyError, TypeError):
         raise RegistryError(f"the manifest of {where} names no config") from None
@@ -87,7 +87,7 @@ def read_member(api: RegistryAPI, repository: str, tag: str, oci_platform: str) 
         raise RegistryError(f"the config of {where} is {config_size} bytes, more than the "
                             f"{MAX_CONFIG_BYTES} read")
     try:
-        doc = json.loads(api.get_blob(repository, config_digest, max_bytes=MAX_CONFIG_BYTES))
+        doc = untrusted.loads(api.get_blob(repository, config_digest, max_bytes=MAX_CONFIG_BYTES))
         platform = {"architecture": str(doc["architecture"]), "os": str(doc["os"])}
     except (ValueError, KeyError, TypeError):
         raise RegistryError(f"the config of {where} names no os and architecture") from None

@@ -28,13 +28,13 @@ the callers have always found them.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import untrusted
 from ..errors import EngineRefused, ImagebuildError, RegistryError, RegistryUnavailable
 from ..workspace import REPORTS
 from .credentials import (PASSWORD_ENV, USER_ENV, Credentials, check_realm,  # noqa: F401 - re-exported
@@ -81,10 +81,9 @@ def load_report(path: str | os.PathLike) -> dict:
         raise NotTestedError(f"cannot read the smoke report ({exc.strerror or type(exc).__name__}); "
                              "not published", file=str(path)) from None
     try:
-        report = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise NotTestedError(f"malformed smoke report ({exc.msg}); not published", file=str(path),
-                             line=exc.lineno, column=exc.colno) from None
+        report = untrusted.loads(text)
+    except ValueError as exc:       # untrusted.BadData
+        raise NotTestedError(f"malformed smoke report ({exc}); not published", file=str(path)) from None
     if not isinstance(report, dict):
         raise NotTestedError("the smoke report is not a JSON object; not published", file=str(path))
     return report

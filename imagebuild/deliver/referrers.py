@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import untrusted
 from ..errors import ImagebuildError, RegistryError
 from .publish import DIGEST_RE, Manifest, RegistryAPI
 
@@ -87,15 +88,17 @@ def artifact_manifest(*, artifact_type: str, layer: bytes, layer_media_type: str
 def _index(body: bytes, where: str) -> dict:
     """A referrers list (OCI image index) parsed and checked, or RegistryError naming ``where``."""
     try:
-        index = json.loads(body)
-    except ValueError:
-        raise RegistryError(f"{where} is not JSON") from None
+        index = untrusted.loads(body)
+    except untrusted.BadData as exc:
+        raise RegistryError(f"{where} is not JSON ({exc})") from None
     if not isinstance(index, dict) or not isinstance(index.get("manifests", []), list) \
             or index.get("mediaType", OCI_INDEX) != OCI_INDEX:
         raise RegistryError(f"{where} is not an OCI image index")
-    for entry in index.get("manifests", []):
-        if not isinstance(entry, dict) or not DIGEST_RE.match(str(entry.get("digest", ""))):
-            raise RegistryError(f"{where} lists a descriptor without a sha256 digest")
+    try:
+        for entry in index.get("manifests", []):
+            untrusted.descriptor(entry, where, DIGEST_RE)
+    except untrusted.BadData as exc:
+        raise RegistryError(str(exc)) from None
     index.setdefault("manifests", [])
     return index
 
@@ -227,7 +230,7 @@ def fetch_sbom(api: RegistryAPI, repository: str, digest: str, *, referrer: str 
     if manifest is None:
         raise NoReferrer(f"registry {api.host} lists {ref_digest} ({where}) but does not serve it")
     try:
-        doc = json.loads(manifest.body)
+        doc = untrusted.loads(manifest.body)
         layers = doc["layers"]
         subject = doc["subject"]["digest"]
     except (ValueError, KeyError, TypeError):

@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import untrusted
 from ..errors import ImagebuildError, RegistryError, RegistryUnavailable, UsageError
 from ..digests import sha256_digest
 from .publish import DIGEST_RE, RegistryAPI
@@ -189,7 +190,7 @@ def verifies(public_key, data: bytes, signature_b64: str) -> bool:
 def _claims(data: bytes) -> tuple[str | None, str | None, str | None]:
     """(type, docker-manifest-digest, docker-reference) of a payload, None where missing."""
     try:
-        critical = json.loads(data)["critical"]
+        critical = untrusted.loads(data)["critical"]
         return (critical.get("type"), critical.get("image", {}).get("docker-manifest-digest"),
                 critical.get("identity", {}).get("docker-reference"))
     except (ValueError, KeyError, TypeError, AttributeError):
@@ -198,12 +199,15 @@ def _claims(data: bytes) -> tuple[str | None, str | None, str | None]:
 
 def _layers(body: bytes, where: str) -> list[dict]:
     try:
-        layers = json.loads(body).get("layers")
-    except (ValueError, AttributeError):
-        raise RegistryError(f"{where} is not a JSON manifest") from None
-    if not isinstance(layers, list) or not all(isinstance(la, dict) for la in layers):
+        doc = untrusted.loads(body)
+    except untrusted.BadData as exc:
+        raise RegistryError(f"{where} is not a JSON manifest ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("layers"), list):
         raise RegistryError(f"{where} has no list of layers")
-    return layers
+    try:
+        return [untrusted.descriptor(la, where, DIGEST_RE) for la in doc["layers"]]
+    except untrusted.BadData as exc:
+        raise RegistryError(str(exc)) from None
 
 
 def signature_manifest(layers: list[dict]) -> tuple[bytes, bytes]:

@@ -490,8 +490,38 @@ def check_fields(doc: Any, path: str) -> None:
                 err = _grammar_error(path, lab, v, grammar, p)
                 if err is not None:
                     errors.append(err)
+    errors += _credential_errors(doc, path)
     if errors:  # the first in the file, whatever the order of FIELDS
         raise min(errors, key=lambda e: (e.line or 0, e.column or 0))
+
+
+# a URL's userinfo anywhere: scheme://user[:password]@
+_URL_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s/?#@]*@")
+
+
+def _every_string(node, label: str, pos):
+    """(label, text, (line, column)) for every string of the document, keys included."""
+    if isinstance(node, str):
+        yield label, node, pos
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            where = _key_pos(node, key)
+            if isinstance(key, str):
+                yield f"{label}.{key}" if label else key, key, where
+            yield from _every_string(value, f"{label}.{key}" if label else str(key), where)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _every_string(item, f"{label}[{i}]", _item_pos(node, i))
+
+
+def _credential_errors(doc, path: str) -> list[KnowledgeError]:
+    """A URL with credentials anywhere in the matrix (a source, a wheel record, a title): refused
+    at load. The matrix is printed by `knowledge show` and `evidence`, copied into images and
+    reports: a credential in it would be published. Credentials come from the user's settings."""
+    return [KnowledgeError(f"{label}: a URL with credentials (user@ or user:password@ after the "
+                           "scheme) is refused: matrix.yaml is printed and published; give "
+                           "credentials through the tool's settings", file=path, line=pos[0], column=pos[1])
+            for label, text, pos in _every_string(doc, "", (None, None)) if _URL_USERINFO.search(text)]
 
 
 def check_mapping(fail, node, where: str, required: Iterable[str], optional: Iterable[str] = (),

@@ -59,6 +59,22 @@ def _loader_class():
         out.item_pos = [(c.start_mark.line + 1, c.start_mark.column + 1) for c in node.value]
         return out
 
+    def construct_number(loader, node, kind):
+        # a 5,000-digit integer (or 4,000 hex digits) is no fact of ours: refused before Python
+        # converts it (which is quadratic, and past 4,300 digits a ValueError no caller expects)
+        digits = node.value.replace("_", "").lstrip("+-")
+        if len(digits) > MAX_NUMBER_CHARS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a number written with {len(digits)} characters (at most "
+                f"{MAX_NUMBER_CHARS})", node.start_mark)
+        value = (loader.construct_yaml_int if kind == "int" else loader.construct_yaml_float)(node)
+        if kind == "float" and value != value or value in (float("inf"), float("-inf")):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value!r} is not a finite number", node.start_mark)
+        return value
+
+    Loader.add_constructor("tag:yaml.org,2002:int", lambda lo, n: construct_number(lo, n, "int"))
+    Loader.add_constructor("tag:yaml.org,2002:float", lambda lo, n: construct_number(lo, n, "float"))
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_map)
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, construct_seq)
     # Dates stay strings: a fact's date is text we compare, never a timezone puzzle.
@@ -67,6 +83,8 @@ def _loader_class():
 
 
 _LOADER = None
+#: the longest number matrix.yaml holds is a wheel's size in bytes (9 to 10 digits)
+MAX_NUMBER_CHARS = 30
 
 
 def load_yaml(path: Path) -> Any:

@@ -87,15 +87,15 @@ def run(args) -> int:
     cuda_from = "repository"   # where that image's CUDA came from (its cuda.provider label)
     if args.from_json:
         from ...localfile import MAX_DOCUMENT_BYTES, read_text
+        from ... import untrusted
         try:
-            data = json.loads(read_text(args.from_json, MAX_DOCUMENT_BYTES))
+            data = untrusted.loads(read_text(args.from_json, MAX_DOCUMENT_BYTES))
         except OSError as exc:
             raise UsageError(f"cannot read: {exc.strerror}", argument=args.from_json) from None
         except UnicodeDecodeError:
             raise UsageError("not UTF-8", argument=args.from_json) from None
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
-                             argument=args.from_json) from None
+        except untrusted.BadData as exc:
+            raise UsageError(str(exc), argument=args.from_json) from None
         stack.update(stack_from_mapping(data, args.from_json))
         image = LABEL_PREFIX in json.dumps(data)
         cuda_from = _cuda_provider(data) or cuda_from

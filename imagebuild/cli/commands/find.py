@@ -25,9 +25,9 @@ credentials, 3 when the registry cannot be reached.
 from __future__ import annotations
 
 import functools
-import json
 
 from .. import add_matrix_option
+from ... import untrusted
 from ...errors import UsageError
 from ..reporter import SCHEMA, Reporter
 from .resolve import add_host_options
@@ -71,12 +71,11 @@ def facts_from_doctor(path: str) -> dict:
     from ...localfile import MAX_DOCUMENT_BYTES, read_text
 
     try:
-        data = json.loads(read_text(path, MAX_DOCUMENT_BYTES))
+        data = untrusted.loads(read_text(path, MAX_DOCUMENT_BYTES))
     except OSError as exc:
         raise UsageError(f"cannot read: {exc.strerror}", argument="--from-doctor") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        where = f" at line {exc.lineno} column {exc.colno}" if hasattr(exc, "lineno") else ""
-        raise UsageError(f"{path}: malformed JSON{where}", argument="--from-doctor") from None
+    except ValueError as exc:       # untrusted.BadData, a non-UTF-8 file
+        raise UsageError(f"{path}: {exc}", argument="--from-doctor") from None
     if isinstance(data, dict) and data.get("schema") == SCHEMA:     # the --json envelope
         data = data.get("result")
     host = data.get("host") if isinstance(data, dict) else None

@@ -87,10 +87,19 @@ def _merge(args, lock_path: str) -> int:
 
     if args.images or args.check:
         raise UsageError("--merge takes lock files only: no IMAGE names, no --check", argument="--merge")
+    from ...render.run import MatrixRun
+    declared = set(dict(MatrixRun.open(args.matrix).images))
+    shards = [(path, lockfile.read_lock(path)) for path in dict.fromkeys(args.merge)
+              if os.path.abspath(path) != os.path.abspath(lock_path)]
+    for path, entries in shards:      # a shard brings images of this matrix only
+        unknown = sorted(set(entries) - declared)
+        if unknown:
+            raise lockfile.LockError(f"records {unknown[0]!r}, which {args.matrix} does not declare"
+                            f"{f' (and {len(unknown) - 1} more)' if len(unknown) > 1 else ''}; "
+                            "nothing was merged (a lock of another matrix?)", file=path)
     with lockfile.one_writer(lock_path):
         inputs = [(lock_path, lockfile.read_lock(lock_path))] if os.path.exists(lock_path) else []
-        inputs += [(path, lockfile.read_lock(path)) for path in dict.fromkeys(args.merge)
-                   if os.path.abspath(path) != os.path.abspath(lock_path)]
+        inputs += shards
         merged = lockfile.merge(inputs)
         lockfile.write_lock(lock_path, merged)
     Reporter.for_args("lock", args).result(

@@ -7,9 +7,9 @@ tag after it: see imagebuild/deliver/publish.py for why.
 
 from __future__ import annotations
 
-import json
 import os
 
+from ... import untrusted
 from ...errors import ImagebuildError
 from ..reporter import Reporter
 from ...workspace import Workspace
@@ -85,7 +85,7 @@ def image_sbom(image_id: str, engine_id: str, args, matrix_run) -> bytes | None:
             Reporter.for_args("publish", args).warn(f"{image_id}: SBOM: {problem}", image=image_id)
         raw, where = result.text.encode("utf-8"), {"argument": "--sbom"}
     try:
-        subject = json.loads(raw)["metadata"]["component"]["bom-ref"]
+        subject = untrusted.loads(raw)["metadata"]["component"]["bom-ref"]
     except (ValueError, KeyError, TypeError):
         raise UsageError(f"{image_id}: not a CycloneDX SBOM written by `imagebuild sbom`", **where) from None
     if subject != f"image:{engine_id}":
