@@ -176,6 +176,23 @@ def _plugstack_files(root: str) -> list[str]:
     return [conf] + [f"{folder}/{name}" for name in rootfs.listdir(root, folder)]
 
 
+#: the files a node's facts stand on: one that is there but cannot be read is said, never skipped
+_KEY_FILES = ("proc/driver/nvidia/version", "proc/modules", "proc/sys/kernel/osrelease", SMI_CAPTURE)
+
+
+def _unreadable(root: str, rels) -> list[str]:
+    """A note for each of ``rels`` that is present below ``root`` but is no regular file doctor
+    can read within its bound (a link to /dev/zero, a FIFO, a folder, a huge file): its facts
+    are unknown, and the report says so instead of reading the node as if it were absent."""
+    notes = []
+    for rel in rels:
+        if os.path.lexists(os.path.join(root, rel)) and _read(root, rel) is None:
+            notes.append(f"/{rel} is present but is not a readable regular file of at most "
+                         f"{rootfs.MAX_BYTES} bytes (a link to a device, a FIFO?): passed over, its "
+                         "facts are unknown")
+    return notes
+
+
 def _pyxis(root: str) -> str | None:
     """The first plugstack file (in name order) with an uncommented line naming pyxis."""
     for rel in _plugstack_files(root):
@@ -208,7 +225,7 @@ def read_node(root: str = "/", *, nvml: bool = True) -> Node:
     probe = gdr.probe(root)
     version_text = _read(root, "proc/driver/nvidia/version")
     driver, open_km = probe.nvidia_driver, probe.open_kernel_module
-    notes: list[str] = []
+    notes: list[str] = _unreadable(root, _KEY_FILES)
     gpus: list[GpuInfo] = []
     source = None
     if live:

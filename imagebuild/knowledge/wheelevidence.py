@@ -192,6 +192,13 @@ class Row:
     first_party: bool
 
 
+def first_party(k, source_id: str) -> bool:
+    """Whether the source ``source_id`` is first-party: the matrix lists it, and its title does
+    not call it a third-party copy (the matrix's one marking). The same rule for every row."""
+    src = k.sources.get(source_id)
+    return src is not None and not src.title.lower().lstrip().startswith("third-party")
+
+
 def audit(k) -> list[Row]:
     """Every release x variant x platform with its evidence, newest release first: the index's
     wheel where one shows that build for that platform, else the source the variant cites for it
@@ -204,15 +211,18 @@ def audit(k) -> list[Row]:
             for plat in var.platforms:
                 w = wheels.get(plat)
                 if w is not None and w.cuda == var.cuda:
+                    # first-party or not by the source the record cites, as any other row: a
+                    # wheel record is no evidence of its own
                     rows.append(Row(release, var.tag, plat, var.verified, "wheel", w.source,
-                                    f"{w.file} sha256:{w.sha256} commit {w.commit}", True))
+                                    f"{w.file} sha256:{w.sha256} commit {w.commit}",
+                                    first_party(k, w.source)))
                     continue
                 # the variant's source shows its default platform; platforms_source the others
                 sid = var.source if plat == DEFAULT_PLATFORM else (var.platforms_source or var.source)
                 src = k.sources.get(sid)
                 title = src.title if src is not None else sid
                 rows.append(Row(release, var.tag, plat, var.verified, "source", sid, title,
-                                not title.lower().startswith("third-party")))
+                                first_party(k, sid)))
     return rows
 
 

@@ -79,6 +79,13 @@ def run(args) -> int:
         chosen = set(shards.shard_of(k, by_id, part, n))
         specs = [s for s in specs if s.id in chosen]
         shard_doc = {"shard": part, "of": n, "weight": shards.loads(k, by_id, n)[part]}
+    rep = Reporter.for_args("images", args)
+    if not args.all:     # said in both renderings: --json carries them in its envelope's warnings
+        for line in I.skipped_summary(k, skipped):
+            rep.warn(line)
+    if not specs and not args.shard:
+        rep.warn(f"{args.matrix} declares no image that can be built here"
+                 + (f" ({len(skipped)} left out: --all says why)" if skipped else ""))
     if args.json:
         doc = {"images": [{"id": s.id, "family": s.family, "flavor": s.flavor, "tag": s.tag,
                            "tags": list(s.tags), "ref": s.local_ref, "stack": s.stack,
@@ -89,7 +96,7 @@ def run(args) -> int:
         if args.all:
             doc["skipped"] = [{"family": x.family, "combination": x.combination,
                                "reason": x.reason(k)} for x in skipped]
-        Reporter.for_args("images", args).result(doc)
+        rep.result(doc)
         return 0
     width = max(len(s.id) for s in specs) if specs else 10
     for s in specs:
@@ -100,7 +107,4 @@ def run(args) -> int:
     if args.all:
         for x in skipped:
             print(f"not built: {x.family}: {x.combination}: {x.reason(k)}")
-    else:
-        for line in I.skipped_summary(k, skipped):
-            Reporter.for_args("images", args).warn(line)
     return 0
