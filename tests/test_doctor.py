@@ -350,6 +350,36 @@ def test_find_lists_published_images_best_first(lock, capsys):
     assert data["images"][-1]["commands"][-1].endswith("imagebuild-smoke --tier cpu")
 
 
+@pytest.fixture(scope="module")
+def cpu_only_lock(tmp_path_factory):
+    """A lock whose only published image is the CPU one: what a GPU pool finds on day one."""
+    base = tmp_path_factory.mktemp("cpulock")
+    (base / "reports").mkdir()
+    report = Report(image="smoke-cpu", checks=[CheckResult("versions", "pass", "as expected")],
+                    extra={"imagebuild_id": "smoke-cpu"})
+    (base / "reports" / "smoke-cpu.json").write_text(report.to_json())
+    assert cli.main(["lock", "--no-engine", "--matrix", MATRIX, "--lock", str(base / "images.lock"),
+                     "--reports-dir", str(base / "reports"), "smoke-cpu"]) == 0
+    return base / "images.lock"
+
+
+def test_find_on_a_gpu_node_says_no_gpu_image_is_published(cpu_only_lock, capsys):
+    """Eight H100s and only the CPU image in the registry: the CPU image is still offered, and
+    the answer says what is missing and the commands that would make it (issue 46)."""
+    argv = ("find", "--matrix", MATRIX, "--lock", str(cpu_only_lock), "--driver", "580.159.04",
+            "--gpu", H100)
+    code, out, _ = run_cli(capsys, *argv)
+    assert code == 0 and "1. smoke-cpu (CPU only)" in out
+    assert "Missing: no published image here uses this node's GPUs" in out
+    code, out, err = run_cli(capsys, *argv, "--json")
+    gap = answer(out, "find")["gpu_gap"]
+    assert gap["build"].startswith("pytorch-") and gap["commands"][0] == f"imagebuild build {gap['build']}"
+    assert any("no published image here uses this node's GPUs" in w["message"]
+               for w in json.loads(out)["warnings"])
+    code, out, _ = run_cli(capsys, "find", "--matrix", MATRIX, "--lock", str(cpu_only_lock), "--gpu", "none")
+    assert code == 0 and "Missing" not in out
+
+
 def test_find_forward_compat_mode_on_an_old_driver(lock, capsys):
     code, out, _ = run_cli(capsys, "find", "--matrix", MATRIX, "--lock", str(lock), "--driver",
                            "535.104.05", "--gpu", "A100")

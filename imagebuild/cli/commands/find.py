@@ -240,6 +240,7 @@ def run(args) -> int:
     refused = [f for f in good if checked and status[f.spec.id]["status"] != "ok"]
 
     view = _View(args, target, locked, lock_path, status, checked)
+    view.gpu_gap = gpu_gap(k, host, facts, offered, dict(matrix_run.images), args)
     if args.json:
         return view.json(facts, offered, refused, left_out)
     return view.text(good, offered, refused, left_out)
@@ -267,6 +268,30 @@ def _candidates(locked: dict, specs: dict) -> tuple[list, list[tuple[str, str]]]
     return candidates, left_out
 
 
+def gpu_gap(k, host, facts: dict, offered: list, specs: dict, args) -> dict | None:
+    """On a GPU host where nothing offered uses the GPUs (only CPU images are published, or none):
+    what is missing, the best image of the matrix that would use them, and the commands that make
+    and publish it. None when a GPU image is offered, or the host has no GPU."""
+    from ...deliver import hostfit
+    if not hostfit._gpu_host(host) or any(f.mode != "n/a" for f in offered):
+        return None
+    gpu_specs = [s for s in specs.values() if s.stack.get("cuda") not in (None, "none")]
+    fit = hostfit.best(k, gpu_specs, host, facts.get("platform"), args.allow_unverified)
+    where = f" --registry {args.registry}" if args.registry else " --registry HOST[:PORT]/NS"
+    gap = {"gpu": facts.get("gpu"), "published_gpu_images": 0,
+           "message": (f"no published image here uses this node's GPUs ({facts.get('gpu') or 'GPU'}, "
+                       f"driver {facts.get('driver') or 'unknown'}): "
+                       + ("every image offered is CPU-only" if offered else "none is offered"))}
+    if fit is None:
+        gap["message"] += "; and no image of the matrix runs on them (imagebuild resolve says why)"
+        return gap
+    gap["build"] = fit.spec.id
+    gap["commands"] = [f"imagebuild build {fit.spec.id}", f"imagebuild test {fit.spec.id} --tier gpu",
+                       f"imagebuild lock {fit.spec.id}", f"imagebuild publish {fit.spec.id}{where}"]
+    gap["message"] += f"; the matrix's best for them is {fit.spec.id} ({fit.mode})"
+    return gap
+
+
 class _View:
     """What `find` prints: the images offered (with how to pull them), those that run here but
     are not in the registry as published, and how many locked images were left out."""
@@ -274,6 +299,7 @@ class _View:
     def __init__(self, args, target, locked: dict, lock_path: str, status: dict, checked: bool):
         self.args, self.target, self.locked, self.lock_path = args, target, locked, lock_path
         self.status, self.checked = status, checked
+        self.gpu_gap: dict | None = None
 
     def digest_of(self, f) -> str | None:
         return published_digest(self.target, f.spec, self.locked[f.spec.id])
@@ -293,8 +319,17 @@ class _View:
             {"host": facts, "lock": self.lock_path, "images": out,
              "not_offered": [{"image": f.spec.id, "why": self.status[f.spec.id]["why"],
                               "registry": self.status[f.spec.id]} for f in refused],
-             "left_out": [{"image": i, "why": w} for i, w in left_out]})
+             "left_out": [{"image": i, "why": w} for i, w in left_out], "gpu_gap": self.gpu_gap})
+        if self.gpu_gap is not None:
+            Reporter.for_args("find", self.args).warn(self.gpu_gap["message"])
         return 0 if offered else 1
+
+    def say_gap(self) -> None:
+        if self.gpu_gap is None:
+            return
+        print(f"Missing: {self.gpu_gap['message']}.")
+        if self.gpu_gap.get("commands"):
+            print("  to make one: " + " && ".join(self.gpu_gap["commands"]))
 
     def text(self, good: list, offered: list, refused: list, left_out: list) -> int:
         if not offered:
@@ -307,6 +342,7 @@ class _View:
                 print(f"No published image in {self.lock_path} runs on this host.")
                 for image_id, why in left_out[:SHOWN]:
                     print(f"  {image_id}: {why}")
+            self.say_gap()
             return 1
         shown = offered if self.args.all else offered[:SHOWN]
         for n, f in enumerate(shown, 1):
@@ -333,4 +369,5 @@ class _View:
             print("the registry was not asked (--no-check): a tag may be missing or name another image")
         if left_out:
             print(f"{len(left_out)} locked image(s) left out (--json says why)")
+        self.say_gap()
         return 0
