@@ -94,19 +94,20 @@ _renameat2 = None
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike, mode: str = "wb", *, perm: int | None = None,
-                suffix: str = ".tmp", parents: bool = False) -> Iterator[IO]:
+                suffix: str = ".tmp", parents: bool = False, own: bool = False) -> Iterator[IO]:
     """A file opened with ``mode`` ("w"/"wb"; text is UTF-8 with "\\n" line ends) on a new file
     ``.<name>.<random><suffix>`` in ``path``'s folder (made first with ``parents``, else it must
     exist): same file system, so the rename is atomic. When the block ends without an exception
     the file is closed, given ``perm`` (default: what ``open`` gives under the umask) and renamed
     onto ``path``; on any exception (an interrupt too) it is removed and ``path`` is untouched.
     Nothing is fsync'd. ``.name`` is the temporary path, for a caller that checks the written file
-    before it takes ``path``'s place."""
+    before it takes ``path``'s place. ``own``: ``path`` is imagebuild's own (a cache file in its
+    cache folder), so whatever damage stands there is replaced; otherwise output_target's rule."""
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_file writes a new file: mode 'w' or 'wb', not {mode!r}")
     if parents:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    target = output_target(path)
+    target = Path(path) if own else output_target(path)
     text = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
     create = 0o666 if perm is None else 0o600   # a file meant to be private is private from the start
     for _ in range(100):
@@ -124,7 +125,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", *, perm: int | None =
             yield fh
         if perm is not None:
             os.chmod(tmp, perm)
-        if output_target(target) != target:    # changed under us while we wrote: not replaced
+        if not own and output_target(target) != target:   # changed under us while we wrote
             raise OutputRefused(f"{target}: was replaced by a link while it was written; refused")
         os.replace(tmp, target)
     except BaseException:
@@ -134,11 +135,11 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", *, perm: int | None =
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes, *, perm: int | None = None,
-                 suffix: str = ".tmp", parents: bool = False) -> None:
+                 suffix: str = ".tmp", parents: bool = False, own: bool = False) -> None:
     """Write ``data`` (text as UTF-8, or bytes) to ``path`` through ``atomic_file``: ``path`` is
     the old file or the new one, complete, at every instant."""
     with atomic_file(path, "w" if isinstance(data, str) else "wb", perm=perm, suffix=suffix,
-                     parents=parents) as fh:
+                     parents=parents, own=own) as fh:
         fh.write(data)
 
 

@@ -230,10 +230,15 @@ def test_an_end_of_life_driver_is_flagged_without_a_date(k, capsys):
     assert "the matrix's as_of" in out
 
 
-def test_forward_compatibility_onto_an_end_of_life_branch_is_flagged(k):
+def test_forward_compatibility_onto_an_end_of_life_branch_is_refused(k):
+    """R570 reached its end of life in February 2026 (S6); the compat libraries need a branch
+    NVIDIA still supports (S4): CUDA 13.2 through cuda-compat runs there in January, not after."""
+    res = R.resolve(k, R.Host(driver="570.26", gpu="H100", date="2026-01-15"), {"cuda": "13.2"})
+    assert res.ok and res.mode.mode == "forward-compat" and not any("end of life" in w for w in res.warnings)
     res = R.resolve(k, R.Host(driver="570.26", gpu="H100"), {"cuda": "13.2"})
-    assert res.ok and res.mode.mode == "forward-compat"
-    assert any("forward compatibility onto an end-of-life branch" in w for w in res.warnings)
+    assert not res.ok
+    assert any("R570 reached end of life 2026-02" in line and "cuda-compat cannot help" in line
+               for line in res.explanation), res.explanation
 
 
 # -- what the answer says about its own choices -------------------------------------------------
@@ -273,7 +278,7 @@ def test_the_answer_names_the_best_declared_image(k, capsys):
 
 
 def test_the_default_answer_names_the_unverified_facts_that_rule_it_out(k):
-    host = R.Host(driver="535.104.05", gpu="H100")
+    host = R.Host(driver="535.104.05", gpu="H100", date="2026-05-01")    # R535 still supported
     res = R.resolve(k, host)
     flagged = [w for w in res.warnings if w.startswith("an unverified fact rules this stack out")]
     assert flagged, res.warnings

@@ -381,12 +381,17 @@ def test_find_on_a_gpu_node_says_no_gpu_image_is_published(cpu_only_lock, capsys
 
 
 def test_find_forward_compat_mode_on_an_old_driver(lock, capsys):
-    code, out, _ = run_cli(capsys, "find", "--matrix", MATRIX, "--lock", str(lock), "--driver",
-                           "535.104.05", "--gpu", "A100")
+    """While R535 is supported (until June 2026, S6) its hosts run CUDA 13.2 through cuda-compat;
+    after its end of life the compat libraries no longer serve it (S4) and that image is not
+    offered there."""
+    argv = ("find", "--matrix", MATRIX, "--lock", str(lock), "--driver", "535.104.05", "--gpu", "A100")
+    code, out, _ = run_cli(capsys, *argv, "--date", "2026-05-01")
     assert code == 0
     assert f"1. {PUBLISHED[0]} (forward-compat, needs cuda-compat-13-2)" in out
     assert f"2. {PUBLISHED[1]} (minor-version)" in out
     assert "give --registry" in out
+    code, out, _ = run_cli(capsys, *argv)                # the matrix's as_of: 2026-11-21
+    assert code == 0 and f"1. {PUBLISHED[1]} (minor-version)" in out and PUBLISHED[0] not in out
 
 
 def test_find_from_doctor_equals_flags(lock, capsys, tmp_path):

@@ -37,6 +37,14 @@ def facts(image_id: str) -> dict:
     return json.loads(json.dumps({**spec.image_json, **image_needs(spec, K)}))
 
 
+def with_compat(image_id: str) -> dict:
+    """image.json of the same image built while NVIDIA still supported R570 and R535 (before
+    February 2026): cuda-compat-13-0 serves both branches (FWD615)."""
+    doc = facts(image_id)
+    doc["needs"]["forward_compat"] = {"package": "cuda-compat-13-0", "branches": [570, 535]}
+    return doc
+
+
 # ------------------------------------------------------------------------------------------------
 # the facts image.json carries
 
@@ -46,7 +54,10 @@ def test_needs_come_from_the_matrix():
     assert needs["native_driver"] == K.releases["12.8.1"].driver == "570.124.06"
     # cuda-compat-12-8 serves R535, which minor-version compatibility serves already: not needed
     assert "forward_compat" not in needs
-    assert facts(CU130)["needs"]["forward_compat"] == {"package": "cuda-compat-13-0", "branches": [570, 535]}
+    # cuda-compat-13-0 is listed for R570 and R535, but both are past their end of life on the
+    # matrix's as_of (2026-11-21; S6), and the compat libraries need a supported branch (S4): the
+    # image judged as of its matrix promises no forward compatibility
+    assert "forward_compat" not in facts(CU130)["needs"]
     assert needs["gpu_archs"] == list(K.variants[("2.10.0", "12.8")].arch)
     assert "gpu_archs" not in facts(CU130)["needs"]          # no PyTorch in a comms image
     assert "needs" not in facts("smoke-cpu")                  # a CPU image needs no driver
@@ -91,20 +102,21 @@ def test_driver_too_old_names_the_floor_and_the_way_out():
     assert line.startswith("driver 535.104.05 is older than this image's CUDA 13.0.2 needs (>= 580.65.06); ")
     assert "imagebuild find --driver 535.104.05" in line and "cuda-compat" not in line
     # with cuda-compat in the image and the branch in NVIDIA's table: how to use it
-    code, line = judge(facts(CU130), "535.104.05", H100, compat_dir="/usr/local/cuda-13.0/compat")
+    code, line = judge(with_compat(CU130), "535.104.05", H100, compat_dir="/usr/local/cuda-13.0/compat")
     assert code == NO
     assert ("this image carries cuda-compat-13-0, which NVIDIA supports on R570, R535 with data-center "
             "GPUs: LD_LIBRARY_PATH=/usr/local/cuda-13.0/compat:$LD_LIBRARY_PATH") in line
     # a branch the table does not list: no forward-compatibility hint
-    code, line = judge(facts(CU130), "550.54.15", H100, compat_dir="/usr/local/cuda-13.0/compat")
+    code, line = judge(with_compat(CU130), "550.54.15", H100, compat_dir="/usr/local/cuda-13.0/compat")
     assert code == NO and "cuda-compat" not in line
 
 
 def test_forward_compat_in_use():
     compat = "/usr/local/cuda-13.0/compat"
-    code, line = judge(facts(CU130), "570.86.15", H100, compat_dir=compat, ld_path=f"{compat}:/opt/ucx/lib")
+    code, line = judge(with_compat(CU130), "570.86.15", H100, compat_dir=compat,
+                       ld_path=f"{compat}:/opt/ucx/lib")
     assert code == OK and "through forward compatibility (cuda-compat-13-0 on R570" in line
-    code, line = judge(facts(CU130), "550.54.15", H100, compat_dir=compat, ld_path=compat)
+    code, line = judge(with_compat(CU130), "550.54.15", H100, compat_dir=compat, ld_path=compat)
     assert code == NO and "is not a branch it supports (R570, R535): expect CUDA error 803" in line
 
 

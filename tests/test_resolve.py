@@ -41,12 +41,19 @@ def test_minor_version_mode_names_its_caveat(k):
 
 
 def test_forward_compat_follows_nvidias_table_and_needs_a_datacenter_gpu(k):
-    # FWD615: cuda-compat-13-x lists R535 as a host: CUDA 13 runs through it on an H100 ...
-    res = R.resolve(k, R.Host(driver="535.104.05", gpu="H100"), {"cuda": "13.0"})
+    # FWD615: cuda-compat-13-x lists R535 as a host: CUDA 13 runs through it on an H100 while
+    # NVIDIA still supports R535 (its end of life is June 2026, S6) ...
+    res = R.resolve(k, R.Host(driver="535.104.05", gpu="H100", date="2026-05-01"), {"cuda": "13.0"})
     assert res.ok and res.mode.mode == "forward-compat"
     assert res.mode.package == "cuda-compat-13-0"
+    # ... not once R535 is past its end of life (S4: the compat libraries need a supported branch) ...
+    for day in ("2026-07-01", None):       # None: the matrix's as_of, 2026-11-21
+        res = R.resolve(k, R.Host(driver="535.104.05", gpu="H100", date=day), {"cuda": "13.0"})
+        assert not res.ok
+        assert any("end of life" in line and "cuda-compat cannot help" in line
+                   for line in res.explanation), res.explanation
     # ... not on a consumer GPU ...
-    res = R.resolve(k, R.Host(driver="535.104.05", gpu="RTX 4090"), {"cuda": "13"})
+    res = R.resolve(k, R.Host(driver="535.104.05", gpu="RTX 4090", date="2026-05-01"), {"cuda": "13"})
     assert not res.ok
     assert any("not a data-center GPU" in line for line in res.explanation)
     # ... and not on a branch the table does not list (R550), whatever its end-of-life date.

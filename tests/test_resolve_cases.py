@@ -109,12 +109,28 @@ def test_blackwell_on_its_first_branch_resolves(k):
 # --- forward compatibility as NVIDIA's table states it ------------------------------------------
 
 def test_forward_compat_per_release_table(k):
-    res = _ok(k, {"cuda": "13.0"}, driver="535.104.05", gpu="H100")
+    res = _ok(k, {"cuda": "13.0"}, driver="535.104.05", gpu="H100", date="2026-05-01")
     assert (res.mode.mode, res.mode.package) == ("forward-compat", "cuda-compat-13-0")
-    chain = _refused(k, {"cuda": "13.0"}, driver="550.54.15", gpu="H100")
+    chain = _refused(k, {"cuda": "13.0"}, driver="550.54.15", gpu="H100", date="2026-05-01")
     assert "cuda-compat-13-0 supports driver branches R570, R535, not the host's R550 [FWD615]" in chain
-    chain = _refused(k, {"cuda": "13.0"}, driver="535.104.05", gpu="RTX 4090")
+    chain = _refused(k, {"cuda": "13.0"}, driver="535.104.05", gpu="RTX 4090", date="2026-05-01")
     assert "not a data-center GPU" in chain
+
+
+@pytest.mark.parametrize("driver,day,runs", [
+    ("570.172.08", "2026-01-31", True),      # R570's end of life is February 2026 (S6)
+    ("570.172.08", "2026-03-01", False),
+    ("535.104.05", "2026-05-31", True),      # R535's is June 2026 (S6)
+    ("535.104.05", "2026-07-01", False),
+    ("580.95.05", "2026-11-21", True)])      # R580 is supported: CUDA 13.0 by minor-version
+def test_forward_compat_ends_with_the_host_branch(k, driver, day, runs):
+    """A forward-compatibility target is judged on --date against its branch's end of life: the
+    compat libraries need a branch NVIDIA still supports (S4, S3), so past it the answer is no."""
+    res = R.resolve(k, R.Host(driver=driver, gpu="H100", date=day), {"cuda": "13.0"})
+    assert res.ok == runs, res.explanation
+    if not runs:
+        assert any("reached end of life" in line and "cuda-compat cannot help" in line
+                   for line in res.explanation), res.explanation
 
 
 # --- coverage ------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ class NormalizeMemo:
         from ..atomic import write_atomic
         doc = {"ref": self.ref, "built": built_id, "key": key, "image": image_id}
         with contextlib.suppress(OSError):
-            write_atomic(self.path, json.dumps(doc, sort_keys=True) + "\n", parents=True)
+            write_atomic(self.path, json.dumps(doc, sort_keys=True) + "\n", parents=True, own=True)
 
 
 _IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")

@@ -131,19 +131,19 @@ def _cache_read(k: Knowledge, path: Path, key: dict) -> tuple[list, list] | None
 def _cache_write(path: Path, k: Knowledge, key: dict, out: "images._Expansion") -> None:
     """Best effort, atomic (a temporary file renamed over the old one: a reader sees the whole
     old file or the whole new one); the least recently written beyond CACHE_FILES are removed."""
-    from ..atomic import atomic_file
+    from ..atomic import OutputRefused, atomic_file
     try:
         doc = {"schema": CACHE_SCHEMA, "key": key, "locks": out.lock_digests,
                "specs": [_spec_record(k, spec) for spec in out.specs],
                "skipped": [_skipped_record(x) for x in out.skipped]}
         text = json.dumps(doc, separators=(",", ":"))
-        with atomic_file(path, "w", parents=True) as f:
+        with atomic_file(path, "w", parents=True, own=True) as f:   # our cache: damage replaced
             f.write(text)
         mine = sorted(path.parent.glob(f"{CACHE_PREFIX}*.json"), key=lambda p: p.stat().st_mtime)
         for old in mine[:-CACHE_FILES]:
             old.unlink(missing_ok=True)
-    except (_NotCached, OSError, ValueError, TypeError):
-        pass
+    except (_NotCached, OSError, ValueError, TypeError, OutputRefused):
+        pass        # a FIFO or a folder where the cache file goes: not replaced, not cached
 
 
 def _spec_record(k: Knowledge, spec: ImageSpec) -> dict:
