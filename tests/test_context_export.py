@@ -20,7 +20,7 @@ def test_an_existing_context_folder_is_not_overwritten(tmp_path, capsys):
     assert cli.main(["context", "--matrix", MATRIX, "smoke-cpu", "--output", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"imagebuild context: argument --output: {tmp_path / 'smoke-cpu'} exists; nothing was "
-                   "written (choose another --output)"]
+                   "written (choose another --output, or remove it)"]
     assert (tmp_path / "smoke-cpu" / "mine.txt").read_text() == "kept\n"
     assert cli.main(["context", "--matrix", MATRIX, "no-such-image", "--output", str(tmp_path / "x")]) == 2
     assert "unknown image 'no-such-image'" in capsys.readouterr().err

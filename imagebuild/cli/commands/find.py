@@ -240,7 +240,7 @@ def run(args) -> int:
     refused = [f for f in good if checked and status[f.spec.id]["status"] != "ok"]
 
     view = _View(args, target, locked, lock_path, status, checked)
-    view.gpu_gap = gpu_gap(k, host, facts, offered, dict(matrix_run.images), args)
+    view.gpu_gap = gpu_gap(k, host, facts, offered, refused, dict(matrix_run.images), args)
     if args.json:
         return view.json(facts, offered, refused, left_out)
     return view.text(good, offered, refused, left_out)
@@ -268,12 +268,13 @@ def _candidates(locked: dict, specs: dict) -> tuple[list, list[tuple[str, str]]]
     return candidates, left_out
 
 
-def gpu_gap(k, host, facts: dict, offered: list, specs: dict, args) -> dict | None:
+def gpu_gap(k, host, facts: dict, offered: list, refused: list, specs: dict, args) -> dict | None:
     """On a GPU host where nothing offered uses the GPUs (only CPU images are published, or none):
     what is missing, the best image of the matrix that would use them, and the commands that make
-    and publish it. None when a GPU image is offered, or the host has no GPU."""
+    and publish it. None when a GPU image is offered, or one that runs here is locked but not in
+    the registry as published (the answer names it and why already), or the host has no GPU."""
     from ...deliver import hostfit
-    if not hostfit._gpu_host(host) or any(f.mode != "n/a" for f in offered):
+    if not hostfit._gpu_host(host) or any(f.mode != "n/a" for f in [*offered, *refused]):
         return None
     gpu_specs = [s for s in specs.values() if s.stack.get("cuda") not in (None, "none")]
     fit = hostfit.best(k, gpu_specs, host, facts.get("platform"), args.allow_unverified)
