@@ -277,7 +277,7 @@ def test_check_inside_the_image_with_a_driver(docker_client, smoke_cpu_image):
     code, line = _check_in_image(docker_client, smoke_cpu_image, facts(CU130))
     assert code == 1 and "is older than this image's CUDA 13.0.2 needs (>= 580.65.06)" in line
     assert "cuda-compat" not in line   # the smoke-cpu image has no /usr/local/cuda-13.0/compat
-    code, line = _check_in_image(docker_client, smoke_cpu_image, facts(CU130),
+    code, line = _check_in_image(docker_client, smoke_cpu_image, with_compat(CU130),
                                  "mkdir -p /usr/local/cuda-13.0/compat && touch /usr/local/cuda-13.0/compat/libcuda.so.1")
     assert code == 1 and "LD_LIBRARY_PATH=/usr/local/cuda-13.0/compat:$LD_LIBRARY_PATH" in line
     code, line = _check_in_image(docker_client, smoke_cpu_image, facts("smoke-cpu"))

@@ -108,15 +108,23 @@ def test_13_4_images_seen_for_x86_64_only(k):
     assert "[CUDAREPODEB13]" not in chain      # debian13's repository is not Ubuntu's
 
 
-@pytest.mark.parametrize("driver,mode,words", [
-    ("570.124.06", "forward-compat", "cuda-compat-13-4"),
-    ("535.104.05", "forward-compat", "cuda-compat-13-4"),
-    ("595.71.05", "minor-version", "580.65.06"),
+@pytest.mark.parametrize("driver,day,mode,words", [
+    ("570.124.06", "2026-01-15", "forward-compat", "cuda-compat-13-4"),   # R570 supported until 2026-02
+    ("535.104.05", "2026-05-15", "forward-compat", "cuda-compat-13-4"),   # R535 until 2026-06 (S6)
+    ("595.71.05", None, "minor-version", "580.65.06"),
 ])
-def test_the_mode_of_13_4_without_its_own_driver(k, driver, mode, words):
-    res = R.resolve(k, R.Host(driver=driver, gpu="H100"), NO_TORCH_134, allow_unverified=True)
+def test_the_mode_of_13_4_without_its_own_driver(k, driver, day, mode, words):
+    res = R.resolve(k, R.Host(driver=driver, gpu="H100", date=day), NO_TORCH_134, allow_unverified=True)
     assert res.ok, res.explanation
     assert res.stack["cuda"] == "13.4.1" and res.mode.mode == mode and words in res.mode.text
+
+
+@pytest.mark.parametrize("driver", ["570.124.06", "535.104.05"])
+def test_13_4_through_cuda_compat_ends_with_the_branch(k, driver):
+    """On the matrix's as_of (2026-11-21) both branches are past their end of life (S6): the
+    compat libraries need a supported branch (S4), so 13.4 does not run there."""
+    res = R.resolve(k, R.Host(driver=driver, gpu="H100"), NO_TORCH_134, allow_unverified=True)
+    assert not res.ok and "cuda-compat cannot help" in _chain(res)
 
 
 def test_13_4_needs_a_branch_its_cuda_compat_lists(k):
