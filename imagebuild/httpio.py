@@ -113,7 +113,8 @@ def get(session, url: str, deadline: float | None, late: Exception, **kw):
 def retry_after(response) -> float | None:
     """Seconds the server asks to wait before the next try (Retry-After: seconds or an HTTP date),
     at most MAX_RETRY_AFTER_S; None when absent or unreadable."""
-    text = (response.headers.get("Retry-After") or "").strip()
+    headers = getattr(response, "headers", None) or {}
+    text = str(headers.get("Retry-After") or "").strip()
     if not text:
         return None
     if text.isdigit() and len(text) < 10:

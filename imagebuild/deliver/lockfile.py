@@ -100,7 +100,8 @@ def read_report_summary(path: str | os.PathLike) -> dict | None:
     try:
         report = untrusted.loads(raw)
     except ValueError as exc:       # untrusted.BadData, a non-UTF-8 file
-        raise ImagebuildError(f"malformed smoke report ({exc})", file=str(path)) from None
+        raise ImagebuildError(f"malformed smoke report ({exc})", file=str(path),
+                              line=getattr(exc, "line", None), column=getattr(exc, "column", None)) from None
     if not isinstance(report, dict):
         raise ImagebuildError("the smoke report is not a JSON object", file=str(path))
     return summarize_report(report, raw)

@@ -83,7 +83,8 @@ def load_report(path: str | os.PathLike) -> dict:
     try:
         report = untrusted.loads(text)
     except ValueError as exc:       # untrusted.BadData
-        raise NotTestedError(f"malformed smoke report ({exc}); not published", file=str(path)) from None
+        raise NotTestedError(f"malformed smoke report ({exc}); not published", file=str(path),
+                             line=getattr(exc, "line", None), column=getattr(exc, "column", None)) from None
     if not isinstance(report, dict):
         raise NotTestedError("the smoke report is not a JSON object; not published", file=str(path))
     return report
