@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import json
 import math
+import struct
+import zipfile
+import zlib
 
 #: the longest integer any of our documents holds legitimately is a byte count (< 20 digits)
 MAX_INT_DIGITS = 30
@@ -135,3 +138,17 @@ def descriptor(entry, where: str, digest_re) -> dict:
     except BadData as exc:
         raise BadData(f"{where}: {exc}") from None
     return entry
+
+
+#: what zipfile raises for a hostile archive (a wheel from an index): encrypted entries
+#: (RuntimeError), an unknown compression (NotImplementedError), a name that is not UTF-8
+#: (UnicodeDecodeError), a cut or lying directory (BadZipFile, EOFError, struct.error, zlib.error,
+#: ValueError, OSError); each is one line through zip_error()
+ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, RuntimeError, NotImplementedError,
+              UnicodeDecodeError, EOFError, ValueError, OSError, struct.error, zlib.error)
+
+
+def zip_error(exc: BaseException) -> str:
+    """The exception as a few words for one line."""
+    text = str(exc).splitlines()[0][:120] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -365,12 +365,15 @@ class _Index(RangeServer):
         super().__init__()
         self.set_wheels(_wheel("'12.1'", 1), _wheel("None", 2))
 
-    def set_wheels(self, x86: bytes, arm: bytes):
+    def set_wheels(self, x86: bytes, arm: bytes, page_x86: bytes | None = None):
+        """``page_x86``: the bytes whose sha256 the page names for the x86_64 wheel (a mirror
+        that serves other bytes under the name and sha256 of the real wheel)."""
         links = []
-        for plat, body in (("manylinux1_x86_64", x86), ("manylinux2014_aarch64", arm)):
+        for plat, body, named in (("manylinux1_x86_64", x86, page_x86 or x86),
+                                  ("manylinux2014_aarch64", arm, arm)):
             name = f"torch-2.4.1-cp312-cp312-{plat}.whl"
             self.files[f"/files/{name}"] = body
-            links.append(f'<a href="../../files/{name}#sha256={hashlib.sha256(body).hexdigest()}">'
+            links.append(f'<a href="../../files/{name}#sha256={hashlib.sha256(named).hexdigest()}">'
                          f'{name}</a>')
         self.files["/simple/torch/"] = ("<html><body>" + "".join(links) + "</body></html>").encode()
 
@@ -441,6 +444,47 @@ def test_a_mirror_that_alters_the_library_is_caught(tmp_path, index, capsys):
                           index.url, "--quiet", "--write")
     assert code == 2 and "libtorch_python.so is not what the wheel's directory says" in err
     assert len(err.strip().splitlines()) == 1 and path.read_text() == SMALL
+
+
+def test_a_mirror_that_also_fixes_the_crc_is_caught_before_anything_is_written(tmp_path, index, capsys):
+    """The mirror serves a whole, valid wheel whose library names other architectures (its CRC-32
+    right), under the real wheel's name and sha256. Read by ranges it cannot be told apart; what
+    --write records is read from the whole wheel, whose sha256 is not the page's: refused, in one
+    line, the matrix untouched. The audit without --write still reads ranges only."""
+    real = _wheel("'12.1'", 1)
+    buf = io.BytesIO()          # the same wheel written again, its library edited: CRC-32s right
+    with zipfile.ZipFile(io.BytesIO(real)) as src, zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if info.filename == "torch/lib/libtorch_python.so":
+                data = data.replace(b"sm_80 sm_90", b"sm_80 sm_75")
+            dst.writestr(info, data)
+    forged = buf.getvalue()
+    index.set_wheels(forged, _wheel("None", 2), page_x86=real)
+    path = tmp_path / "matrix.yaml"
+    path.write_text(SMALL, encoding="utf-8")
+    base = ["knowledge", "sync", "pytorch", "--matrix", path, "--index-url", index.url, "--quiet"]
+    code, out, err = _cli(capsys, *base)
+    assert code == 1 and "x86_64: not recorded" in out, err    # read by ranges, it is believed
+    sent = index.sent
+    code, out, err = _cli(capsys, *base, "--write")
+    assert code == 2 and "is not the" in err and "the index's page names; nothing recorded" in err
+    assert len(err.strip().splitlines()) == 1 and path.read_text() == SMALL
+    assert index.sent - sent >= len(forged)                # the whole wheel was read to check it
+
+
+def test_what_write_records_comes_from_the_whole_wheel(tmp_path, index, capsys):
+    """An honest index: --write downloads each wheel it records whole, once, and records the same
+    facts the ranges gave; a second --write finds nothing to do and downloads nothing."""
+    path = tmp_path / "matrix.yaml"
+    path.write_text(SMALL, encoding="utf-8")
+    base = ["knowledge", "sync", "pytorch", "--matrix", path, "--index-url", index.url, "--quiet"]
+    sent = index.sent
+    code, out, _ = _cli(capsys, *base, "--write")
+    wheels = sum(len(v) for key, v in index.files.items() if key.endswith(".whl"))
+    assert code == 1 and "updated" in out and index.sent - sent >= wheels
+    sent = index.sent
+    assert _cli(capsys, *base, "--write")[0] == 0 and index.sent - sent < wheels / 4
 
 
 def test_nothing_unsafe_is_written_as_a_record():

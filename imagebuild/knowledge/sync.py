@@ -250,6 +250,30 @@ class SyncResult:
         return all(not r.differences for r in self.reports) and not self.wheels
 
 
+def _verified(k, index: Index, found: dict, changes: list, progress) -> list:
+    """The wheel records `--write` would record, read again from the whole wheels, each checked
+    against the sha256 the index names (wheelwhole.py): the ranged reads are never checked
+    against it. A whole wheel that says another thing than its ranges did is a SyncError: the
+    index serves different bytes to ranges than to a download, and nothing is written."""
+    for ch in changes:
+        if ch.index is None:
+            continue
+        key = (ch.release, ch.platform)
+        if progress:
+            progress(f"torch {ch.release} {ch.platform}: downloading {ch.index.file} whole to check it "
+                     "against the index's sha256 before it is recorded")
+        known = next((w for w in k.pytorch[ch.release].wheels if w.platform == ch.platform), None)
+        whole = index.wheel_evidence(ch.release, ch.platform, known=known, whole=True)
+        if whole != found[key]:
+            raise SyncError(f"torch {ch.release} {ch.platform}: the whole wheel "
+                            f"({wheelevidence.describe(whole) if whole else 'none'}) says another thing "
+                            f"than its byte ranges did ({wheelevidence.describe(found[key])}): the index "
+                            "serves different bytes to ranges than to a download; nothing written")
+        found[key] = whole
+    return wheelevidence.compare({v: k.pytorch[v].wheels for v in {c.release for c in changes}},
+                                 {key: ev for key, ev in found.items() if key[0] in {c.release for c in changes}})
+
+
 def sync_pytorch(matrix: str, versions: list[str] | None = None, index_url: str | None = None,
                  write: bool = False, index: Index | None = None,
                  progress: Callable[[str], None] | None = None, wheels: bool = True) -> SyncResult:
@@ -289,6 +313,8 @@ def sync_pytorch(matrix: str, versions: list[str] | None = None, index_url: str 
         lines.append(f"  wheels: the {sum(1 for e in found.values() if e)} Linux wheels read agree "
                      "with the records")
     written = False
+    if write and changes:
+        changes = _verified(k, index, found, changes, progress)
     if write:
         written = write_matrix(matrix, [d for r in reports for d in r.differences])
         written = write_matrix(matrix, changes, wheelevidence.patch_text) or written

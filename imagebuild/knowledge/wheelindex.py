@@ -11,18 +11,16 @@ import hashlib
 import io
 import os
 import re
-import struct
 import subprocess
 import sys
 import zipfile
-import zlib
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from html.parser import HTMLParser
 from typing import Any, Callable
 from urllib.parse import urldefrag, urljoin
 
-from .. import httpio
+from .. import httpio, untrusted
 from ..redact import redact
 from ..versions import NONE, parse_version
 from .wheelpins import PROJECT, IndexUnavailable, SyncError, WheelPins, pins_from_metadata
@@ -268,18 +266,6 @@ MAX_PAGE_BYTES = 16 * 1024 * 1024
 MAX_METADATA_BYTES = 4 * 1024 * 1024
 #: the most entries of a wheel's central directory read (torch's has about 15,000)
 MAX_ZIP_ENTRIES = 200_000
-#: what zipfile raises for a hostile archive: encrypted entries (RuntimeError), an unknown
-#: compression (NotImplementedError), a name that is not UTF-8 (UnicodeDecodeError), a cut or
-#: lying directory (BadZipFile, EOFError, struct.error, zlib.error, ValueError, OSError)
-ZIP_ERRORS = (zipfile.BadZipFile, zipfile.LargeZipFile, RuntimeError, NotImplementedError,
-              UnicodeDecodeError, EOFError, ValueError, OSError, struct.error, zlib.error)
-
-
-def _zip_error(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0][:120] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def ranged_get(session, url: str, start: int, length: int, timeout: float,
                deadline: float | None) -> bytes:
     """Bytes start..start+length-1 of ``url``: the answer must be a 206 whose Content-Range is the
@@ -441,14 +427,17 @@ class Index:
         return _pins_from_metadata_file(version, link.filename, raw, how, py,
                                         wheel_pythons(links, version))
 
-    def wheel_evidence(self, version: str, platform: str, until: str | None = None, known=None):
+    def wheel_evidence(self, version: str, platform: str, until: str | None = None, known=None,
+                       whole: bool = False):
         """The wheel `pip install torch==version` gets on Linux `platform` (CPython 3.12, else the
         first interpreter of PYTHON_TAGS it has): its name, sha256 and size from the index, and the
         CUDA and commit its torch/version.py names, read through HTTP ranges. None: the index has
         no Linux wheel of the release for that platform. `until` (YYYY-MM-DD): only the files
         uploaded by that day count (an audit of a matrix as of that day). A CUDA build's
         architectures come from its libtorch_python.so (one range of about 10 MB), unless `known`,
-        the matrix's record, already has them for a wheel of the same sha256."""
+        the matrix's record, already has them for a wheel of the same sha256. ``whole``: the
+        wheel is downloaded whole instead, its sha256 checked against the index's, and every fact
+        read from those bytes (wheelwhole.py): what `sync --write` records."""
         from .model import WheelEvidence
         from .wheelevidence import (ARCH_COMPRESSED_MAX, ARCH_LIBRARY, ARCH_LIBRARY_MAX, SOURCE,
                                     VERSION_PY, VERSION_PY_MAX, read_arch, read_version_py)
@@ -463,6 +452,11 @@ class Index:
         link, _py = picked
         if not (link.sha256 and _SHA256_RE.match(link.sha256)):
             raise SyncError(f"{link.filename}: the index gives no sha256 for it")
+        if whole:
+            from .wheelwhole import whole_wheel_facts
+            cuda, commit, arch, size = whole_wheel_facts(self, link, known)
+            return WheelEvidence(version, platform, link.filename, link.sha256, cuda, commit, SOURCE,
+                                 size, arch=arch)
         zf, remote, size = self._remote_zip(link, "no byte ranges")
         with zf:
             try:
@@ -551,8 +545,8 @@ class Index:
         except requests.RequestException as exc:
             raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
                                    f"{type(exc).__name__}") from None
-        except ZIP_ERRORS as exc:
-            raise SyncError(f"{link.filename}: not a readable wheel ({_zip_error(exc)})") from None
+        except untrusted.ZIP_ERRORS as exc:
+            raise SyncError(f"{link.filename}: not a readable wheel ({untrusted.zip_error(exc)})") from None
         if len(zf.infolist()) > MAX_ZIP_ENTRIES:
             raise SyncError(f"{link.filename}: {len(zf.infolist())} entries in the wheel's directory "
                             f"(at most {MAX_ZIP_ENTRIES} are read)")
@@ -566,8 +560,8 @@ class Index:
         except requests.RequestException as exc:
             raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
                                    f"{type(exc).__name__}") from None
-        except ZIP_ERRORS as exc:
-            raise SyncError(f"unreadable {name} in a wheel ({_zip_error(exc)})") from None
+        except untrusted.ZIP_ERRORS as exc:
+            raise SyncError(f"unreadable {name} in a wheel ({untrusted.zip_error(exc)})") from None
 
     def _metadata_by_ranges(self, link: Link) -> tuple[bytes, str]:
         zf, remote, size = self._remote_zip(link, "neither PEP 658 metadata nor byte ranges")
