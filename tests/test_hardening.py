@@ -525,3 +525,43 @@ def test_normalize_refuses_a_base_the_image_was_not_built_on(two_lineages, tmp_p
     (ctx / "Dockerfile").write_text(f"FROM {two_lineages['a']}\nRUN echo c > /c\n")   # the real one
     code, out, err = _run(capsys, ["normalize", two_lineages["c"], "--context", str(ctx)])
     assert code == 0, err
+
+
+def _hostile_wheel(kind: str) -> bytes:
+    """A torch wheel whose torch/version.py entry is flagged encrypted, compressed by an unknown
+    method, or whose name is flagged UTF-8 without being so: patched in both headers."""
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("torch/version.py", "cuda = '12.1'\ngit_version = '" + "a" * 40 + "'\n")
+        zf.writestr("torch-2.4.1.dist-info/METADATA", "Name: torch\nVersion: 2.4.1\n")
+    data = bytearray(buf.getvalue())
+    for sig, flag_at, method_at, name_at in ((b"PK\x03\x04", 6, 8, 30), (b"PK\x01\x02", 8, 10, 46)):
+        at = data.find(sig)
+        if kind == "encrypted":
+            data[at + flag_at] |= 0x01
+        elif kind == "unknown-method":
+            data[at + method_at:at + method_at + 2] = (99).to_bytes(2, "little")
+        else:                                    # bit 11: the name is UTF-8; make it not so
+            data[at + flag_at + 1] |= 0x08
+            data[at + name_at] = 0xFF
+    return bytes(data)
+
+
+@pytest.mark.parametrize("kind", ["encrypted", "unknown-method", "name-not-utf8"])
+def test_a_hostile_zip_from_the_index_is_one_line(kind, tmp_path):
+    import hashlib
+    from range_server import RangeServer
+    from imagebuild.errors import ImagebuildError
+    from imagebuild.knowledge.wheelindex import Index
+    body = _hostile_wheel(kind)
+    name = "torch-2.4.1-cp312-cp312-manylinux1_x86_64.whl"
+    server = RangeServer({f"/files/{name}": body, "/simple/torch/": (
+        f'<a href="../../files/{name}#sha256={hashlib.sha256(body).hexdigest()}">{name}</a>').encode()})
+    try:
+        with pytest.raises(ImagebuildError) as err:
+            Index(server.url, settings={}).wheel_evidence("2.4.1", "x86_64")
+    finally:
+        server.close()
+    assert "\n" not in str(err.value) and name in str(err.value), str(err.value)

@@ -466,7 +466,7 @@ class Index:
             if info.file_size > VERSION_PY_MAX:
                 raise SyncError(f"{link.filename}: {VERSION_PY} is {info.file_size} bytes, over "
                                 f"{VERSION_PY_MAX}")
-            text = self._read_member(zf, VERSION_PY).decode("utf-8", errors="replace")
+            text = self._read_member(zf, VERSION_PY, link.filename).decode("utf-8", errors="replace")
             cuda, commit = read_version_py(text, link.filename)
             arch = None
             if cuda != NONE:
@@ -552,7 +552,7 @@ class Index:
                             f"(at most {MAX_ZIP_ENTRIES} are read)")
         return zf, remote, size
 
-    def _read_member(self, zf, name: str) -> bytes:
+    def _read_member(self, zf, name: str, wheel: str = "a wheel") -> bytes:
         import requests
 
         try:
@@ -561,7 +561,7 @@ class Index:
             raise IndexUnavailable(f"cannot reach the package index at {self.shown}: "
                                    f"{type(exc).__name__}") from None
         except untrusted.ZIP_ERRORS as exc:
-            raise SyncError(f"unreadable {name} in a wheel ({untrusted.zip_error(exc)})") from None
+            raise SyncError(f"{wheel}: unreadable {name} ({untrusted.zip_error(exc)})") from None
 
     def _metadata_by_ranges(self, link: Link) -> tuple[bytes, str]:
         zf, remote, size = self._remote_zip(link, "neither PEP 658 metadata nor byte ranges")
@@ -569,7 +569,7 @@ class Index:
             names = [n for n in zf.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n)]
             if len(names) != 1:
                 raise SyncError(f"{link.filename}: no single .dist-info/METADATA in the wheel")
-            raw = self._read_member(zf, names[0])
+            raw = self._read_member(zf, names[0], link.filename)
         return raw, (f"METADATA through HTTP ranges ({remote.fetched / 1e6:.1f} MB of "
                      f"{size / 1e6:.0f} MB)")
 
