@@ -4,7 +4,8 @@ signals that stop a command cleanly.
 - ``atomic_file(path, mode)``: a file object on a new temporary file beside ``path``; when the
   block ends it is renamed over ``path`` (one ``os.replace``), on any exception it is removed and
   ``path`` is left as it was. ``path`` goes through ``output_target`` first: a device node, FIFO,
-  socket or folder is refused, a link to a regular file is written through. ``write_atomic(path, data)`` writes text or bytes through it. This is
+  socket or folder is refused, a link to a regular file is written through.
+  ``write_atomic(path, data)`` writes text or bytes through it. This is
   the host side's one file writer (the smoke suite, copied into images, keeps its own).
 - ``exchange(a, b)``: swap two paths in one step (Linux ``renameat2(RENAME_EXCHANGE)``); where
   the file system cannot, ``swap_dir`` falls back to two renames (the old folder moved to a unique
@@ -29,8 +30,8 @@ import os
 import secrets
 import shutil
 import signal
-import tempfile
 import stat
+import tempfile
 import threading
 from pathlib import Path
 from typing import IO, Iterator
@@ -40,6 +41,7 @@ from .errors import UsageError
 
 class OutputRefused(UsageError):
     """An output path names something a command must not replace (a device, a FIFO, a folder)."""
+
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))

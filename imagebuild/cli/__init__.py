@@ -168,7 +168,7 @@ def _main(argv: list[str] | None) -> int:
         action = getattr(args, "action", None)
         reporter.rename(f"{name} {action}" if isinstance(action, str) else name,
                         bool(getattr(args, "json", False)) or getattr(args, "format", None) == "json")
-        _check_outputs(name, args)
+        _check_outputs(args)
         if hasattr(args, "matrix"):
             from ..workspace import locate_matrix
             args.matrix, args.matrix_origin = locate_matrix(args.matrix)
@@ -193,7 +193,7 @@ def _main(argv: list[str] | None) -> int:
 OUTPUT_ARGS = ("output", "report", "capture", "lock", "dir", "reports_dir")
 
 
-def _check_outputs(name: str, args) -> None:
+def _check_outputs(args) -> None:
     from ..atomic import OutputRefused, output_target
     for dest in OUTPUT_ARGS:
         value = getattr(args, dest, None)

@@ -464,16 +464,12 @@ def diagnose(k, specs, node: Node) -> Diagnosis:
 def _runtime(k, spec, node: Node) -> str | None:
     """NVIDIA's runtime on the best image here (runtimecheck): None with nothing to judge."""
     from ..render.requires import image_requires
-    from .runtimecheck import refusal
+    from .runtimecheck import gpu_of, refusal
     env = image_requires(spec, k)
     if not env or node.driver is None:
         return None
-    gpus = []
-    for g in node.gpus or []:
-        known = k.gpu_by_name(g.name)
-        gpus.append((g.compute_cap, known.datacenter if known is not None and not known.name.startswith("sm_")
-                     else None))
-    return refusal(k, env, node.driver, gpus) or ""
+    gpus = [gpu_of(k, g.name, g.compute_cap) for g in node.gpus or []]
+    return refusal(k, env, node.driver, [g for g in gpus if g]) or ""
 
 
 # ------------------------------------------------------------------------------------ capturing

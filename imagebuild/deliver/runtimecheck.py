@@ -25,6 +25,16 @@ def runtime_brand(cc: str, datacenter: bool | None) -> str | None:
         return None
 
 
+def gpu_of(k, name: str, cc: str | None = None) -> tuple[str, bool | None] | None:
+    """(compute capability, data-center?) of a GPU named as the user or nvidia-smi names it: the
+    matrix's model when it knows it, else ``cc`` (as nvidia-smi reports it) with the kind unknown;
+    an `sm_XY` name tells the architecture, never the kind. None when nothing is known."""
+    known = k.gpu_by_name(name)
+    if known is None:
+        return (cc, None) if cc else None
+    return (cc or known.cc, None if known.name.startswith("sm_") else known.datacenter)
+
+
 def runtime_node(k, driver: str | None, gpus: list[tuple[str, bool | None]]) -> Node:
     """The runtime's view of a host: its driver, the CUDA its branch supports (None when the matrix
     does not say: conditions on it then hold), and (compute capability, data-center?) per GPU."""

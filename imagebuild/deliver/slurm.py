@@ -201,6 +201,11 @@ class SbatchSpec:
         return "gpu" if self.gpus_per_node > 0 and not self.cpu_image else "cpu"
 
     @property
+    def workers_per_node(self) -> int:
+        """torchrun's workers on each node: one per GPU, else the tasks asked for, else one."""
+        return self.gpus_per_node or self.tasks_per_node or 1
+
+    @property
     def image(self) -> str:
         return self.image_ref if self.image_ref is not None else self.image_path
 
@@ -237,7 +242,7 @@ def render_sbatch(spec: SbatchSpec) -> str:
     lines = [
         "#!/bin/bash",
         f"# Written by `imagebuild slurm-script`: runs {what} inside the image on",
-        f"# {spec.nodes} node(s), " + (f"one torchrun per node with {spec.gpus_per_node or spec.tasks_per_node or 1} "
+        f"# {spec.nodes} node(s), " + (f"one torchrun per node with {spec.workers_per_node} "
                                        "worker(s)" if torchrun else f"{spec.ntasks_per_node} task(s) per node")
         + f", runtime {spec.runtime}.",
         "# Submit with: sbatch THIS_FILE. Every value below was validated when it was written.",
@@ -264,7 +269,7 @@ def render_sbatch(spec: SbatchSpec) -> str:
     else:
         container = ['--container="$IMAGE"']
     if torchrun:
-        nproc = spec.gpus_per_node or spec.tasks_per_node or 1
+        nproc = spec.workers_per_node
         lines += [
             '# the rendezvous: the job\'s first node',
             'MASTER=$(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}" | head -n 1)',

@@ -17,7 +17,7 @@ minor-version compatibility and cuDNN's rows) is image.json's own key already.
 from __future__ import annotations
 
 from .images import ImageSpec
-from .requires import arch_windows, forward_compat_windows
+from .requires import forward_compat_branches
 from ..versions import NONE, parse_version
 
 
@@ -30,15 +30,12 @@ def image_needs(spec: ImageSpec, k) -> dict:
     if release is not None and release.driver and release.verified:
         needs["native_driver"] = release.driver
     mm = spec.cuda_mm
-    stack = tuple(sorted(spec.stack.items()))
-    archs = arch_windows(k, stack, spec.cuda_from)
     mode = next((m for m in k.modes if m.package), None)
-    if spec.cuda_from == "repository" and mode is not None and spec.min_driver:
-        branches = [b for _, b in forward_compat_windows(k, stack, spec.cuda_from, archs, spec.min_driver)]
-        if branches:
-            v = parse_version(cuda)
-            needs["forward_compat"] = {"package": mode.package.format(major=v.major, minor=v.minor),
-                                       "branches": sorted(branches, reverse=True)}
+    branches = forward_compat_branches(spec, k) if mode is not None else []
+    if branches:
+        v = parse_version(cuda)
+        needs["forward_compat"] = {"package": mode.package.format(major=v.major, minor=v.minor),
+                                   "branches": branches}
 
     torch = spec.stack.get("pytorch", NONE)
     if torch != NONE:

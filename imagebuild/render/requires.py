@@ -39,21 +39,36 @@ DATACENTER_BRANDS = ("tesla", "unknown")
 def image_requires(spec: ImageSpec, k) -> dict[str, str]:
     """NVIDIA_REQUIRE_CUDA and, where the matrix knows architectures, NVIDIA_REQUIRE_ARCH of a CUDA
     image ({} for a CPU image)."""
-    if spec.stack["cuda"] == NONE or not spec.min_driver:
-        return {}
-    key = (id(k), tuple(sorted(spec.stack.items())), spec.cuda_from, spec.min_driver)
-    hit = _CACHE.get(key)
-    if hit is None or hit[0] is not k:     # a runtime and a devel image share one stack: one answer
-        hit = _CACHE[key] = (k, _requires(k, *key[1:]))
-    return dict(hit[1])
+    plan = _plan(spec, k)
+    return {} if plan is None else dict(plan[1])
 
 
-# (id of the knowledge, stack, cuda_from, min_driver) -> (that knowledge, the requirements); the
-# knowledge is kept so that its id is not reused by another while the entry stands
+def forward_compat_branches(spec: ImageSpec, k) -> list[int]:
+    """The host branches below the image's minimum driver on which it runs through the cuda-compat
+    package it carries, newest first (the same windows NVIDIA_REQUIRE_CUDA's brand clauses name:
+    image.json's needs.forward_compat)."""
+    plan = _plan(spec, k)
+    return [] if plan is None else sorted((b for _, b in plan[0]), reverse=True)
+
+
+# (id of the knowledge, stack, cuda_from, min_driver) -> (that knowledge, (windows, requirements));
+# the knowledge is kept so that its id is not reused by another while the entry stands
 _CACHE: dict[tuple, tuple] = {}
 
 
-def _requires(k, stack_items: tuple, cuda_from: str, min_driver: str) -> tuple[tuple[str, str], ...]:
+def _plan(spec: ImageSpec, k) -> tuple | None:
+    """(forward-compatibility windows, the requirements) of a CUDA image, found once per stack: a
+    runtime and a devel image share one, and image.json and the recipe's ENV read the same."""
+    if spec.stack["cuda"] == NONE or not spec.min_driver:
+        return None
+    key = (id(k), tuple(sorted(spec.stack.items())), spec.cuda_from, spec.min_driver)
+    hit = _CACHE.get(key)
+    if hit is None or hit[0] is not k:
+        hit = _CACHE[key] = (k, _requires(k, *key[1:]))
+    return hit[1]
+
+
+def _requires(k, stack_items: tuple, cuda_from: str, min_driver: str) -> tuple:
     stack = dict(stack_items)
     major = parse_version(stack["cuda"]).major
     archs = arch_windows(k, stack_items, cuda_from)
@@ -70,7 +85,13 @@ def _requires(k, stack_items: tuple, cuda_from: str, min_driver: str) -> tuple[t
             ",".join([f"arch={cc}", *([f"driver>={_short(lo)}"] if lo else []),
                       *([f"driver<{hi + 1}"] if hi else [])])
             for cc, lo, hi in bounds)))
-    return tuple(out)
+    return windows, tuple(out)
+
+
+def _runs(k, stack: dict, cuda_from: str, gpu: str, driver: str) -> bool:
+    """Whether the resolver runs the image's stack on this GPU with this driver."""
+    return check(k, Host(driver=driver, gpu=gpu), dict(stack), image=True, cuda_from=cuda_from,
+                 warnings=False).ok
 
 
 def _short(driver: str) -> str:
@@ -108,15 +129,10 @@ def arch_drivers(k, stack_items: tuple, cuda_from: str, archs: tuple, min_driver
         if gpu is None or general is None:
             out.append((cc, f"{first}.0.0" if first else None, last))
             continue
-
-        def runs(driver: str) -> bool:
-            return check(k, Host(driver=driver, gpu=gpu.name), dict(stack), image=True,
-                         cuda_from=cuda_from, warnings=False).ok
-
-        lo = next((d for d in admitted if runs(d)), None)
+        lo = next((d for d in admitted if _runs(k, stack, cuda_from, gpu.name, d)), None)
         if lo is None:
             continue                       # no admitted driver runs it: the architecture is left out
-        top = next((d for d in reversed(admitted) if runs(d)), lo)
+        top = next((d for d in reversed(admitted) if _runs(k, stack, cuda_from, gpu.name, d)), lo)
         hi = parse_driver(top).branch if top != admitted[-1] else None
         out.append((cc, None if lo == general else lo, hi))
     return tuple(out)
@@ -169,8 +185,7 @@ def forward_compat_windows(k, stack_items: tuple, cuda_from: str, archs: tuple,
         return ()
 
     def runs(driver: str) -> bool:
-        return check(k, Host(driver=driver, gpu=gpu.name), dict(stack), image=True,
-                     cuda_from=cuda_from, warnings=False).ok
+        return _runs(k, stack, cuda_from, gpu.name, driver)
 
     known = sorted({r.driver for r in k.releases.values() if r.driver}, key=parse_driver)
     out = []

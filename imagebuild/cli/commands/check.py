@@ -153,10 +153,6 @@ def _env_of(data) -> dict[str, str] | None:
 
 def _runtime_refusal(k, env: dict[str, str], host) -> str | None:
     """NVIDIA's runtime's error for the image on the host flags (None: it would start it)."""
-    from ...deliver.runtimecheck import refusal
-    gpus = []
-    if host.gpu and host.gpu.lower() != "none":
-        g = k.gpu_by_name(host.gpu)
-        if g is not None:
-            gpus.append((g.cc, g.datacenter if not g.name.startswith("sm_") else None))
-    return refusal(k, env, host.driver, gpus)
+    from ...deliver.runtimecheck import gpu_of, refusal
+    gpu = gpu_of(k, host.gpu) if host.gpu and host.gpu.lower() != "none" else None
+    return refusal(k, env, host.driver, [gpu] if gpu else [])
