@@ -110,9 +110,12 @@ def test_plan_fails_on_broken_images_when_asked(capsys):
 # -- a GPU host with no PyTorch ----------------------------------------------------------------
 
 def test_a_gpu_host_without_pytorch_is_told_why_and_the_nearest_driver(k, capsys):
-    # GH200 on R550 gets torch 2.10.0+cu128 since 2.10's aarch64 builds are recorded (PT210WV;
-    # 2.9's since PT29), through CUDA minor-version compatibility; on R520 no torch build runs
-    assert R.resolve(k, R.Host(driver="550.127.05", gpu="GH200")).stack["pytorch"] == "2.10.0"
+    # GH200 on R550 gets torch 2.14.1+cu126 since the aarch64 builds of 2.11-2.14 are recorded
+    # (PTIAARCH; 2.10's PT210WV, 2.9's PT29), through CUDA minor-version compatibility; on R520
+    # no torch build runs
+    res = R.resolve(k, R.Host(driver="550.127.05", gpu="GH200"))
+    assert (res.stack["pytorch"], res.stack["cuda"][:4], res.stack["platform"]) == \
+        ("2.14.1", "12.6", "aarch64")
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "520.61.05",
                         "--gpu", "GH200", "--json")
     doc = answer(out, "resolve")
@@ -153,7 +156,9 @@ def test_r620_is_a_long_term_branch_with_its_own_page_cited(k):
 
 
 @pytest.mark.parametrize("gpu, older, floor, words", [
-    ("B200", "2.24.3", "2.25.1", "sm_100 GPUs need NCCL 2.25.1 or newer (Blackwell (sm_100) support) [S11]"),
+    ("B200", "2.24.3", "2.25.1", "Blackwell GPUs (sm_100) run NCCL >=2.25.1 [NCCLHIST]"),
+    ("H100", "2.14.3", "2.15.1", "Hopper GPUs (sm_90) run NCCL >=2.15.1 [NCCLHIST]"),
+    ("GB10", "2.26.5", "2.27.3", "GB10 GPUs need NCCL 2.27.3 or newer (DGX Spark (GB10) support) [NCCLHIST]"),
     ("GB200", "2.27.3", "2.27.5", "GB200 GPUs need NCCL 2.27.5 or newer (GB200 officially supported) [S11]"),
 ])
 def test_a_gpu_s_first_nccl_is_a_rule_the_chain_cites(k, gpu, older, floor, words):
@@ -164,7 +169,7 @@ def test_a_gpu_s_first_nccl_is_a_rule_the_chain_cites(k, gpu, older, floor, word
     assert not res.ok and any(words in line for line in res.explanation), res.explanation
     assert R.resolve(k, host, {"nccl": f">={floor}"}).ok
     # another GPU is not held to it
-    assert R.resolve(k, R.Host(driver="580.95.05", gpu="H100"), {"nccl": f"=={older}"}).ok
+    assert R.resolve(k, R.Host(driver="580.95.05", gpu="A100"), {"nccl": f"=={older}"}).ok
 
 
 def test_an_nccl_feature_naming_an_unknown_gpu_is_refused(tmp_path, capsys):

@@ -249,9 +249,9 @@ def test_bad_version(original, tmp_path, capsys, bad):
 
 def test_unknown_reference(original, tmp_path, capsys):
     n = _line_of(original, r"- \{name: A100, ")
-    text = _edit(original, n, lambda ln: re.sub(r"source: \w+", "source: S999", ln))
+    text = _edit(original, n, lambda ln: re.sub(r"\bsource: \w+", "source: S999", ln))
     path, err = _refused(tmp_path, capsys, text)
-    col = text.splitlines()[n - 1].index("source") + 1
+    col = re.search(r"\bsource: S999", text.splitlines()[n - 1]).start() + 1
     assert error_location(err, path) == (n, col)
     assert "unknown source 'S999'" in err
 

@@ -100,11 +100,12 @@ def test_check_takes_a_redistributable_nccl_and_cites_its_source(capsys):
 
 
 def test_a_redistributable_nccl_is_still_held_to_the_gpus_minimum(k):
-    """The per-GPU minimums of NCCL (features with cc/gpu, S11) bind a system copy too."""
+    """The per-GPU minimums of NCCL (an architecture's nccl range, NCCLHIST; a feature with gpu,
+    S11) bind a system copy too."""
     problems = R.check_system_copy(k, R.Host(driver="580.95.05", gpu="GB200"), "nccl", "2.20.3",
                                    {"cuda": "12.8.1"})
     assert problems == [
-        "system nccl 2.20.3: sm_100 GPUs need NCCL 2.25.1 or newer (Blackwell (sm_100) support) [S11]",
+        "system nccl 2.20.3: Blackwell GPUs (sm_100) run NCCL >=2.25.1 [NCCLHIST]",
         "system nccl 2.20.3: GB200 GPUs need NCCL 2.27.5 or newer (GB200 officially supported) [S11]"]
 
 

@@ -57,9 +57,11 @@ def test_torch_cu128_on_blackwell_needs_the_570_row(k):
 def test_cu128_images_require_the_driver_of_the_hopper_row():
     text = (ROOT / "Dockerfiles" / "pytorch-2.10.0-cu128-ubuntu24.04-runtime" / "Dockerfile").read_text()
     assert 'NVIDIA_REQUIRE_CUDA="cuda>=12.0,driver>=525.60.13"' in text
-    # the Hopper row's floor is the image's; Blackwell's own (cuDNN's sm_100 row) is that arch's
+    # the Hopper row's floor is the image's; Blackwell's own is that arch's: cuDNN's sm_100 row
+    # asks 570.26, and every sm_100 product (B200, GB200) asks 570.133.20 (MIG620), the higher
     require_arch = next(ln for ln in text.splitlines() if "NVIDIA_REQUIRE_ARCH=" in ln)
-    assert "arch=9.0 " in require_arch and "arch=10.0,driver>=570.26" in require_arch
+    assert "arch=9.0 " in require_arch and "arch=10.0,driver>=570.133.20" in require_arch
+    assert "arch=12.0,driver>=570.26" in require_arch
 
 
 # --- a GPU user gets a GPU stack ----------------------------------------------------------------
@@ -314,8 +316,9 @@ def test_a_wish_the_system_copy_cannot_sit_beside_is_refused_with_the_fact(k):
 
 
 def test_a_system_nccl_built_for_cuda_11_only_keeps_cuda_11(k):
-    """NCCL 2.13.4 has wheels for CUDA 11 only [S10] (its CUDA 12 builds start at 2.16.2)."""
-    res = _system_ok(k, {"nccl": "2.13.4"}, driver="580.95.05", gpu="H100")
+    """NCCL 2.13.4 has wheels for CUDA 11 only [S10] (its CUDA 12 builds start at 2.16.2). (An
+    A100: Hopper needs NCCL 2.15.1 or newer, NCCLHIST.)"""
+    res = _system_ok(k, {"nccl": "2.13.4"}, driver="580.95.05", gpu="A100")
     assert res.stack["cuda"].startswith("11.") and res.stack["system_nccl"] == "2.13.4"
 
 

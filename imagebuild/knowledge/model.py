@@ -144,6 +144,10 @@ class Architecture:
     last_branch: int | None
     source: str
     first_branch: int | None = None      # the first driver branch that drives it, if known
+    first_driver: str | None = None      # the first driver release that drives it, if published
+    driver_source: str | None = None     # of first_branch/first_driver, when not `source`
+    nccl: str | None = None              # the NCCL releases built for it (a specifier), if known
+    nccl_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,8 @@ class NcclFeature:
     since: str
     feature: str
     source: str
+    gpu: str | None = None      # the GPU product whose support it is
+    cc: str | None = None       # the architecture whose support it is
 
 
 @dataclass(frozen=True)
@@ -162,6 +168,8 @@ class Gpu:
     source: str
     platforms: tuple[str, ...] = ()      # empty: any platform the matrix lists
     first_branch: int | None = None      # a floor of its own, above its architecture's
+    first_driver: str | None = None      # a driver release floor of its own (within its branch)
+    driver_source: str | None = None     # of first_branch/first_driver, when not `source`
 
 
 @dataclass(frozen=True)

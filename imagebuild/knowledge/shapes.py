@@ -112,10 +112,11 @@ SHAPES: dict[str, Shape] = {
                              eol="text-or-bool", newest_cuda="text", lifecycle_source="text", **SOURCED),
     "architectures[]": _s("a GPU architecture (compute capability)", ("cc", "name", "source"),
                           cc="text", name="text", first_cuda="text", last_cuda="text",
-                          first_branch="int", last_branch="int", **SOURCED),
+                          first_branch="int", last_branch="int", first_driver="text",
+                          driver_source="text", nccl="text", nccl_source="text", **SOURCED),
     "gpus[]": _s("a GPU product", ("name", "cc", "datacenter", "source"), name="text", cc="text",
                  datacenter="bool", first_branch="int", last_branch="int", platforms="texts",
-                 **SOURCED),
+                 first_driver="text", driver_source="text", **SOURCED),
     # cuDNN and NCCL
     "cudnn": _s("cuDNN: its support matrix, releases and per-CUDA-major builds", ("lines",),
                 lines=LIST_OF + "cudnn.lines[]", builds=LIST_OF + "builds[]",

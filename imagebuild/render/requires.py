@@ -127,7 +127,11 @@ def arch_drivers(k, stack_items: tuple, cuda_from: str, archs: tuple, min_driver
         gpu = representative_gpu(k, cc, True, stack.get("platform")) or \
             representative_gpu(k, cc, False, stack.get("platform"))
         if gpu is None or general is None:
-            out.append((cc, f"{first}.0.0" if first else None, last))
+            lo = _products_floor(k, cc, first)
+            if lo != (f"{first}.0.0" if first else None) and lo is not None and \
+                    general is not None and parse_driver(lo) <= parse_driver(general):
+                lo = None          # the products' own floors are below what the image asks anyway
+            out.append((cc, lo, last))
             continue
         lo = next((d for d in admitted if _runs(k, stack, cuda_from, gpu.name, d)), None)
         if lo is None:
@@ -155,6 +159,21 @@ def arch_windows(k, stack_items: tuple, cuda_from: str) -> tuple[tuple[str, int 
             arch = k.architectures[cc]
             out.append((cc, arch.first_branch, arch.last_branch))
     return tuple(out)
+
+
+def _products_floor(k, cc: str, first: int | None) -> str | None:
+    """The lowest driver any GPU of this architecture runs on, where each has a floor of its own
+    (the runtime sees the architecture, not the product): the lowest of their floors, never below
+    the architecture's first branch; None when neither says."""
+    arch_floor = f"{first}.0.0" if first else None
+    own = [g.first_driver or (f"{g.first_branch}.0.0" if g.first_branch else arch_floor)
+           for g in k.gpus.values() if g.cc == cc]
+    if not own or None in own:
+        return arch_floor
+    low = min(own, key=parse_driver)
+    if arch_floor and parse_driver(arch_floor) > parse_driver(low):
+        return arch_floor
+    return low
 
 
 def representative_gpu(k, cc: str, datacenter: bool, platform: str | None = None):

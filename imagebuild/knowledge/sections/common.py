@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from ...versions import NONE, VersionSyntaxError, parse_version, version_key
+from ...versions import NONE, VersionSyntaxError, parse_driver, parse_version, version_key
 from ..context import _Ctx
-from ..matchers import Matcher, any_of, driver_max_branch, driver_min_branch, version_matcher
+from ..matchers import (Matcher, any_of, driver_max_branch, driver_min, driver_min_branch,
+                        version_matcher)
 from ..model import LibraryRelease
 from ..yamlfile import _List
 
 
-def branch_rules(c: _Ctx, node, where: str, when, what: str, rid: str, src: str):
-    """first_branch / last_branch of an architecture or a GPU: the driver branches that drive it."""
+def branch_rules(c: _Ctx, node, where: str, when, what: str, rid: str, src: str
+                 ) -> str | None:
+    """first_branch / last_branch / first_driver of an architecture or a GPU: the driver branches
+    (and, where NVIDIA publishes one, the release within the first branch) that drive it. The
+    rules cite `driver_source` where the row gives one (the floor read elsewhere than the row's
+    other facts), else the row's source. Returns first_driver, checked."""
     for key, matcher, word in (("first_branch", driver_min_branch, "from"),
                                ("last_branch", driver_max_branch, "up to")):
         if node.get(key) is None:
@@ -23,6 +28,19 @@ def branch_rules(c: _Ctx, node, where: str, when, what: str, rid: str, src: str)
             c.fail(f"{where}: {key} must be an integer such as 535", node, key)
         c.add_rule(f"{rid}-{key.split('_')[0]}-branch", when, [("driver", matcher(b))],
                    f"{what} are driven by branches {word} R{b}", src, node.line)
+    first = c.driver(node, "first_driver", where, True)
+    if first is not None:
+        if node.get("first_branch") is not None and parse_driver(first).branch != node["first_branch"]:
+            c.fail(f"{where}: first_driver {first} is not of first_branch R{node['first_branch']}",
+                   node, "first_driver")
+        # worded as a branch floor, not ">= X": a stack's minimum driver (which reads ">= " floors
+        # of rules that may hold) is the stack's own, not that of the GPUs it may meet
+        floor = driver_min(first)
+        floor = Matcher(f"R{parse_driver(first).branch} from {first} or a later branch", floor.test)
+        c.add_rule(f"{rid}-first-driver", when, [("driver", floor)],
+                   f"{what} need driver {first} or newer (R{parse_driver(first).branch} from "
+                   f"{first}, or a later branch)", src, node.line)
+    return first
 
 
 def release_list(c: _Ctx, node, comp: str, sources,

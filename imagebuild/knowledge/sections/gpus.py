@@ -21,9 +21,12 @@ def load(c: _Ctx, doc, sources, architectures) -> dict[str, Gpu]:
             c.fail(f"gpus: {name} is listed twice", g, "name")
         src = c.source(g, sources, w)
         plats = c.platform_list(g, "platforms", f"{w} {name}") or ()
-        gpus[name] = Gpu(name, cc, c.flag(g, "datacenter", w, False), src, plats, g.get("first_branch"))
+        dsrc = c.source(g, sources, w, "driver_source", True)
         is_gpu = category_matcher([name])
-        branch_rules(c, g, w, [("gpu", is_gpu)], f"{name} GPUs", f"gpu-{name}", src)
+        first_driver = branch_rules(c, g, w, [("gpu", is_gpu)], f"{name} GPUs", f"gpu-{name}",
+                                    dsrc or src)
+        gpus[name] = Gpu(name, cc, c.flag(g, "datacenter", w, False), src, plats,
+                         g.get("first_branch"), first_driver, dsrc)
         if plats:
             c.add_rule(f"gpu-{name}-platform", [("gpu", is_gpu)],
                        [("platform", category_matcher(plats))],

@@ -35,7 +35,9 @@ def load(c: _Ctx, doc, sources, architectures=None, gpus=None
     for f in c.seq(nd.get("features", _List()), "nccl.features", nd, "features"):
         w = "nccl.features[]"
         c.shape(f, "nccl.features[]", w)
-        feat = NcclFeature(c.version(f, "since", w), c.text(f, "feature", w), c.source(f, sources, w))
+        feat = NcclFeature(c.version(f, "since", w), c.text(f, "feature", w), c.source(f, sources, w),
+                           str(f["gpu"]) if "gpu" in f else None,
+                           str(f["cc"]) if "cc" in f else None)
         feats.append(feat)
         if "cc" in f and "gpu" in f:
             c.fail(f"{w}: give cc or gpu, not both", f, "gpu")
