@@ -38,6 +38,15 @@ def _chain(res) -> str:
     return "\n".join(res.explanation)
 
 
+def _repo_chain(res) -> str:
+    """A host answer CUDA from an OS repository cannot give: given with CUDA from NVIDIA's wheels
+    (no PyTorch, no cuda-compat), with the facts that rule the repository out beside it."""
+    assert res.ok and res.cuda_from == "wheels" and res.stack["pytorch"] == "none", res.explanation
+    assert res.explanation[0].startswith(f"CUDA {res.stack['cuda']} from NVIDIA's wheels")
+    assert res.mode.mode != "forward-compat" and not res.mode.package
+    return "\n".join(res.repository_chain)
+
+
 # --- the facts and their sources -------------------------------------------------------------------
 
 
@@ -65,8 +74,12 @@ def test_the_13_4_facts_name_their_sources(k):
 # --- stacks without PyTorch --------------------------------------------------------------------------
 
 
-def test_13_4_without_pytorch_is_refused_by_default_with_the_reason(k):
-    chain = _chain(R.resolve(k, R.Host(**H100_R580), NO_TORCH_134))
+def test_13_4_without_pytorch_comes_from_the_wheels_by_default_with_the_reason(k):
+    res = R.resolve(k, R.Host(**H100_R580), NO_TORCH_134)
+    chain = _repo_chain(res)
+    assert res.stack["cuda"] == "13.4.3" and res.mode.mode == "minor-version"
+    # an image recipe that installs CUDA from the repository still cannot have it
+    assert _chain(R.check(k, R.Host(**H100_R580), {"pytorch": "none", "cuda": "13.4"}, image=True))
     assert "13.4.1, 13.4.2, 13.4.3" in chain and "known from NVIDIA's wheels (cuda-toolkit) only" in chain
     assert "13.4.1: only unverified reports, which --allow-unverified uses" in chain
     assert "[S10]" in chain
@@ -94,16 +107,16 @@ def test_13_4_from_debian13_s_repository_under_allow_unverified(k):
 
 
 def test_an_os_whose_repository_lacks_13_4_says_so(k):
-    chain = _chain(R.resolve(k, R.Host(**H100_R580), {**NO_TORCH_134, "os": "rockylinux8"},
-                             allow_unverified=True))
+    chain = _repo_chain(R.resolve(k, R.Host(**H100_R580), {**NO_TORCH_134, "os": "rockylinux8"},
+                                  allow_unverified=True))
     assert "NVIDIA's CUDA repository for Rocky Linux 8 carries CUDA >=11.0.3 except" in chain
     assert "13.4.1" in chain.split("Rocky Linux 8", 1)[1]
 
 
 def test_13_4_images_seen_for_x86_64_only(k):
     # a Grace node is aarch64: the Ubuntu 24.04 facts for 13.4.1 name x86_64 only
-    chain = _chain(R.resolve(k, R.Host(driver="580.95.05", gpu="GH200"),
-                             {**NO_TORCH_134, "os": "ubuntu24.04"}, allow_unverified=True))
+    chain = _repo_chain(R.resolve(k, R.Host(driver="580.95.05", gpu="GH200"),
+                                  {**NO_TORCH_134, "os": "ubuntu24.04"}, allow_unverified=True))
     assert "13.4.1 on x86_64 (nvidia/cuda images [CUDAREPOIMG134], unverified)" in chain
     assert "[CUDAREPODEB13]" not in chain      # debian13's repository is not Ubuntu's
 
@@ -189,7 +202,7 @@ def test_a_verified_repository_fact_makes_the_release_a_repository_release(tmp_p
         res.explanation
     assert res.mode.mode == "minor-version"
     # only Debian 13's repository: Ubuntu 24.04's (its images unverified) still lacks it
-    chain = _chain(R.resolve(k2, R.Host(**H100_R580), {**NO_TORCH_134, "os": "ubuntu24.04"}))
+    chain = _repo_chain(R.resolve(k2, R.Host(**H100_R580), {**NO_TORCH_134, "os": "ubuntu24.04"}))
     assert "NVIDIA's CUDA repository for Ubuntu 24.04 carries CUDA >=12.5.1 except" in chain
     # and an image recipe on Debian 13 may now install it from the repository
     assert R.resolve(k2, R.Host(), {"pytorch": "none", "cuda": "==13.4.1", "os": "debian13"},

@@ -131,10 +131,21 @@ def test_the_wheels_architectures(k):
 
 
 def test_a_turing_gpu_on_an_arm_server_gets_no_aarch64_wheel_without_its_cubins(capsys):
-    """A T4 (cc 7.5) in an aarch64 server: 2.13.0's aarch64 wheel has no sm_75 (PYPIWHEEL), so
-    the answer was a stack that could not run; it is now refused, citing the wheel."""
+    """A T4 (cc 7.5) in an aarch64 server: 2.13.0's aarch64 cu130 wheel has no sm_75 (PYPIWHEEL),
+    so the answer was a stack that could not run; it is refused, citing the wheel. Its cu126
+    aarch64 build is published (PTIAARCH) but its architectures are not recorded: an answer on it
+    says so, and --strict refuses it."""
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu", "T4",
-                        "--platform", "aarch64", "--torch", "2.13")
+                        "--platform", "aarch64", "--torch", "2.13", "--json")
+    res = answer(out, "resolve", code=code)
+    assert code == 0 and res["stack"]["cuda"].startswith("12.6")
+    assert any("the GPU architectures of its aarch64 wheels are not recorded" in u
+               for u in res["unknown"]), res
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu", "T4",
+                        "--platform", "aarch64", "--torch", "2.13", "--strict")
+    assert code == 1 and "--strict: torch 2.13.0+cu126: the GPU architectures" in out
+    code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu", "T4",
+                        "--platform", "aarch64", "--torch", "2.13", "--cuda", "13.0")
     assert code == 1
     assert "torch 2.13.0+cu130 wheels for aarch64 are built for sm 8.0, 9.0, 10.0, 11.0, 12.0 " \
            "(the index's aarch64 wheel) [PYPIWHEEL]" in out
@@ -150,7 +161,7 @@ def test_a_platform_whose_wheel_architectures_are_not_recorded_is_said(capsys):
     assert any(w.startswith("torch 2.9.1+cu130: the GPU architectures of its aarch64 wheels are not "
                             "recorded; the x86_64 build's") for w in res["warnings"]), res["warnings"]
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu",
-                        "GH200", "--torch", "2.13", "--json")
+                        "GH200", "--torch", "2.13", "--cuda", "13.0", "--json")
     assert not any("not recorded" in w for w in answer(out, "resolve", code=code)["warnings"])
 
 

@@ -165,7 +165,8 @@ def parse_project_page(body: str, content_type: str, page_url: str) -> list[Link
             meta = None
         elif meta is None:
             meta = "true"
-        links.append(Link(filename, url, sha, _metadata_attr(meta)))
+        # PEP 592: a yanked file carries data-yanked (with or without a reason)
+        links.append(Link(filename, url, sha, _metadata_attr(meta), yanked="data-yanked" in a))
     return links
 
 

@@ -55,6 +55,14 @@ class Resolution:
     gpudirect: list[dict] = field(default_factory=list)
     min_driver: str | None = None
     warnings: list[str] = field(default_factory=list)
+    # the facts the answer rests on that the knowledge lacks (also among the warnings):
+    # `resolve --strict` refuses an answer with any
+    unknown: list[str] = field(default_factory=list)
+    # where the stack's CUDA comes from: a repository (or torch's own wheels), or NVIDIA's
+    # cuda-toolkit wheels without PyTorch ("wheels": an image family with cuda_from: wheels)
+    cuda_from: str = "repository"
+    # with cuda_from "wheels": the facts that rule out every stack with CUDA from a repository
+    repository_chain: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         modes = {}
@@ -68,7 +76,9 @@ class Resolution:
             modes["gpudirect"] = self.gpudirect
         return {"ok": self.ok, "stack": dict(self.stack), "modes": modes,
                 "min_driver": self.min_driver, "explanation": list(self.explanation),
-                "warnings": list(self.warnings)}
+                "warnings": list(self.warnings), "unknown": list(self.unknown),
+                "cuda_from": self.cuda_from,
+                **({"repository_chain": list(self.repository_chain)} if self.repository_chain else {})}
 
 
 # --------------------------------------------------------------------------------------------------

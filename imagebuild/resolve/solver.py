@@ -31,6 +31,7 @@ from .problem import (MODE_RANK, CudaMode, Fact, Host, Problem, Resolution,  # n
 from .systemcopies import (SYSTEM_COPIES, _src, system_copy_facts,  # noqa: F401
                            system_copy_problems, system_releases)
 from .search import Trace, _first, _search  # noqa: F401
+from ..knowledge.completeness import host_unknowns
 
 
 # --------------------------------------------------------------------------------------------------
@@ -61,6 +62,11 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
         break
     if sol is None:
         why = explain_failure(p, trace) if explain else ["no consistent stack (not explained)"]
+        routed = _wheels_route(k, host, wishes, allow_unverified, explain, repo_cuda, skip_tags,
+                               system, warnings)
+        if routed is not None:
+            routed.repository_chain = list(why)
+            return routed
         return Resolution(ok=False, explanation=why,
                           warnings=_unverified_warning(p) + _end_of_life(p))
     res = _describe(p, sol, passed[0] if passed else None, brief=not explain)
@@ -75,11 +81,48 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
                                    f"the host (beside the stack's own {comp} {sol[comp]}): {facts}")
             if warnings:
                 res.warnings += unknown
+    # what the answer rests on that the knowledge lacks: a GPU's cells, a platform's wheel
+    # architectures (warnings; `resolve --strict` refuses the answer)
+    res.unknown = host_unknowns(k, p.facts_host.get("gpu"), p.facts_host.get("driver"), sol) \
+        + _arch_elsewhere(p, sol)
     if explain and warnings:
-        res.warnings += _end_of_life(p, res.mode) + _unverified_against(p, sol) + _arch_elsewhere(p, sol)
+        res.warnings += res.unknown
+        res.warnings += _end_of_life(p, res.mode) + _unverified_against(p, sol)
         if sol["pytorch"] == NONE and p.gpu_host() and "pytorch" not in (wishes or {}):
             res.warnings.append(_no_pytorch(k, host, wishes or {}, allow_unverified, repo_cuda,
                                             skip_tags, compat_package))
+    return res
+
+
+def _wheels_route(k: Knowledge, host: Host, wishes: dict[str, str] | None, allow_unverified: bool,
+                  explain: bool, repo_cuda: bool, skip_tags: frozenset[str],
+                  system: dict[str, str] | None, warnings: bool) -> Resolution | None:
+    """A host query no stack with CUDA from a repository answers, asked again with CUDA from
+    NVIDIA's wheels (cuda-toolkit==X.Y.Z, no PyTorch, no cuda-compat): what an image family that
+    takes CUDA from the wheels (`cuda_from: wheels`, the Debian communication family) builds. A
+    CUDA release known from the wheels only, or newer than every repository here, is offered that
+    way and the answer says so. None where that does not fit either (or the query is an image's)."""
+    wishes = dict(wishes or {})
+    if repo_cuda or "toolkit-repo" in skip_tags or wishes.get("pytorch", NONE) != NONE or \
+            wishes.get("cuda") == NONE or host.gpu is None or host.gpu.lower() == NONE:
+        return None
+    res = resolve(k, host, {**wishes, "pytorch": NONE}, allow_unverified, explain,
+                  skip_tags=skip_tags | {"toolkit-repo"}, compat_package=False, system=system,
+                  warnings=warnings)
+    if not res.ok:
+        return None
+    res.cuda_from = "wheels"
+    families = sorted({f"{f.name} on {', '.join(f.oses)}" for f in k.families
+                       if f.cuda_from == "wheels" and f.pytorch == NONE})
+    how = (f"an image that takes CUDA from NVIDIA's wheels (cuda-toolkit=={res.stack['cuda']}, "
+           "no PyTorch, no cuda-compat)"
+           + (f": the {', '.join(families)} family with cuda_from: wheels in matrix.yaml" if families
+              else ""))
+    res.explanation.insert(0, f"CUDA {res.stack['cuda']} from NVIDIA's wheels: no stack with CUDA "
+                              f"from an OS repository fits, so this one needs {how} [S10]")
+    if warnings:
+        res.warnings.insert(0, f"CUDA {res.stack['cuda']} comes from NVIDIA's wheels here, not from "
+                               "an OS repository: build it from a family with cuda_from: wheels")
     return res
 
 

@@ -46,9 +46,15 @@ def configure(parser) -> None:
                    help="write it to FILE (whole or not at all) instead of printing it")
     p = sub.add_parser("evidence", help="audit, offline, what shows each PyTorch build on each "
                        "platform: a wheel on the index (file, sha256, commit) or a cited source")
+    p.add_argument("--gaps", action="store_true",
+                   help="list instead what is not known: per GPU (first CUDA, driver floor, NCCL) "
+                        "and per CUDA, cuDNN and NCCL release")
     add_matrix_option(p)
     p = sub.add_parser("sync", help="compare PyTorch pins and wheels with the package index")
-    p.add_argument("what", metavar="WHAT", choices=["pytorch"], help="what to sync: pytorch")
+    p.add_argument("what", metavar="WHAT", choices=["pytorch", "nvidia"],
+                   help="what to sync: pytorch (torch's pins and wheels), nvidia (the CUDA, cuDNN "
+                        "and NCCL releases of NVIDIA's cuda-toolkit, nvidia-cudnn-cuXX and "
+                        "nvidia-nccl-cuXX wheels)")
     p.add_argument("--write", action="store_true",
                    help="update matrix.yaml in place (only the differing values)")
     p.add_argument("--versions", default=None, metavar="V1,V2",
@@ -242,6 +248,11 @@ def _sync(args) -> int:
     index_url = sync.validate_index_url(args.index_url) if args.index_url else None
 
     rep = Reporter.for_args("knowledge", args)
+    if args.what == "nvidia":
+        if versions is not None:
+            raise UsageError("--versions names PyTorch releases: not for `sync nvidia`",
+                             argument="--versions")
+        return _sync_nvidia(args, index_url, rep)
     result = sync.sync_pytorch(args.matrix, versions, index_url, write=args.write,
                                progress=rep.progress, wheels=not args.no_wheels)
     text = "\n".join(result.lines)
@@ -255,6 +266,26 @@ def _sync(args) -> int:
                 "written": result.written, "differences": n,
                 "releases": [_release_json(r) for r in result.reports],
                 "wheels": [_wheel_change_json(c) for c in result.wheels]}, text)
+    return 0 if result.agree else 1
+
+
+def _sync_nvidia(args, index_url, rep) -> int:
+    from dataclasses import asdict
+
+    from ...knowledge import syncnvidia
+
+    result = syncnvidia.sync_nvidia(args.matrix, index_url, write=args.write, progress=rep.progress)
+    lines = [f"{args.matrix} against the package index: "
+             + ", ".join(f"{p} {n}" for p, n in result.read.items()) + " release(s) read"]
+    lines += [f"  {n.describe()}" for n in result.new]
+    if result.agree:
+        lines.append("every CUDA, cuDNN and NCCL release on the index is in the matrix")
+    elif args.write:
+        lines.append(f"{args.matrix}: " + ("updated" if result.written else "unchanged")
+                     + f" ({len(result.new)} release(s) added)")
+    rep.result({"matrix": args.matrix, "agree": result.agree, "write": args.write,
+                "written": result.written, "read": result.read,
+                "new": [asdict(n) for n in result.new]}, "\n".join(lines))
     return 0 if result.agree else 1
 
 
@@ -275,6 +306,8 @@ def _evidence(args) -> int:
     from ...knowledge import wheelevidence
 
     k = knowledge.load(args.matrix)
+    if getattr(args, "gaps", False):
+        return _gaps(args, k)
     rows = wheelevidence.audit(k)
     bad = wheelevidence.failures(rows)
     header = ("release", "build", "platform", "verified", "evidence", "source", "detail")
@@ -291,6 +324,35 @@ def _evidence(args) -> int:
     rep.result({"matrix": args.matrix, "rows": [asdict(r) for r in rows], "refused": bad},
                "\n".join(lines))
     return 1 if bad else 0
+
+
+def _gaps(args, k) -> int:
+    """`knowledge evidence --gaps`: every cell not known, per GPU and per release, with totals.
+    Exit 0: a gap is knowledge to gather, not an error (`resolve --strict` refuses answers that
+    rest on one)."""
+    from dataclasses import asdict
+
+    from ...knowledge import completeness
+
+    gpu = [c for g in k.gpus.values() for c in completeness.gpu_cells(k, g)]
+    rel = completeness.release_cells(k)
+    lines = ["subject  cell  (not known)"]
+    lines += [f"gpu {c.subject}  {c.cell}" for c in gpu if not c.known]
+    lines += [f"{c.subject}  {c.cell}" for c in rel if not c.known]
+    totals = {}
+    for name, cells in (("gpu", gpu), ("release", rel)):
+        missing = sum(1 for c in cells if not c.known)
+        totals[name] = {"cells": len(cells), "not_known": missing}
+        lines.append(f"{name} cells: {len(cells) - missing} of {len(cells)} known, {missing} not known")
+    by_cell: dict[str, int] = {}
+    for c in gpu + rel:
+        if not c.known:
+            by_cell[c.cell] = by_cell.get(c.cell, 0) + 1
+    lines.append("not known by cell: " + ", ".join(f"{n} {c}" for c, n in sorted(by_cell.items())))
+    rep = Reporter.for_args("knowledge", args)
+    rep.result({"matrix": args.matrix, "totals": totals, "by_cell": by_cell,
+                "gaps": [asdict(c) for c in gpu + rel if not c.known]}, "\n".join(lines))
+    return 0
 
 
 def _release_json(report) -> dict:

@@ -75,6 +75,9 @@ def configure(parser) -> None:
     for flag in WISH_FLAGS:
         g.add_argument(f"--{flag}", dest=f"wish_{flag}", metavar="SPEC")
     add_system_options(parser.add_argument_group("libraries the host provides (NGC-style)"))
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse an answer that rests on a fact matrix.yaml does not have "
+                             "(a GPU's first CUDA, driver floor or NCCL: `knowledge evidence --gaps`)")
     parser.add_argument("--all", action="store_true", help="list every consistent stack")
     parser.add_argument("--json", action="store_true", help="print a JSON document")
     parser.add_argument("--why-not", metavar="WISH",
@@ -136,6 +139,9 @@ def run(args) -> int:
             _print_table(groups)
         return 0 if groups else 1
     res = R.resolve(k, host, wishes, args.allow_unverified, system=system)
+    if getattr(args, "strict", False) and res.ok and res.unknown:
+        res.ok = False
+        res.explanation = [f"--strict: {u}" for u in res.unknown]
     used = knowledge_used(args, k)
     declared = None if args.why_not else declared_image(k, host, wishes, res, args.allow_unverified,
                                                         matrix_sha256=matrix_sha256)
@@ -230,6 +236,10 @@ def print_resolution(res) -> None:
     print("Why:")
     for line in res.explanation:
         print(f"  - {line}")
+    if res.repository_chain:
+        print("Why not with CUDA from an OS repository:")
+        for line in res.repository_chain:
+            print(f"  - {line}")
     for w in res.warnings:
         print(f"warning: {w}")
 
