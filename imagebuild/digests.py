@@ -15,7 +15,7 @@ def sha256_file(path: str | os.PathLike) -> str:
         with open(path, "rb") as fh:
             digest = hashlib.file_digest(fh, "sha256")
     except FileNotFoundError:
-        raise ImagebuildError("file not found (run `imagebuild generate` first?)", file=str(path)) from None
+        raise ImagebuildError("file not found", file=str(path)) from None
     except OSError as exc:
         raise ImagebuildError(f"cannot read ({type(exc).__name__})", file=str(path)) from None
     return digest.hexdigest()

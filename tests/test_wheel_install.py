@@ -150,3 +150,39 @@ def test_the_wheel_answers_with_its_own_knowledge(installed, tmp_path):
     _run([exe, "generate", "smoke-cpu"], cwd=tmp_path)      # the state goes here, not to site
     assert (tmp_path / "Dockerfiles" / "smoke-cpu" / "Dockerfile").is_file()
     assert not (site / "imagebuild" / "data" / "Dockerfiles").exists()
+
+
+def test_a_pip_installed_ci_flow_needs_no_checkout(installed, tmp_path):
+    """From the wheel in an empty folder, with the packaged matrix: `lock` renders the recipe it
+    hashes (no `generate` first) and reads the wheel lock from the package, writing ./images.lock;
+    `notes` prints the page with what that lock records. (An engine-free lock: `build` from the
+    wheel is tests/test_wheel_install.py's heavy case.)"""
+    import hashlib
+
+    py, exe, site, _, _ = installed
+    out = _run([exe, "lock", "smoke-cpu", "--no-engine", "--json"], cwd=tmp_path).stdout
+    assert answer(out, "lock")["lock"] == str(tmp_path / "images.lock")
+    entry = json.loads((tmp_path / "images.lock").read_text())["images"]["smoke-cpu"]
+    code = ("import sys; from imagebuild.render.run import MatrixRun; "
+            "from imagebuild.render.renderer import Renderer; r = MatrixRun.open(sys.argv[1]); "
+            "sys.stdout.write(Renderer().dockerfile(r.images['smoke-cpu'], r.k))")
+    rendered = _run([py, "-c", code, str(site / "imagebuild" / "data" / "matrix.yaml")],
+                    cwd=tmp_path).stdout
+    assert entry["dockerfile_sha256"] == hashlib.sha256(rendered.encode()).hexdigest()
+    lock_name = next(p for p in (site / "imagebuild" / "data" / "locks" / "wheels").iterdir()
+                     if p.name.startswith("torch-2.13.0-cpu-"))
+    assert entry["provenance"]["wheel_lock_sha256"] == hashlib.sha256(lock_name.read_bytes()).hexdigest()
+    assert not (tmp_path / "Dockerfiles").exists()          # nothing generated was needed
+    page = _run([exe, "notes", "smoke-cpu"], cwd=tmp_path).stdout
+    assert page.startswith("# smoke-cpu\n") and "## What it was proven with" in page
+    assert "Not in images.lock" not in page                 # the lock written above is read
+
+
+@pytest.mark.heavy
+def test_build_and_lock_from_the_wheel_in_an_empty_folder(installed, tmp_path):
+    """The whole pip-installed flow on the real engine: build, then lock with the engine's ids."""
+    _, exe, _, _, _ = installed
+    _run([exe, "build", "smoke-cpu"], cwd=tmp_path)
+    _run([exe, "lock", "smoke-cpu"], cwd=tmp_path)
+    entry = json.loads((tmp_path / "images.lock").read_text())["images"]["smoke-cpu"]
+    assert entry["image_id"] and entry["image_id"].startswith("sha256:")

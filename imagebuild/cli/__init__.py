@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("doctor", "read this node: host facts, the best image here, GPUDirect and NCCL advice"),
     "find": ("find", "the published images (images.lock) that run on a host, best first, and how to pull them"),
     "sbom": ("sbom", "a CycloneDX SBOM of a built image, checked against its wheel lock"),
+    "notes": ("notes", "the human page of an image: what is inside, the driver it needs, its proof"),
     "audit": ("audit", "known vulnerabilities of an image's locked wheels (the index's data)"),
     "verify": ("verify", "check a pushed image's signature (cosign's key-based format) and its signed SBOM"),
 }

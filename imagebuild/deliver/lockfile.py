@@ -377,18 +377,27 @@ def read_lock(path: str | os.PathLike) -> dict[str, dict]:
 
 
 def entry_for_image(engine, *, image_id: str, stack: dict[str, str], local_ref: str,
-                    root: str | os.PathLike = ".", reports_dir: str | os.PathLike | None = None) -> dict:
+                    root: str | os.PathLike = ".", reports_dir: str | os.PathLike | None = None,
+                    dockerfile_text: str | None = None) -> dict:
     """The current lock entry of one image, read from the repository and the engine.
 
     ``engine`` is an imagebuild Engine (None: base and built image ids are recorded as null). The
-    base image is the engine id of the first external FROM of the generated Dockerfile.
+    base image is the engine id of the first external FROM of the Dockerfile: ``dockerfile_text``,
+    the one `imagebuild build` renders from the matrix (what `lock` passes: no generated file is
+    needed, so a pip-installed imagebuild locks from an empty folder), else the generated file.
     """
     from .publish import default_report_path
     from ..workspace import REPORTS
 
-    path = dockerfile_path(root, image_id)
-    dockerfile_sha = sha256_file(path)
-    refs = base_refs(Path(path).read_text(encoding="utf-8"))
+    if dockerfile_text is None:
+        path = dockerfile_path(root, image_id)
+        try:
+            dockerfile_text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ImagebuildError(f"no generated Dockerfile for {image_id} (`imagebuild generate "
+                                  f"{image_id}` writes it)", file=str(path)) from None
+    dockerfile_sha = sha256_bytes(dockerfile_text.encode("utf-8"))
+    refs = base_refs(dockerfile_text)
     base = built = None
     bases = {ref: {"id": None, "digest": None} for ref in refs}
     if engine is not None:
@@ -488,6 +497,11 @@ def report_sha256_for(path: str | os.PathLike, built_id: str | None) -> str | No
     return sha256_bytes(raw) if ok else None
 
 
+def _lock_root(k) -> Path:
+    from ..render.wheellock import lock_root
+    return lock_root(k)
+
+
 def provenance_for(engine, spec, k, *, root: str | os.PathLike, built_id: str | None,
                    report_path: str | os.PathLike, sbom_path: str | os.PathLike) -> dict:
     """The provenance of one image: the base it was built on (the built image's
@@ -503,7 +517,9 @@ def provenance_for(engine, spec, k, *, root: str | os.PathLike, built_id: str | 
         "recipe_sha256": recipe_sha256(spec, k),
         "sbom_sha256": sbom_sha256_for(sbom_path, built_id),
         "test_report_sha256": report_sha256_for(report_path, built_id),
-        "wheel_lock_sha256": sha256_file(Path(root) / wheel_lock) if wheel_lock else None,
+        # the wheel lock is read beside the matrix, as the renderer reads it (the packaged
+        # matrix's locks are in the package, not in the folder a pip-installed CI runs in)
+        "wheel_lock_sha256": sha256_file(_lock_root(k) / wheel_lock) if wheel_lock else None,
     }
 
 

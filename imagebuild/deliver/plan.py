@@ -1,26 +1,45 @@
-"""Planning for a driver upgrade: what each image of the matrix does on the old and the new driver.
+"""Planning for a driver upgrade: what each image of the matrix does on the old and the new driver,
+what to do about it, and which published tag each GPU pool should move to.
 
-For every image, its resolved stack is checked on a host with the old driver and on one with the new
-driver (same GPU); the CUDA compatibility mode on each side decides the verdict:
+A driver is an input to no recipe: an upgrade never changes an image's bytes. What it changes is
+which images run, and in which CUDA compatibility mode. For every image, its resolved stack is
+checked on a host with the old driver and on one with the new driver, on each GPU pool named; the
+modes decide its status:
 
-- newly-usable: did not run before, runs after (build, test and publish it);
-- improved: runs on both, in a better mode after (e.g. minor-version -> native): re-test it;
+- newly-usable: did not run before, runs after;
+- improved: runs on both, in a better mode after (e.g. minor-version -> native);
 - unchanged: same mode on both;
-- degraded: runs on both, in a worse mode after (native -> forward-compat with cuda-compat);
-- broken: ran before, does not after (e.g. a branch that drops the GPU).
+- degraded: runs on both, in a worse mode after;
+- broken: ran before, does not after (e.g. a branch that drops the GPU);
+- unusable: runs on neither.
+
+and, with what images.lock says was built and published, its action:
+
+- keep: still runs and is published (or was never needed): nothing to do;
+- move: runs after, better than before, and is published: a pool may move to it (below);
+- build: runs after and was never built into the lock (a first build, not a rebuild);
+- rebuild: runs after and its recipe changed since the lock recorded it;
+- retire: no longer runs on the new driver;
+- none: runs on neither driver.
+
+Per GPU pool, the best image that runs (the order of `find` and `resolve`), among the published
+ones where any is, before and after: the pool stays, or moves to the new tag, and why.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..render.images import ImageSpec
 from ..knowledge import Knowledge
 from ..resolve.solver import MODE_RANK, Host, check
+from ..render.images import ImageSpec
 
-#: every verdict, as the module docstring lists them (plus unusable: ran on neither driver)
+#: every status, as the module docstring lists them
 STATUSES = ("newly-usable", "improved", "unchanged", "degraded", "broken", "unusable")
-REBUILD = ("newly-usable", "improved", "degraded")
+#: every action, likewise
+ACTIONS = ("keep", "move", "build", "rebuild", "retire", "none")
+#: the actions CI carries out by building an image
+BUILDS = ("build", "rebuild")
 
 
 @dataclass(frozen=True)
@@ -31,52 +50,168 @@ class Verdict:
     after: str
     detail: str
     base: str | None = None   # the matrix image this one is built FROM (a devel's runtime)
+    action: str = "keep"
+    published: bool = False
+    why: str = ""        # the action in the user's words
 
     def to_json(self) -> dict:
         doc = {"image": self.image, "status": self.status, "before": self.before,
-               "after": self.after, "detail": self.detail}
+               "after": self.after, "detail": self.detail, "action": self.action,
+               "published": self.published, "why": self.why}
         if self.base:
             doc["base"] = self.base
         return doc
 
 
+@dataclass(frozen=True)
+class Pool:
+    """One GPU pool: the image (and tag) it runs before and after the upgrade."""
+    gpu: str
+    before: str | None
+    after: str | None
+    before_tag: str | None
+    after_tag: str | None
+    action: str          # stay | move | build | none
+    why: str
+    published_only: bool = True
+
+    def to_json(self) -> dict:
+        return {"gpu": self.gpu, "before": self.before, "after": self.after,
+                "before_tag": self.before_tag, "after_tag": self.after_tag, "action": self.action,
+                "why": self.why, "published_only": self.published_only}
+
+
+@dataclass
+class Plan:
+    verdicts: list[Verdict]
+    pools: list[Pool] = field(default_factory=list)
+    lock_read: bool = False
+
+
+def _said(res) -> str:
+    """The first fact that rules a stack out, as the user would say it: the wishes the check
+    makes of the image's own versions are not reasons ("you asked for cuda 13.0.3")."""
+    lines = [ln for ln in res.explanation
+             if "(your wish)" not in ln and "you asked for" not in ln and
+             not ln.startswith(("no ", "the host has"))]
+    return (lines or res.explanation or ["does not run"])[0]
+
+
 def _mode(k: Knowledge, spec: ImageSpec, driver: str, gpu: str | None, date: str | None):
     host = Host(driver=driver, gpu=gpu, date=date)
-    res = check(k, host, dict(spec.stack), image=True, cuda_from=spec.cuda_from)
+    res = check(k, host, dict(spec.stack), image=True, cuda_from=spec.cuda_from, warnings=False)
     if not res.ok:
-        return "no", res.explanation[-2] if len(res.explanation) > 1 else "; ".join(res.explanation)
+        return "no", _said(res)
     mode = res.mode.mode if res.mode else "n/a"
     return mode, res.mode.text if res.mode else "no CUDA"
 
 
+def _best(modes: list[str]) -> str:
+    runs = [m for m in modes if m != "no"]
+    return min(runs, key=lambda m: MODE_RANK.get(m, 9)) if runs else "no"
+
+
 def plan(k: Knowledge, specs: list[ImageSpec], driver_from: str, driver_to: str,
          gpu: str | None = None, date: str | None = None) -> list[Verdict]:
-    out = []
+    """The statuses of every image on one GPU (None: any), without a lock: see `day`."""
+    return day(k, specs, driver_from, driver_to, [gpu], date).verdicts
+
+
+def day(k: Knowledge, specs: list[ImageSpec], driver_from: str, driver_to: str,
+        gpus: list[str | None], date: str | None = None, locked: dict | None = None,
+        recipes: dict[str, str] | None = None) -> Plan:
+    """The upgrade's plan over GPU pools `gpus` (None: any GPU). `locked`: images.lock's entries
+    (None: no lock read: nothing counts as built); `recipes`: image id -> the sha256 of the
+    Dockerfile the matrix renders now (an entry recording another was built from an older recipe)."""
+    by_id = {s.id: s for s in specs}
+    verdicts = []
     for spec in specs:
-        before, why_b = _mode(k, spec, driver_from, gpu, date)
-        after, why_a = _mode(k, spec, driver_to, gpu, date)
+        per = [(_mode(k, spec, driver_from, g, date), _mode(k, spec, driver_to, g, date)) for g in gpus]
+        before = _best([b for (b, _), _a in per])
+        after = _best([a for _b, (a, _) in per])
+        why_after = next((w for _b, (a, w) in per if a == after), per[0][1][1])
+        why_before = next((w for (b, w), _a in per if b == before), per[0][0][1])
         if before == "no" and after == "no":
-            status, detail = "unusable", why_a
+            status, detail = "unusable", why_after
         elif before == "no":
-            status, detail = "newly-usable", why_a
+            status, detail = "newly-usable", why_after
         elif after == "no":
-            status, detail = "broken", why_a
+            status, detail = "broken", why_after
         elif MODE_RANK[after] < MODE_RANK[before]:
-            status, detail = "improved", why_a
+            status, detail = "improved", why_after
         elif MODE_RANK[after] > MODE_RANK[before]:
-            status, detail = "degraded", why_a
+            status, detail = "degraded", why_after
         else:
-            status, detail = "unchanged", why_a
+            status, detail = "unchanged", why_after
         # a devel image shares its runtime's stack, so its verdict; it is rebuilt with it
         base = spec.depends_on[0] if spec.depends_on else None
-        out.append(Verdict(spec.id, status, before, after, detail, base))
-    return out
+        entry = (locked or {}).get(spec.id)
+        published = bool(entry and entry.get("published"))
+        action, why = _action(status, entry, (recipes or {}).get(spec.id), driver_to, why_before,
+                              detail, published)
+        verdicts.append(Verdict(spec.id, status, before, after, detail, base, action, published, why))
+    # a devel is built FROM its runtime: building one builds the other first
+    acts = {v.image: v for v in verdicts}
+    for v in list(verdicts):
+        if v.base and v.action in BUILDS and v.base in acts and acts[v.base].action not in BUILDS:
+            b = acts[v.base]
+            verdicts[verdicts.index(b)] = Verdict(b.image, b.status, b.before, b.after, b.detail, b.base,
+                                                  v.action, b.published,
+                                                  f"{v.image} is built FROM it: {v.why}")
+    pools = [_pool(k, by_id, verdicts, g, driver_from, driver_to, date) for g in gpus]
+    return Plan(verdicts, pools, locked is not None)
+
+
+def _action(status: str, entry: dict | None, recipe: str | None, driver: str, why_before: str,
+            why_after: str, published: bool) -> tuple[str, str]:
+    if status == "unusable":
+        return "none", f"runs on neither driver: {why_after}"
+    if status == "broken":
+        return "retire", f"does not run on {driver}: {why_after}"
+    changed = entry is not None and recipe is not None and entry.get("dockerfile_sha256") != recipe
+    if changed:
+        return "rebuild", ("its recipe changed since images.lock recorded it (the matrix moved); "
+                           "the driver alone would not")
+    if status in ("newly-usable", "improved"):
+        if entry is None:
+            return "build", (f"runs on {driver} ({why_after}) and was never built into images.lock")
+        if published:
+            return "move", f"runs on {driver} ({why_after}): already published, nothing to build"
+        return "keep", f"runs on {driver} ({why_after}); built but not published: publish it to offer it"
+    if status == "degraded":
+        return "keep", f"still runs, in a worse mode: {why_after} (was: {why_before})"
+    return "keep", "still runs, in the same mode: nothing to do"
+
+
+def _pool(k, by_id: dict, verdicts: list[Verdict], gpu: str | None, driver_from: str,
+          driver_to: str, date: str | None) -> Pool:
+    from .hostfit import best
+
+    name = gpu or "any"
+    published = [by_id[v.image] for v in verdicts if v.published]
+    pool_specs = published or list(by_id.values())
+    before = best(k, pool_specs, Host(driver=driver_from, gpu=gpu, date=date))
+    after = best(k, pool_specs, Host(driver=driver_to, gpu=gpu, date=date))
+    b_id, a_id = (before.spec.id if before else None), (after.spec.id if after else None)
+    b_tag, a_tag = (before.spec.tag if before else None), (after.spec.tag if after else None)
+    kind = "published image" if published else "image of the matrix (none is published)"
+    if after is None:
+        action, why = "none", f"no {kind} runs on {driver_to} with {name} GPUs"
+    elif b_id == a_id:
+        action, why = "stay", (f"{a_tag} is still the best {kind} on {driver_to} "
+                               f"({after.mode}; was {before.mode})")
+    else:
+        action = "move" if published else "build"
+        was = f"from {b_tag} ({before.mode}) " if before else ""
+        why = (f"{was}to {a_tag}: the best {kind} on {driver_to}, {after.mode}: {after.detail}")
+    return Pool(name, b_id, a_id, b_tag, a_tag, action, why, bool(published))
 
 
 def github_matrix(verdicts: list[Verdict]) -> dict:
-    """A GitHub Actions matrix of the images CI must (re)build, test and publish; an image built
-    FROM another (a devel from its runtime) names it as its `base`, to be built first (`imagebuild
-    build <devel>` builds it first on its own)."""
-    return {"include": [{"image": v.image, "status": v.status, "mode": v.after,
+    """A GitHub Actions matrix of the images CI must build: those to build or rebuild (a driver
+    alone queues none it has built and published); an image built FROM another (a devel from its
+    runtime) names it as its `base`, to be built first (`imagebuild build <devel>` builds it first
+    on its own)."""
+    return {"include": [{"image": v.image, "status": v.status, "mode": v.after, "action": v.action,
                          **({"base": v.base} if v.base else {})}
-                        for v in verdicts if v.status in REBUILD]}
+                        for v in verdicts if v.action in BUILDS]}

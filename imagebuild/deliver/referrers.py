@@ -190,6 +190,19 @@ def attach_sbom(api: RegistryAPI, repository: str, subject: Manifest, sbom: byte
                   title=f"{image_id}.cdx.json", progress=progress)
 
 
+#: the media type of an image's notes page (imagebuild notes), attached as a referrer
+NOTES_MARKDOWN = "text/markdown"
+
+
+def attach_notes(api: RegistryAPI, repository: str, subject: Manifest, page: bytes, *, image_id: str,
+                 progress: Callable[[str], None] | None = None) -> Attached:
+    """The image's notes page (Markdown) as a referrer of ``subject``: `oras discover` lists it,
+    `oras pull REPO@DIGEST` fetches NOTES.md."""
+    return attach(api, repository, subject, artifact_type=NOTES_MARKDOWN, layer=page,
+                  layer_media_type=NOTES_MARKDOWN, annotations={IMAGE_ID_ANNOTATION: image_id},
+                  title="NOTES.md", progress=progress)
+
+
 def subject_of(api: RegistryAPI, repository: str, digest: str) -> Manifest:
     """The pushed image's manifest, as the subject descriptor needs it (media type, digest, size)."""
     from .publish import MANIFEST_ACCEPT

@@ -278,7 +278,6 @@ def generate(engine, *, run, image: str, lock_path: str | None = None,
     it against its lock, build and validate the document. ``run``: the command's matrix, read
     once (render.run.MatrixRun)."""
     from ..engines import check_ref
-    from .lockfile import dockerfile_path
     from ..render.sources import for_image
     from ..render.wheellock import LockError, lock_root, parse_lock
 
@@ -312,13 +311,12 @@ def generate(engine, *, run, image: str, lock_path: str | None = None,
             lock = parse_lock(text, lock_file)
         except LockError as exc:
             raise UsageError(str(exc)) from None
-    dockerfile = Path(dockerfile_path(lock_root(k), spec.id))
-    try:
-        base_ref = info.labels.get("org.opencontainers.image.base.name") or \
-            final_base(dockerfile.read_text(encoding="utf-8"))
-    except OSError:
-        raise SbomError(f"no generated recipe {dockerfile} (imagebuild generate writes it): the base "
-                        "image is read from its last FROM") from None
+    # the base: the built image's label, else the last FROM of the Dockerfile `build` renders
+    # from the matrix (no generated file needed: a pip-installed imagebuild works from any folder)
+    base_ref = info.labels.get("org.opencontainers.image.base.name")
+    if not base_ref:
+        from ..render.renderer import Renderer
+        base_ref = final_base(Renderer().dockerfile(spec, k))
     base_info = engine.inspect(base_ref) if base_ref and engine.exists(base_ref) else None
     contents = read_image(engine, info.id)
     records = None

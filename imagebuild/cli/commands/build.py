@@ -95,6 +95,8 @@ def check_locked(image_ids: list[str], k, lock_path: Path, *, every: dict | None
     pins = {spec.local_ref: {ref: dict(base) for ref, base in (locked[spec.id].get("bases") or {}).items()
                              if ref not in ours}
             for spec in specs if spec.id in locked}
+    from ...render.renderer import Renderer
+    renderer = Renderer()      # the Dockerfiles this build renders, as `lock` hashed them
     for spec in specs:
         if spec.id not in locked:
             users = [s.id for s in specs if spec.id in s.depends_on]
@@ -102,7 +104,8 @@ def check_locked(image_ids: list[str], k, lock_path: Path, *, every: dict | None
                             + (f" (the image {users[0]} is built FROM it)" if users else ""))
             continue
         current = lockfile.entry_for_image(engine, image_id=spec.id, stack=dict(spec.stack),
-                                           local_ref=spec.local_ref, root=root)
+                                           local_ref=spec.local_ref, root=root,
+                                           dockerfile_text=renderer.dockerfile(spec, k))
         # a base that is a matrix image (a devel's runtime) is built in this run from its own
         # locked inputs, checked above: its engine id is no input of this image's build
         lines = lockfile.drift(lockfile.without_bases(locked[spec.id], ours),

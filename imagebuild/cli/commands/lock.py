@@ -127,10 +127,15 @@ def run(args) -> int:
     if not args.no_engine:
         from ...engines import get_engine
         engine = get_engine()
+    # the Dockerfile each image is built from, rendered from the matrix as `build` renders it
+    # (no generated file is read: a pip-installed imagebuild locks from an empty folder)
+    from ...render.renderer import Renderer
+    renderer = Renderer()
     current = {
         image_id: lockfile.entry_for_image(engine, image_id=image_id, stack=dict(spec.stack),
                                            local_ref=spec.local_ref, root=root,
-                                           reports_dir=args.reports_dir)
+                                           reports_dir=args.reports_dir,
+                                           dockerfile_text=renderer.dockerfile(spec, matrix_run.k))
         for image_id, spec in specs.items()
     }
     # provenance: the recipe's, the wheel lock's, the SBOM's and the test report's sha256, and the

@@ -1,10 +1,12 @@
-"""imagebuild plan: which images a driver upgrade makes usable, changes, or breaks.
+"""imagebuild plan: what a driver upgrade means for each image and each GPU pool, and what to do.
 
 Drivers are releases (570.172.08), never bare branches. `--gpu` is required: which images run on
-a driver depends on the GPU (a branch drops old architectures, new GPUs need new branches). `--gpu
-any` asks for a plan over no GPU in particular and says so: an image then counts as usable when
-the driver runs it on some GPU. `--fail-on STATUS[,STATUS]` exits 1 when any image gets one of
-those verdicts (CI: `--fail-on broken`)."""
+a driver depends on the GPU (a branch drops old architectures, new GPUs need new branches); a
+comma-separated list names the cluster's GPU pools. `--gpu any` asks for a plan over no GPU in
+particular and says so. What was built and published is read from images.lock (`--lock`, default
+beside the matrix): a driver is an input to no recipe, so an image the lock records with the
+recipe the matrix renders now is never rebuilt. `--fail-on STATUS[,STATUS]` exits 1 when any image
+gets one of those verdicts (CI: `--fail-on broken`)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,12 @@ import json
 from .. import add_matrix_option
 from ...errors import UsageError
 from ..reporter import Reporter
+
+EXAMPLES = """examples:
+  imagebuild plan --driver-from 570.172.08 --driver-to 580.95.05 --gpu H100
+  imagebuild plan --driver-from 570.172.08 --driver-to 580.95.05 --gpu H100,A100 --lock images.lock
+  imagebuild plan --driver-from 570.172.08 --driver-to 580.95.05 --gpu H100 --format github
+"""
 from . import knowledge_line, knowledge_used
 
 
@@ -23,7 +31,11 @@ def configure(parser) -> None:
     parser.add_argument("--driver-to", required=True, metavar="VERSION",
                         help="the driver it moves to, a release")
     parser.add_argument("--gpu", required=True,
-                        help="the cluster's GPU (name or sm_XY), or `any` for no GPU in particular")
+                        help="the cluster's GPU (name or sm_XY), its GPU pools as a comma-separated "
+                             "list (H100,A100), or `any` for no GPU in particular")
+    parser.add_argument("--lock", dest="lock_in", default=None, metavar="FILE",
+                        help="images.lock: what was built and published (default: beside the "
+                             "matrix; without one, nothing counts as built)")
     parser.add_argument("--fail-on", default="", metavar="STATUS[,STATUS]",
                         help="exit 1 when an image gets one of these verdicts (the STATUS column's "
                              "words; CI: --fail-on broken)")
@@ -31,11 +43,39 @@ def configure(parser) -> None:
     parser.add_argument("--format", choices=("table", "json", "github"), default="table")
     parser.add_argument("--json", dest="format", action="store_const", const="json",
                         help="print the verdicts as JSON (the same as --format json)")
+    parser.epilog = EXAMPLES
+
+
+def _gpus(text: str) -> list[str | None]:
+    names = [g.strip() for g in text.split(",") if g.strip()]
+    if not names:
+        raise UsageError("no GPU named", argument="--gpu")
+    if any(g.lower() == "any" for g in names):
+        if len(names) > 1:
+            raise UsageError("`any` stands alone, not in a list of pools", argument="--gpu")
+        return [None]
+    return list(dict.fromkeys(names))
+
+
+def _locked(args, matrix: str) -> dict | None:
+    from pathlib import Path
+
+    from ...deliver import lockfile
+    from ...errors import LockError
+    from ...workspace import Workspace
+
+    path = Path(args.lock_in) if args.lock_in else Workspace.of(matrix).lock
+    try:
+        return lockfile.read_lock(path)
+    except LockError:
+        if args.lock_in:
+            raise
+        return None
 
 
 def run(args) -> int:
     from ...render.run import MatrixRun
-    from ...deliver.plan import STATUSES, github_matrix, plan
+    from ...deliver.plan import STATUSES, day, github_matrix
     from ...versions import VersionSyntaxError, parse_host_driver
 
     for flag, value in (("--driver-from", args.driver_from), ("--driver-to", args.driver_to)):
@@ -48,34 +88,55 @@ def run(args) -> int:
         if status not in STATUSES:
             raise UsageError(f"unknown verdict {status!r} (one of: {', '.join(STATUSES)})",
                              argument="--fail-on")
-    gpu = None if args.gpu.lower() == "any" else args.gpu
+    gpus = _gpus(args.gpu)
     matrix_run = MatrixRun.open(args.matrix)    # the run's one read of the matrix
     k, specs = matrix_run.k, list(matrix_run.images.values())
-    verdicts = plan(k, specs, args.driver_from, args.driver_to, gpu, args.date)
+    locked = _locked(args, args.matrix)
+    recipes = None
+    if locked:
+        from ...digests import sha256_bytes
+        from ...render.renderer import Renderer
+        renderer = Renderer()
+        recipes = {s.id: sha256_bytes(renderer.dockerfile(s, k).encode("utf-8"))
+                   for s in specs if s.id in locked}
+    result = day(k, specs, args.driver_from, args.driver_to, gpus, args.date, locked, recipes)
+    verdicts = result.verdicts
     failing = [v for v in verdicts if v.status in fail_on]
+    gpu_shown = ",".join(g for g in gpus if g) or "any"
     if args.format == "github":
         print(json.dumps(github_matrix(verdicts), sort_keys=True, separators=(",", ":")))
     elif args.format == "json":
         Reporter("plan", json_mode=True).result(
-            {"driver_from": args.driver_from, "driver_to": args.driver_to, "gpu": gpu or "any",
-             "images": [v.to_json() for v in verdicts], "fail_on": fail_on,
+            {"driver_from": args.driver_from, "driver_to": args.driver_to, "gpu": gpu_shown,
+             "lock_read": result.lock_read, "images": [v.to_json() for v in verdicts],
+             "pools": [p.to_json() for p in result.pools], "fail_on": fail_on,
              "failed": [v.image for v in failing]})
     else:
-        width = max((len(v.image) for v in verdicts), default=5)
-        print(f"{'IMAGE':<{width}}  {'STATUS':<12}  {'BEFORE':<14}  {'AFTER':<14}  DETAIL")
-        for v in verdicts:
-            print(f"{v.image:<{width}}  {v.status:<12}  {v.before:<14}  {v.after:<14}  {v.detail}")
-        counts = {}
-        for v in verdicts:
-            counts[v.status] = counts.get(v.status, 0) + 1
-        print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-        if gpu is None:
-            print("GPU: any (not checked): an image counts as usable when the driver runs it on "
-                  "some GPU; name the cluster's GPU with --gpu for its own plan")
-        print(knowledge_line(knowledge_used(args, k)))
+        _print(args, k, result, gpus)
     if failing:
         Reporter("plan", json_mode=args.format == "json").error(
             f"{len(failing)} image(s) {'/'.join(fail_on)} on the new driver (--fail-on): "
             + ", ".join(v.image for v in failing[:10]) + (" ..." if len(failing) > 10 else ""))
         return 1
     return 0
+
+
+def _print(args, k, result, gpus) -> None:
+    verdicts = result.verdicts
+    width = max((len(v.image) for v in verdicts), default=5)
+    print(f"{'IMAGE':<{width}}  {'ACTION':<7}  {'STATUS':<12}  {'BEFORE':<14}  {'AFTER':<14}  WHY")
+    for v in verdicts:
+        print(f"{v.image:<{width}}  {v.action:<7}  {v.status:<12}  {v.before:<14}  {v.after:<14}  {v.why}")
+    counts: dict[str, int] = {}
+    for v in verdicts:
+        counts[v.action] = counts.get(v.action, 0) + 1
+    print(", ".join(f"{n} {a}" for a, n in sorted(counts.items())))
+    if not result.lock_read:
+        print("images.lock: none read, so nothing counts as built or published (--lock names one)")
+    print("GPU pools:")
+    for p in result.pools:
+        print(f"  {p.gpu}: {p.action}: {p.why}")
+    if gpus == [None]:
+        print("GPU: any (not checked): an image counts as usable when the driver runs it on "
+              "some GPU; name the cluster's GPU with --gpu for its own plan")
+    print(knowledge_line(knowledge_used(args, k)))

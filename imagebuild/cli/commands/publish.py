@@ -48,6 +48,10 @@ def configure(parser) -> None:
     parser.add_argument("--sbom-file", metavar="FILE", default=None,
                         help="with one IMAGE: attach this SBOM (implies --sbom); it must describe the "
                              "engine's image and match the sbom_sha256 images.lock records, if any")
+    parser.add_argument("--notes", action="store_true",
+                        help="attach each image's notes page (`imagebuild notes IMAGE`: what is "
+                             "inside, the driver it needs, the smoke result and SBOM the lock "
+                             "records) as an OCI referrer, text/markdown")
     parser.add_argument("--sign-key", metavar="FILE", default=None,
                         help="sign each pushed manifest (and its SBOM referrer) with this ECDSA P-256 "
                              "PEM private key, in cosign's format; its password, if any, from "
@@ -101,7 +105,7 @@ def image_sbom(image_id: str, engine_id: str, args, matrix_run) -> bytes | None:
 
 
 def attach_to(api, target, image_id: str, sbom: bytes | None, key, done: dict, say,
-              repository_name: str | None = None):
+              repository_name: str | None = None, notes: bytes | None = None):
     """publish_image's after_dated hook: the SBOM referrer, then the signatures of the image and of
     the SBOM referrer; what was pushed goes into ``done``. ``repository_name``: the repository's
     last part when it is not the image id (one platform's image of a multi-platform name)."""
@@ -114,6 +118,10 @@ def attach_to(api, target, image_id: str, sbom: bytes | None, key, done: dict, s
             subject = referrers.subject_of(api, repository, digest)
             done["sbom"] = referrers.attach_sbom(api, repository, subject, sbom, image_id=image_id,
                                                  progress=say)
+        if notes is not None:
+            subject = referrers.subject_of(api, repository, digest)
+            done["notes"] = referrers.attach_notes(api, repository, subject, notes,
+                                                   image_id=image_id, progress=say)
         if key is not None:
             done["signature"] = signing.sign(api, repository, docker_reference=reference, digest=digest,
                                              key=key, progress=say)
@@ -129,6 +137,10 @@ def attachment_lines(result, done: dict) -> list[str]:
     if "sbom" in done:
         a = done["sbom"]
         lines.append(f"{repo}@{a.digest} sbom sha256:{a.layer_digest.split(':', 1)[1]} of {result.digest} "
+                     f"({a.listed_by})")
+    if "notes" in done:
+        a = done["notes"]
+        lines.append(f"{repo}@{a.digest} notes sha256:{a.layer_digest.split(':', 1)[1]} of {result.digest} "
                      f"({a.listed_by})")
     for what in ("signature", "sbom_signature"):
         if what in done:
@@ -247,6 +259,13 @@ def run(args) -> int:
         publish.check_report(report, engine_id, name=image_id, source=source)
         check_lock(image_id, engine_id, source, args)
         sboms[image_id] = image_sbom(image_id, engine_id, args, matrix_run)
+    pages: dict = {}
+    if getattr(args, "notes", False):
+        # each page rendered before anything is pushed, from the lock that vouches for the image
+        from ...deliver import lockfile, notes
+        locked = lockfile.read_lock(args.lock or Workspace.of(args.matrix).lock)
+        pages = {i: notes.render(matrix_run.k, s, locked.get(i)).encode("utf-8")
+                 for i, s in specs.items()}
     api = publish.RegistryAPI(target.host, credentials, auth_hosts=args.auth_host, deadline=args.timeout)
     results = []
     attached: dict = {}
@@ -266,8 +285,9 @@ def run(args) -> int:
             engine, image_id=image_id, local_ref=spec.local_ref, tags=tags, target=target,
             report=report, report_source=source, credentials=credentials, api=api,
             progress=say, repository_name=name, staging_tag=staging,
-            after_dated=attach_to(api, target, image_id, sboms[image_id], key, done, say, name)
-            if sboms[image_id] is not None or key is not None else None)
+            after_dated=attach_to(api, target, image_id, sboms[image_id], key, done, say, name,
+                                  pages.get(image_id))
+            if sboms[image_id] is not None or key is not None or image_id in pages else None)
         if twins:
             publish_platforms(api, target, spec, twins, key, done, say)
         attached[image_id] = done
