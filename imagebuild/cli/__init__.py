@@ -39,6 +39,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "notes": ("notes", "the human page of an image: what is inside, the driver it needs, its proof"),
     "audit": ("audit", "known vulnerabilities of an image's locked wheels (the index's data)"),
     "verify": ("verify", "check a pushed image's signature (cosign's key-based format) and its signed SBOM"),
+    "completion": ("completion", "print a shell completion script (bash, zsh, tcsh) for every command"),
 }
 
 
@@ -163,8 +164,12 @@ def _main(argv: list[str] | None) -> int:
     code, fatal = 0, None
     try:
         module = importlib.import_module(f"imagebuild.cli.commands.{modname}")
-        parser = _Parser(prog=f"imagebuild {name}", description=helptext)
+        parser = _Parser(prog=f"imagebuild {name}", description=helptext,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
         module.configure(parser)
+        if parser.epilog is None:       # the command's own examples, else the shared ones
+            from .examples import epilog
+            parser.epilog = epilog(name)
         args = parser.parse_args(rest)
         action = getattr(args, "action", None)
         reporter.rename(f"{name} {action}" if isinstance(action, str) else name,

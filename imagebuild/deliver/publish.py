@@ -144,11 +144,12 @@ class _TransientPush(RegistryError):
 
 def _engine_push_retrying(engine, repository: str, tag: str, credentials: Credentials | None,
                           secrets: list[str], *, tries: int, backoff: float,
-                          sleep: Callable[[float], None]) -> str | None:
+                          sleep: Callable[[float], None],
+                          progress: Callable[[str], None] | None = None) -> str | None:
     """_engine_push with bounded exponential backoff on transient failures."""
     for attempt in range(1, tries + 1):
         try:
-            return _engine_push(engine, repository, tag, credentials, secrets)
+            return _engine_push(engine, repository, tag, credentials, secrets, progress)
         except _TransientPush as exc:
             if attempt == tries:
                 raise RegistryUnavailable(f"{exc.message} (failed {tries} times)") from None
@@ -157,11 +158,13 @@ def _engine_push_retrying(engine, repository: str, tag: str, credentials: Creden
 
 
 def _engine_push(engine, repository: str, tag: str, credentials: Credentials | None,
-                 secrets: list[str]) -> str | None:
-    """Push one tag through the engine; the digest it reports (stream ``aux``), or RegistryError."""
+                 secrets: list[str], progress: Callable[[str], None] | None = None) -> str | None:
+    """Push one tag through the engine; the digest it reports (stream ``aux``), or RegistryError.
+    ``progress`` (where given) hears how far the push is."""
     try:
         pushed = engine.push(repository, tag,
-                             auth=credentials.auth_config() if credentials is not None else None)
+                             auth=credentials.auth_config() if credentials is not None else None,
+                             **({"progress": progress} if progress is not None else {}))
     except EngineRefused as exc:
         raise RegistryError(scrub(f"pushing {repository}:{tag} failed: {exc.detail}", secrets)) from None
     if pushed.error is not None:
@@ -198,7 +201,8 @@ def _push_verified(engine, api, engine_id: str, local_ref: str, repository: str,
     engine.tag(engine_id, repository, tag)
     say(f"pushing {repository}:{tag}")
     engine_digest = _engine_push_retrying(engine, repository, tag, credentials, secrets,
-                                          tries=api.tries, backoff=api.backoff, sleep=api._sleep)
+                                          tries=api.tries, backoff=api.backoff, sleep=api._sleep,
+                                          progress=say)
     engine_digest = engine_digest or _engine_repo_digest(engine, repository, local_ref)
     if engine_digest is None:
         raise RegistryError(f"the engine reported no digest for {repository}:{tag}")

@@ -42,6 +42,54 @@ _CACHE_RE = re.compile(r"^\s*-{2,3}> Using cache\b")
 _TARGET_RE = re.compile(r"^/[^\x00-\x1f\x7f:,]*\Z")
 
 
+#: the least time between two progress lines of one push
+PUSH_REPORT_SECONDS = 10.0
+
+
+class PushProgress:
+    """The engine's push events (per layer: Pushing with current/total bytes, Pushed, Layer already
+    exists) summed into one plain line now and then: bytes sent of the known total, layers done."""
+
+    def __init__(self, what: str, progress: Progress | None, clock=time.monotonic):
+        self.what, self.progress, self.clock = what, progress, clock
+        self.layers: dict[str, tuple[int, int]] = {}     # id -> (current, total)
+        self.finished: set[str] = set()
+        self.last = clock()
+
+    def event(self, event: dict) -> None:
+        layer, status = event.get("id"), str(event.get("status") or "")
+        if not isinstance(layer, str) or self.progress is None:
+            return
+        detail = event.get("progressDetail") if isinstance(event.get("progressDetail"), dict) else {}
+        cur, tot = detail.get("current"), detail.get("total")
+        if isinstance(cur, int) and isinstance(tot, int) and tot > 0:
+            self.layers[layer] = (min(cur, tot), tot)
+        if status in ("Pushed", "Layer already exists"):
+            self.finished.add(layer)
+            if layer in self.layers:
+                self.layers[layer] = (self.layers[layer][1], self.layers[layer][1])
+        elif status == "Preparing" or status == "Waiting":
+            self.layers.setdefault(layer, (0, 0))
+        now = self.clock()
+        if now - self.last >= PUSH_REPORT_SECONDS:
+            self.last = now
+            self.progress(self.line())
+
+    def line(self) -> str:
+        sent = sum(c for c, _ in self.layers.values())
+        total = sum(t for _, t in self.layers.values())
+        size = f"{_mb(sent)} of {_mb(total)} MB" if total else f"{_mb(sent)} MB"
+        return f"pushing {self.what}: {size}, {len(self.finished)} of {len(self.layers)} layers done"
+
+    def done(self) -> None:
+        if self.progress is not None and self.layers:
+            self.progress(self.line())
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.0f}"
+
+
 def _stream_closer(stream) -> Callable[[], None]:
     """A function that cuts the HTTP connection of a docker SDK build stream: the engine then
     cancels the build (its running step's container is killed and, with forcerm, removed), and
@@ -458,24 +506,29 @@ class DockerEngine:
             self._client.api.remove_image(ref, noprune=True)
 
     def push(self, repository: str, tag: str, *,
-             auth: Mapping[str, str] | None = None) -> PushResult:
+             auth: Mapping[str, str] | None = None,
+             progress: Progress | None = None) -> PushResult:
         """Push ``repository:tag`` (with ``auth``: {"username", "password"}); the digests the
         engine reported and the first error it reported, which ends the push. EngineRefused when
-        the engine refuses the request itself."""
+        the engine refuses the request itself. ``progress``: plain lines, at most one every
+        PUSH_REPORT_SECONDS, of the bytes and layers pushed so far (a 1.4 GB push is not silent)."""
         check_ref(f"{repository}:{tag}")
         kwargs: dict = {"stream": True, "decode": True}
         if auth is not None:
             kwargs["auth_config"] = dict(auth)
         digests: list[str] = []
+        seen = PushProgress(f"{repository}:{tag}", progress)
         with engine_errors(f"pushing {repository}:{tag}"):
             for event in self._client.api.push(repository, tag=tag, **kwargs):
                 if not isinstance(event, dict):
                     continue
                 if "error" in event:
                     return PushResult(tuple(digests), str(event.get("error") or ""))
+                seen.event(event)
                 aux = event.get("aux")
                 if isinstance(aux, dict) and isinstance(aux.get("Digest"), str):
                     digests.append(aux["Digest"])
+        seen.done()
         return PushResult(tuple(digests), None)
 
     def save_stream(self, ref: str) -> Iterator[bytes]:
