@@ -27,6 +27,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "sources": ("imagebuild sources list",),
     "plan": ("imagebuild plan --driver-from 570.172.08 --driver-to 580.95.05 --gpu H100,A100",
              "imagebuild plan --driver-from 570.172.08 --driver-to 580.95.05 --gpu H100 --format github"),
+    "upgrade": ("imagebuild upgrade --driver-from 570.172.08 --driver-to 580.95.05 --gpu H100 --dry-run",
+                "imagebuild upgrade --driver-from 570.172.08 --driver-to 580.95.05 --gpu H100,A100 "
+                "--registry localhost:5000/hpc"),
     "export": ("imagebuild export smoke-cpu --format sqsh --output smoke-cpu.sqsh",
                "imagebuild export smoke-cpu --format oci-bundle --output ./smoke-cpu.bundle"),
     "slurm-script": ("imagebuild slurm-script smoke-cpu --nodes 2 --gpus-per-node 0 --output smoke.sbatch",),
