@@ -102,6 +102,17 @@ class Runner:
         action = step["uses"].split("@")[0]
         if action in ("actions/checkout", "actions/setup-python"):
             return      # the workspace is the copy; python is the venv's
+        if action == "actions/download-artifact":
+            # every artifact the earlier jobs kept, each under PATH/<its name>/ (v4's layout):
+            # here the images job's lock, which it left in the shared workspace
+            dest = self.workspace / self.value(step["with"]["path"])
+            for name, paths in self.context.get("kept", {}).items():
+                for path in paths:
+                    target = dest / name / path.relative_to(self.workspace)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    if path.is_file():
+                        shutil.copy2(path, target)
+            return
         assert action == "actions/upload-artifact", f"an action this runner does not know: {action}"
         kept = []
         for pattern in self.value(step["with"]["path"]).split():
@@ -109,6 +120,7 @@ class Runner:
             assert found, f"artifact {self.value(step['with']['name'])}: nothing at {pattern}"
             kept += found
         self.context.setdefault("artifacts", []).extend(kept)
+        self.context.setdefault("kept", {})[self.value(step["with"]["name"])] = kept
 
 
 class StepFailed(AssertionError):
@@ -193,7 +205,8 @@ def test_the_plan_and_broken_jobs_on_a_driver_change(workspace, workflow):
 def test_the_images_job_publishes_and_keeps_its_artifacts(workspace, workflow, registry, engine,  # noqa: F811
                                                           smoke_cpu_image, docker_client, tmp_path):
     ws = workspace[0]
-    runner = _runner(workspace, matrix={"image": "smoke-cpu"},
+    runner = _runner(workspace, matrix={"image": "smoke-cpu", "images": "smoke-cpu",
+                                        "runner": "ubuntu-latest"},
                      vars={"IMAGEBUILD_REGISTRY": f"{registry}/ci", "IMAGEBUILD_SOURCES": "",
                            "CLUSTER_IMAGE_DIR": "/shared/images"},
                      secrets={"IMAGEBUILD_REGISTRY_USER": USER, "IMAGEBUILD_REGISTRY_PASSWORD": PASSWORD})
@@ -205,6 +218,15 @@ def test_the_images_job_publishes_and_keeps_its_artifacts(workspace, workflow, r
     assert "/shared/images/smoke-cpu.sqsh" in (ws / "exports" / "smoke-cpu.sbatch").read_text()
     published = lock["smoke-cpu"]["published"]
     assert lock["smoke-cpu"]["smoke"]["passed"] and list(published) == [f"{registry}/ci/smoke-cpu"]
+    # job `locks`: the jobs' locks (here the one job's) merged into one images.lock artifact
+    (ws / "images.lock").rename(ws / "job.lock")
+    merger = _runner(workspace, needs={"images": {"result": "success"}})
+    merger.context["kept"] = {"image-smoke-cpu": [ws / "job.lock"]}
+    (ws / "job.lock").rename(ws / "images.lock")
+    merger.context["kept"] = {"image-smoke-cpu": [ws / "images.lock"]}
+    merger.run_job(workflow["jobs"]["locks"])
+    assert read_lock(ws / "images.lock")["smoke-cpu"] == lock["smoke-cpu"]
+    assert {p.name for p in merger.context["artifacts"]} == {"images.lock"}
 
     # a node's journey: imagebuild installed from the wheel built from this checkout, in a fresh
     # venv, run in an empty folder (no checkout, no images.lock): the packaged knowledge; doctor

@@ -207,11 +207,72 @@ def _pool(k, by_id: dict, verdicts: list[Verdict], gpu: str | None, driver_from:
     return Pool(name, b_id, a_id, b_tag, a_tag, action, why, bool(published))
 
 
-def github_matrix(verdicts: list[Verdict]) -> dict:
+def github_matrix(verdicts: list[Verdict], platforms: dict[str, str] | None = None,
+                  runners: dict[str, str] | None = None) -> dict:
     """A GitHub Actions matrix of the images CI must build: those to build or rebuild (a driver
-    alone queues none it has built and published); an image built FROM another (a devel from its
-    runtime) names it as its `base`, to be built first (`imagebuild build <devel>` builds it first
-    on its own)."""
-    return {"include": [{"image": v.image, "status": v.status, "mode": v.after, "action": v.action,
-                         **({"base": v.base} if v.base else {})}
-                        for v in verdicts if v.action in BUILDS]}
+    alone queues none it has built and published). A devel image and the runtime it is built FROM
+    share one entry (`images`: the runtime, then the devel; `base`: the runtime), so one job builds
+    the runtime once and the devel on it. `platforms`: image id -> OCI platform; with `runners`
+    (OCI platform -> runner label), each entry names its `runner`, and an image whose platform has
+    no runner is left out (never compiled under emulation inside a job's time limit)."""
+    chosen = [v for v in verdicts if v.action in BUILDS]
+    bases = {v.base for v in chosen if v.base}
+    out = []
+    for v in chosen:
+        if v.image in bases:
+            continue                    # built in its devel's job
+        row = {"image": v.image, "status": v.status, "mode": v.after, "action": v.action,
+               "images": f"{v.base} {v.image}" if v.base and v.base in {c.image for c in chosen}
+               else v.image}
+        if v.base:
+            row["base"] = v.base
+        plat = (platforms or {}).get(v.image)
+        if plat:
+            row["platform"] = plat
+        if runners is not None:
+            if plat not in runners:
+                continue
+            row["runner"] = runners[plat]
+        out.append(row)
+    return {"include": out}
+
+
+def left_out(verdicts: list[Verdict], platforms: dict[str, str], runners: dict[str, str]) -> list[str]:
+    """The images to build that github_matrix leaves out for want of a runner of their platform."""
+    return [v.image for v in verdicts if v.action in BUILDS and platforms.get(v.image) not in runners]
+
+
+def gitlab_pipeline(verdicts: list[Verdict], platforms: dict[str, str], tags: dict[str, str],
+                    registry_var: str = "IMAGEBUILD_REGISTRY") -> str:
+    """A GitLab child pipeline (YAML) with one job per entry of github_matrix: build, smoke test,
+    lock and publish each image (the runtime before its devel), on a runner with the tag the user
+    gave for the image's platform (`tags`: OCI platform -> runner tag); images of a platform
+    without one are left out. The job's shell needs imagebuild installed and an engine."""
+    import yaml
+
+    matrix = github_matrix(verdicts, platforms, tags)["include"]
+    install = "python3 -m pip install ${IMAGEBUILD_PIP_ARGS:-imagebuild}"
+    jobs: dict = {}
+    for row in matrix:
+        script = [install]
+        for image in row["images"].split():
+            script += [f"imagebuild build {image}", f"imagebuild test {image}",
+                       f"imagebuild lock {image}",
+                       f'if [ -n "${{{registry_var}:-}}" ]; then imagebuild publish {image} '
+                       f'--registry "${registry_var}" --sbom --notes; fi']
+        # each job's lock under its own name: the locks job merges them
+        script += ["mkdir -p job-locks", f"cp images.lock job-locks/{row['image']}.lock"]
+        jobs[f"image:{row['image']}"] = {
+            "stage": "images", "tags": [row["runner"]], "script": script,
+            "artifacts": {"when": "always", "paths": ["job-locks/", ".imagebuild/reports/"]},
+        }
+    if jobs:
+        jobs["locks"] = {
+            "stage": "locks", "needs": [{"job": name, "artifacts": True} for name in jobs],
+            "script": [install, "imagebuild lock --merge job-locks/*.lock --lock images.lock"],
+            "artifacts": {"paths": ["images.lock"]},
+        }
+    else:
+        jobs["nothing-to-build"] = {"stage": "images", "script": ["echo the upgrade builds no image"]}
+    doc = {"stages": ["images", "locks"], **jobs}
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=1000)

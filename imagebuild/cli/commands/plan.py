@@ -40,7 +40,14 @@ def configure(parser) -> None:
                         help="exit 1 when an image gets one of these verdicts (the STATUS column's "
                              "words; CI: --fail-on broken)")
     parser.add_argument("--date", help="judge end of life on this day (default: the matrix's as_of)")
-    parser.add_argument("--format", choices=("table", "json", "github"), default="table")
+    parser.add_argument("--format", choices=("table", "json", "github", "gitlab"), default="table",
+                        help="github: the job matrix (one JSON line); gitlab: a child pipeline "
+                             "(YAML) with one job per image to build")
+    parser.add_argument("--runner", action="append", default=[], metavar="PLATFORM=LABEL",
+                        help="with --format github or gitlab: the runner label (GitLab: tag) for "
+                             "images of an OCI platform, e.g. linux/arm64=ubuntu-24.04-arm; with "
+                             "any given, an image whose platform has none is left out (said on "
+                             "stderr), never built under emulation")
     parser.add_argument("--json", dest="format", action="store_const", const="json",
                         help="print the verdicts as JSON (the same as --format json)")
     parser.epilog = EXAMPLES
@@ -55,6 +62,19 @@ def _gpus(text: str) -> list[str | None]:
             raise UsageError("`any` stands alone, not in a list of pools", argument="--gpu")
         return [None]
     return list(dict.fromkeys(names))
+
+
+def _runners(values: list[str]) -> dict[str, str]:
+    import re
+    out = {}
+    for value in values:
+        plat, sep, label = value.partition("=")
+        if not sep or not re.fullmatch(r"linux/[a-z0-9]+(/v[0-9])?", plat) or \
+                not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", label):
+            raise UsageError(f"{value!r} is not PLATFORM=LABEL (e.g. linux/arm64=ubuntu-24.04-arm)",
+                             argument="--runner")
+        out[plat] = label
+    return out
 
 
 def _locked(args, matrix: str) -> dict | None:
@@ -75,7 +95,7 @@ def _locked(args, matrix: str) -> dict | None:
 
 def run(args) -> int:
     from ...render.run import MatrixRun
-    from ...deliver.plan import STATUSES, day, github_matrix
+    from ...deliver.plan import STATUSES, day, github_matrix, gitlab_pipeline, left_out
     from ...versions import VersionSyntaxError, parse_host_driver
 
     for flag, value in (("--driver-from", args.driver_from), ("--driver-to", args.driver_to)):
@@ -103,8 +123,17 @@ def run(args) -> int:
     verdicts = result.verdicts
     failing = [v for v in verdicts if v.status in fail_on]
     gpu_shown = ",".join(g for g in gpus if g) or "any"
+    runners = _runners(args.runner) if args.runner or args.format == "gitlab" else None
+    platforms = {s.id: s.oci_platform for s in specs if s.oci_platform}
+    if runners is not None and args.format in ("github", "gitlab"):
+        for image in left_out(verdicts, platforms, runners):
+            Reporter("plan").warn(f"{image}: no runner for {platforms.get(image) or 'its platform'} "
+                                  "(--runner PLATFORM=LABEL): left out")
     if args.format == "github":
-        print(json.dumps(github_matrix(verdicts), sort_keys=True, separators=(",", ":")))
+        print(json.dumps(github_matrix(verdicts, platforms, runners), sort_keys=True,
+                         separators=(",", ":")))
+    elif args.format == "gitlab":
+        print(gitlab_pipeline(verdicts, platforms, runners), end="")
     elif args.format == "json":
         Reporter("plan", json_mode=True).result(
             {"driver_from": args.driver_from, "driver_to": args.driver_to, "gpu": gpu_shown,
