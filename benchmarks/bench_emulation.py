@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuild.build.emulation import PLATFORMS, check_emulation  # noqa: E402
+from imagebuild.builder.emulation import PLATFORMS, check_emulation  # noqa: E402
 from imagebuild.engines import get_engine  # noqa: E402
 from imagebuild.errors import ImagebuildError  # noqa: E402
 

@@ -27,11 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from imagebuild import knowledge  # noqa: E402
-from imagebuild.build.scheduler import build_all  # noqa: E402
+from imagebuild.builder.scheduler import build_all  # noqa: E402
 from imagebuild.cli.commands.build import CA_SECRET, check_ca_bundle, jobs_for  # noqa: E402
 from imagebuild.engines import get_engine  # noqa: E402
 from imagebuild.render.images import expand  # noqa: E402
-from imagebuild.build.reproducible import BuildTimeEngine  # noqa: E402
+from imagebuild.builder.reproducible import BuildTimeEngine  # noqa: E402
 from imagebuild.sourcedate import source_epoch  # noqa: E402
 
 DEVEL = "comms-cu130-nccl2.30.7-debian12-devel"

@@ -3,7 +3,7 @@
 
     python benchmarks/bench_normalize_disk.py REF [--workdir DIR] [--interval S]
 
-Normalises the engine's image REF in place (imagebuild/build/reproducible.py: save, rewrite of each
+Normalises the engine's image REF in place (imagebuild/builder/reproducible.py: save, rewrite of each
 layer above the base its label names, load) with the source date --epoch: give each run another
 date to make it write new layers, as a build does (with the build's date an image normalised
 already comes out with the same ID and the engine stores nothing new), while
@@ -40,7 +40,7 @@ def main() -> int:
     args = ap.parse_args()
 
     from imagebuild.engines import get_engine
-    from imagebuild.build.reproducible import normalize_image
+    from imagebuild.builder.reproducible import normalize_image
     engine = get_engine("docker")
     before = engine.lookup(args.ref)
     if before is None:

@@ -6,7 +6,7 @@
 Runs `imagebuild build IMAGE --no-cache --json` R times with `--no-normalize` and R times
 without it (alternating, so both see the same engine load), and prints per mode the build times
 (median, min, max), the image ids and whether all ids of the mode are equal. The normalised
-build's time includes the save, layer rewrite and load (imagebuild/build/reproducible.py). IMAGE is
+build's time includes the save, layer rewrite and load (imagebuild/builder/reproducible.py). IMAGE is
 a matrix image (default smoke-cpu). Needs a Docker engine in DOCKER_HOST and the image's base.
 Each build's step images (named in its log) are removed after it, the tagged image kept.
 """

@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from imagebuild.build import shards  # noqa: E402
+from imagebuild.builder import shards  # noqa: E402
 from imagebuild.knowledge import load  # noqa: E402
 from imagebuild.render.images import expand  # noqa: E402
 

@@ -308,8 +308,8 @@ def build_cold_twice(docker_client, ctx: Path, refs: list[str], log_dir: Path, *
     are written anew with another mtime, as a fresh checkout or rendering would. Returns, per
     build, (ref, the image ID, the engine's image, the engine's own ID before normalising)."""
     import time
-    from imagebuild.build import reproducible as rp
-    from imagebuild.build.scheduler import BuildJob, build_all
+    from imagebuild.builder import reproducible as rp
+    from imagebuild.builder.scheduler import BuildJob, build_all
     from imagebuild.engines import get_engine
 
     inner = get_engine("docker", client=docker_client)

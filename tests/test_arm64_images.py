@@ -30,7 +30,7 @@ MATRIX = ROOT / "matrix.yaml"
 
 @pytest.fixture(scope="module")
 def arm64_image(docker_client):
-    from imagebuild.build.emulation import PLATFORMS, check_emulation
+    from imagebuild.builder.emulation import PLATFORMS, check_emulation
     from imagebuild.render.run import load_images
     try:
         check_emulation(PLATFORMS["linux/arm64"])

@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from conftest import need
-from imagebuild.build import baseimage
-from imagebuild.build.baseimage import (
+from imagebuild.builder import baseimage
+from imagebuild.builder.baseimage import (
     BASES, base_spec, check_tools, normalize_rootfs, pack_rootfs, write_image_tar,
 )
 from imagebuild.engines import get_engine
@@ -215,7 +215,7 @@ def test_an_arm64_base_under_emulation(engine, tmp_path):
     says arm64/v8, and the host platform's base of the same name is refused over it. Heavy tier:
     emulated dpkg takes minutes (docs/benchmarks.md)."""
     from conftest import answer
-    from imagebuild.build.emulation import PLATFORMS, check_emulation
+    from imagebuild.builder.emulation import PLATFORMS, check_emulation
 
     if not shutil.which("debootstrap") or os.geteuid() != 0:
         need("debootstrap as root", "apt-get install debootstrap and run the tests as root")

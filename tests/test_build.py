@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, need
-from imagebuild.build.scheduler import (
+from imagebuild.builder.scheduler import (
     BUILT, FAILED, NOT_STARTED, SKIPPED, BuildJob, BuildOutcome, build_all, check_jobs, format_table,
 )
 from imagebuild.engines import BuildResult, get_engine

@@ -1,5 +1,5 @@
 """`imagebuild build --locked` builds FROM the base images.lock records, not from whatever the tag
-names when the build starts (imagebuild/build/pinning.py)."""
+names when the build starts (imagebuild/builder/pinning.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ROOT
 from imagebuild import cli
-from imagebuild.build import pinning
+from imagebuild.builder import pinning
 from imagebuild.errors import BuildError
 
 BASE = "imagebuild/base:debian-bookworm"
@@ -99,9 +99,9 @@ def _temporary_tags(client) -> list[str]:
 
 
 def test_build_uses_the_locked_id_when_the_tag_moved(docker_client, moved_tag, tmp_path):
-    from imagebuild.build.scheduler import BuildJob, build_all
+    from imagebuild.builder.scheduler import BuildJob, build_all
     from imagebuild.engines import get_engine
-    from imagebuild.build.reproducible import BuildTimeEngine
+    from imagebuild.builder.reproducible import BuildTimeEngine
 
     moving, image_a, refs = moved_tag
     built = moving.replace("-moving:tag", "-built:local")
@@ -133,9 +133,9 @@ def test_build_uses_the_locked_id_when_the_tag_moved(docker_client, moved_tag, t
 
 
 def test_a_locked_id_the_engine_lost_is_one_line(docker_client, moved_tag, tmp_path):
-    from imagebuild.build.scheduler import BuildJob, build_all
+    from imagebuild.builder.scheduler import BuildJob, build_all
     from imagebuild.engines import get_engine
-    from imagebuild.build.reproducible import BuildTimeEngine
+    from imagebuild.builder.reproducible import BuildTimeEngine
 
     moving, _image_a, _refs = moved_tag
     built = moving.replace("-moving:tag", "-built:local")

@@ -13,8 +13,8 @@ import tarfile
 
 import pytest
 
-from imagebuild.build import builders
-from imagebuild.build import reproducible as rp
+from imagebuild.builder import builders
+from imagebuild.builder import reproducible as rp
 from imagebuild.errors import ImagebuildError
 
 EPOCH = 1795219200

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from imagebuild.build import baseimage, emulation
-from imagebuild.build.emulation import PLATFORMS, check_emulation, platform_of
+from imagebuild.builder import baseimage, emulation
+from imagebuild.builder.emulation import PLATFORMS, check_emulation, platform_of
 from imagebuild.errors import ImagebuildError, UsageError
 
 ARM = PLATFORMS["linux/arm64"]

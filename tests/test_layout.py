@@ -12,6 +12,9 @@
   smoke suite (a program of its own, run inside images).
 - Nothing outside `knowledge/` reads the parsed matrix (`Knowledge.document`): the other packages
   take typed values (families, tools, project, releases, ...) that the loader made once.
+- No package is named like build output (`build/`, `dist/`): tools skip such folders (a default
+  ruff run never linted `imagebuild/build/`), and `ruff check` with the rules pyproject.toml
+  configures is clean on the whole project.
 
 Each rule is also checked against a small planted violation, so that none of them can pass by
 reading nothing."""
@@ -139,7 +142,7 @@ def _long_functions(root: Path) -> list[str]:
 #: imagebuild's packages in pipeline order: each may import those before it, none after it.
 #: `smoke` is first because it is a program of its own (copied into images, standard library only)
 #: that the host side starts and reads; `engines` knows nothing of the matrix.
-PIPELINE = ("smoke", "engines", "knowledge", "resolve", "render", "build", "testrun", "deliver", "cli")
+PIPELINE = ("smoke", "engines", "knowledge", "resolve", "render", "builder", "testrun", "deliver", "cli")
 
 
 def _package(module: str, root: Path) -> str | None:
@@ -225,6 +228,56 @@ def test_no_module_over_600_lines():
     assert _long_modules(PACKAGE) == []
 
 
+#: folder names tools treat as build output and skip (ruff's, pytest's and git's usual ignores)
+OUTPUT_NAMES = {"build", "dist", "out", "target"}
+
+
+def _output_named(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root.parent)) for p in root.rglob("*")
+                  if p.is_dir() and p.name in OUTPUT_NAMES and (p / "__init__.py").exists())
+
+
+def _commands_importing_commands(commands: Path) -> list[str]:
+    """`from .other import ...` between modules of cli/commands/ (the package's own `from . import`
+    of shared helpers is fine): shared options live in cli/options.py, stage work in its stage."""
+    names = {p.stem for p in commands.glob("*.py")} - {"__init__"}
+    out = []
+    for path in sorted(commands.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module in names:
+                out.append(f"{path.name}:{node.lineno} imports .{node.module}")
+    return out
+
+
+def test_no_command_imports_another():
+    assert _commands_importing_commands(PACKAGE / "cli" / "commands") == []
+
+
+def test_no_package_is_named_like_build_output():
+    assert _output_named(PACKAGE) == []
+
+
+def test_ruff_is_clean_with_the_configured_rules():
+    import shutil
+    import subprocess
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]
+    assert config["lint"]["select"], "pyproject.toml configures the rules"
+    ruff = shutil.which("ruff")
+    assert ruff, "ruff (the test extra) is not installed"
+    done = subprocess.run([ruff, "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:]
+    # and it reads the package: a planted unused import in a package folder is found
+    planted = ROOT / "imagebuild" / "builder" / "_ruff_planted.py"
+    try:
+        planted.write_text("import os\n")
+        done = subprocess.run([ruff, "check", "--no-cache", "."], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 1 and "_ruff_planted.py" in done.stdout
+    finally:
+        planted.unlink()
+
+
 def _planted(tmp_path: Path) -> Path:
     pkg = tmp_path / "pkg"
     (pkg / "engines").mkdir(parents=True)
@@ -240,6 +293,13 @@ def _planted(tmp_path: Path) -> Path:
 
 def test_the_rules_see_planted_violations(tmp_path):
     pkg = _planted(tmp_path)
+    (pkg / "build").mkdir()
+    (pkg / "build" / "__init__.py").write_text("")
+    assert _output_named(pkg) == ["pkg/build"]
+    (pkg / "commands").mkdir()
+    (pkg / "commands" / "x.py").write_text("def f():\n    from .y import g\n")
+    (pkg / "commands" / "y.py").write_text("from . import helpers\n")
+    assert _commands_importing_commands(pkg / "commands") == ["x.py:2 imports .y"]
     assert _docker_imports(pkg) == ["pkg/b.py:3"]            # engines/ itself may
     assert _cycles(_graph(pkg)) == [["pkg.a", "pkg.b"]]       # the lazy import counts
     assert _long_functions(pkg) == [f"pkg/c.py:1 long ({MAX_LINES + 1} lines)"]

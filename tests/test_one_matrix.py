@@ -105,7 +105,7 @@ def test_build_reads_the_named_matrix_once(project, tmp_path, monkeypatch, capsy
     """`imagebuild build --matrix other.yaml` up to the builds: the jobs handed to build_all were
     rendered from B, and B was read once and alone. Stopped where the builds would start: no engine
     is asked anything (get_engine gives a stand-in that fails on any use)."""
-    from imagebuild.build import scheduler as build_mod
+    from imagebuild.builder import scheduler as build_mod
     import imagebuild.engines as engines
 
     handed = []

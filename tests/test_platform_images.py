@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from imagebuild import cli, knowledge, platforms
-from imagebuild.build import emulation
+from imagebuild.builder import emulation
 from imagebuild.engines.base import check_platform
 from imagebuild.errors import UsageError
 from imagebuild.render import images, output, wheellock

@@ -3,7 +3,7 @@ PUSH_REPORT_SECONDS and once at the end (pure logic on the events the Docker API
 
 from __future__ import annotations
 
-from imagebuild.engines.docker_sdk import PUSH_REPORT_SECONDS, PushProgress
+from imagebuild.engines.pushprogress import PUSH_REPORT_SECONDS, PushProgress
 
 
 def test_events_are_summed_and_throttled():

@@ -1,4 +1,4 @@
-"""Reproducible images (imagebuild/build/reproducible.py): the normalising step, and two cold builds of
+"""Reproducible images (imagebuild/builder/reproducible.py): the normalising step, and two cold builds of
 the same recipe on the real engine giving one image ID."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild.build import reproducible as rp
+from imagebuild.builder import reproducible as rp
 from conftest import answer, build_cold_twice
 from imagebuild import dockerfile, sourcedate
 
@@ -416,8 +416,8 @@ def test_a_memo_file_that_is_not_ours_is_no_memo(tmp_path):
 @pytest.mark.parametrize("builder", ["classic", "buildkit"])
 def test_an_unchanged_rebuild_is_tagged_not_normalised_again(docker_client, base_image, tmp_path,
                                                              monkeypatch, cleanup, builder):
-    from imagebuild.build.reproducible import BuildTimeEngine
-    from imagebuild.build.scheduler import BuildJob, build_all
+    from imagebuild.builder.reproducible import BuildTimeEngine
+    from imagebuild.builder.scheduler import BuildJob, build_all
     from imagebuild.engines import get_engine
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from imagebuild import cli, knowledge
-from imagebuild.build import shards
+from imagebuild.builder import shards
 from imagebuild.deliver import lockfile
 from imagebuild.render import images as I
 

@@ -1,5 +1,5 @@
 """`imagebuild build --cache-to PREFIX` / `--cache-from PREFIX`: the layer cache shared through a
-registry (imagebuild.build.buildcache.SharedCache, BuildKit's inline cache on Docker 20.10).
+registry (imagebuild.builder.buildcache.SharedCache, BuildKit's inline cache on Docker 20.10).
 
 On the real engine, a real local registry (with a password) and a second real engine beside the
 session's (tests/second_engine.py: its own data root, socket and bridge, no way out to the
@@ -20,7 +20,7 @@ import requests
 
 from conftest import need
 from imagebuild import sourcedate
-from imagebuild.build import reproducible as rp
+from imagebuild.builder import reproducible as rp
 from test_publish import PASSWORD, USER, registry  # noqa: F401 - the module's registry fixture
 
 pytestmark = [pytest.mark.engine, pytest.mark.registry]
@@ -61,7 +61,7 @@ def _docker_config(tmp_path, host: str):
 
 
 def _build(client, ref, ctx, tmp_path, cache, name, kind="docker"):
-    from imagebuild.build.scheduler import BuildJob, build_all
+    from imagebuild.builder.scheduler import BuildJob, build_all
     from imagebuild.engines import get_engine
 
     engine = rp.BuildTimeEngine(get_engine(kind, client=client), {ref: EPOCH}, cache=cache)

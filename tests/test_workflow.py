@@ -158,7 +158,7 @@ def test_the_heavy_tier_runs_weekly_and_when_a_compiled_component_changes(heavy)
         assert f"imagebuild/recipes/fragments/{block.name}.sh.j2" in paths, block.name
     assert {"imagebuild/recipes/fragments/nccl-bench.sh.j2", "imagebuild/smoke/bench/nccl_bw.c"} <= paths
     assert {"imagebuild/render/blocks.py", "imagebuild/components.py", "imagebuild/packagers.py",
-            "imagebuild/recipes/fragments/packages.sh.j2", "imagebuild/build/reproducible.py",
+            "imagebuild/recipes/fragments/packages.sh.j2", "imagebuild/builder/reproducible.py",
             "matrix.yaml"} <= paths
     for path in paths:
         assert (ROOT / path).is_file(), path

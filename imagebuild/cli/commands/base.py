@@ -8,7 +8,7 @@ from ..reporter import Reporter
 
 
 def configure(parser) -> None:
-    from ...build.baseimage import BASES
+    from ...builder.baseimage import BASES
     from ...platforms import LOCAL_BASE
     parser.add_argument("name", metavar="NAME", help=f"the base to create (one of: {', '.join(sorted(BASES))})")
     parser.add_argument("--ref", help=f"the image reference to create (default: {LOCAL_BASE.format(name='NAME')}, "
@@ -28,8 +28,8 @@ def configure(parser) -> None:
 
 
 def run(args) -> int:
-    from ...build.baseimage import base_spec, check_mirror, create_base
-    from ...build.emulation import host_platform, platform_of
+    from ...builder.baseimage import base_spec, check_mirror, create_base
+    from ...builder.emulation import host_platform, platform_of
     from ...engines import check_ref, get_engine
     base_spec(args.name)                 # unknown names and bad input fail before the engine is asked
     target = platform_of(args.platform) if args.platform else host_platform()

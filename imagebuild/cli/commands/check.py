@@ -10,8 +10,9 @@ import json
 from .. import add_matrix_option
 from ...errors import UsageError
 from ..reporter import Reporter
-from .resolve import (WISH_FLAGS, add_host_options, add_system_options, host_from, print_resolution,
-                      system_from, wishes_from)
+from ..options import (WISH_FLAGS, add_host_options, add_system_options, host_from, system_from,
+                       wishes_from)
+from ..resolution import print_resolution
 
 LABEL_PREFIX = "io.imagebuild.stack."
 

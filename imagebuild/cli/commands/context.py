@@ -12,7 +12,7 @@ base image's labels read from the engine, to the image ID `imagebuild build` giv
 always for the recipes that mount (the CUDA images), and with --ca-bundle for the others, which
 `build` otherwise gives to Docker's classic builder (its history differs, and so does its ID).
 Built by `buildah bud --layers --format docker` and loaded into the engine, `normalize` gives it
-the same ID too: it rewrites buildah's config as BuildKit writes it (imagebuild.build.builders)."""
+the same ID too: it rewrites buildah's config as BuildKit writes it (imagebuild.builder.builders)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,7 @@ from .. import add_matrix_option
 from ..reporter import Reporter
 from ...errors import UsageError
 from ...workspace import Workspace
-
-CONTEXT_FILE = "imagebuild-context.json"
+from ...builder.jobs import CONTEXT_FILE
 
 
 def configure(parser) -> None:
@@ -43,7 +42,7 @@ def run(args) -> int:
     from ...render.images import select
     from ...sourcedate import source_epoch
     from ...engines import dockerfile_needs_buildkit
-    from .build import CA_SECRET, build_labels, jobs_for
+    from ...builder.jobs import CA_SECRET, build_labels, jobs_for
 
     rep = Reporter.for_args("context", args)
     matrix_run = MatrixRun.open(args.matrix)    # the run's one read of the matrix

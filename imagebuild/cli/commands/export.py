@@ -55,7 +55,7 @@ def resolve_ref(image: str, matrix: str, platform: str | None = None) -> str:
     matrix_run = MatrixRun.open(matrix)
     spec = matrix_run.lookup([image])[image]
     if platform:
-        from ...build.emulation import platform_of
+        from ...builder.emulation import platform_of
         from ...render.images import for_platform
         spec = for_platform(dict(matrix_run.images), [spec], platform_of(platform).oci)[0]
     return check_ref(spec.local_ref)

@@ -30,7 +30,7 @@ from .. import add_matrix_option
 from ... import untrusted
 from ...errors import UsageError
 from ..reporter import SCHEMA, Reporter
-from .resolve import add_host_options
+from ..options import add_host_options
 
 SHOWN = 10
 

@@ -36,7 +36,7 @@ def _builders(text: str) -> int:
 def _split(args, k, specs) -> int:
     """--shards N: every shard of N, in order, each with its images (bases first) and weight."""
     import json
-    from ...build import shards
+    from ...builder import shards
 
     n = args.shards
     by_id = {s.id: s for s in specs}
@@ -73,7 +73,7 @@ def run(args) -> int:
         return _split(args, k, specs)
     shard_doc = None
     if args.shard:
-        from ...build import shards
+        from ...builder import shards
         part, n = shards.parse_shard(args.shard)
         by_id = {s.id: s for s in specs}
         chosen = set(shards.shard_of(k, by_id, part, n))

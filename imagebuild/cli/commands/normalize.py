@@ -10,9 +10,9 @@ from pathlib import Path
 
 from ..reporter import Reporter
 from ...errors import UsageError
-from .context import CONTEXT_FILE
+from ...builder.jobs import CONTEXT_FILE
 
-from ...build.reproducible import REVISION_LABEL
+from ...builder.reproducible import REVISION_LABEL
 from ...render.project import SOURCE_LABEL
 
 #: the labels imagebuild-context.json may carry: those build_labels makes from the clone
@@ -72,7 +72,7 @@ def _check_base(engine, ref: str, base: str | None) -> None:
 
 
 def run(args) -> int:
-    from ...build.reproducible import base_labels, normalize_image
+    from ...builder.reproducible import base_labels, normalize_image
     from ...dockerfile import final_base
     from ...engines import get_engine
 

@@ -14,6 +14,7 @@ import json
 
 from .. import add_matrix_option
 from ...errors import UsageError
+from ..options import gpu_pools, read_lock_or_none, runner_labels
 from ..reporter import Reporter
 
 EXAMPLES = """examples:
@@ -53,46 +54,6 @@ def configure(parser) -> None:
     parser.epilog = EXAMPLES
 
 
-def _gpus(text: str) -> list[str | None]:
-    names = [g.strip() for g in text.split(",") if g.strip()]
-    if not names:
-        raise UsageError("no GPU named", argument="--gpu")
-    if any(g.lower() == "any" for g in names):
-        if len(names) > 1:
-            raise UsageError("`any` stands alone, not in a list of pools", argument="--gpu")
-        return [None]
-    return list(dict.fromkeys(names))
-
-
-def _runners(values: list[str]) -> dict[str, str]:
-    import re
-    out = {}
-    for value in values:
-        plat, sep, label = value.partition("=")
-        if not sep or not re.fullmatch(r"linux/[a-z0-9]+(/v[0-9])?", plat) or \
-                not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", label):
-            raise UsageError(f"{value!r} is not PLATFORM=LABEL (e.g. linux/arm64=ubuntu-24.04-arm)",
-                             argument="--runner")
-        out[plat] = label
-    return out
-
-
-def _locked(args, matrix: str) -> dict | None:
-    from pathlib import Path
-
-    from ...deliver import lockfile
-    from ...errors import LockError
-    from ...workspace import Workspace
-
-    path = Path(args.lock_in) if args.lock_in else Workspace.of(matrix).lock
-    try:
-        return lockfile.read_lock(path)
-    except LockError:
-        if args.lock_in:
-            raise
-        return None
-
-
 def run(args) -> int:
     from ...render.run import MatrixRun
     from ...deliver.plan import STATUSES, day, github_matrix, gitlab_pipeline, left_out
@@ -108,10 +69,10 @@ def run(args) -> int:
         if status not in STATUSES:
             raise UsageError(f"unknown verdict {status!r} (one of: {', '.join(STATUSES)})",
                              argument="--fail-on")
-    gpus = _gpus(args.gpu)
+    gpus = gpu_pools(args.gpu)
     matrix_run = MatrixRun.open(args.matrix)    # the run's one read of the matrix
     k, specs = matrix_run.k, list(matrix_run.images.values())
-    locked = _locked(args, args.matrix)
+    locked = read_lock_or_none(args, args.matrix)
     recipes = None
     if locked:
         from ...digests import sha256_bytes
@@ -123,7 +84,7 @@ def run(args) -> int:
     verdicts = result.verdicts
     failing = [v for v in verdicts if v.status in fail_on]
     gpu_shown = ",".join(g for g in gpus if g) or "any"
-    runners = _runners(args.runner) if args.runner or args.format == "gitlab" else None
+    runners = runner_labels(args.runner) if args.runner or args.format == "gitlab" else None
     platforms = {s.id: s.oci_platform for s in specs if s.oci_platform}
     if runners is not None and args.format in ("github", "gitlab"):
         for image in left_out(verdicts, platforms, runners):

@@ -104,6 +104,16 @@ def image_sbom(image_id: str, engine_id: str, args, matrix_run) -> bytes | None:
     return raw
 
 
+def notes_pages(args, matrix_run, specs: dict) -> dict[str, bytes]:
+    """With --notes: each image's notes page, rendered before anything is pushed, from the lock
+    that vouches for the image; {} without."""
+    if not getattr(args, "notes", False):
+        return {}
+    from ...deliver import lockfile, notes
+    locked = lockfile.read_lock(args.lock or Workspace.of(args.matrix).lock)
+    return {i: notes.render(matrix_run.k, s, locked.get(i)).encode("utf-8") for i, s in specs.items()}
+
+
 def attach_to(api, target, image_id: str, sbom: bytes | None, key, done: dict, say,
               repository_name: str | None = None, notes: bytes | None = None):
     """publish_image's after_dated hook: the SBOM referrer, then the signatures of the image and of
@@ -259,13 +269,7 @@ def run(args) -> int:
         publish.check_report(report, engine_id, name=image_id, source=source)
         check_lock(image_id, engine_id, source, args)
         sboms[image_id] = image_sbom(image_id, engine_id, args, matrix_run)
-    pages: dict = {}
-    if getattr(args, "notes", False):
-        # each page rendered before anything is pushed, from the lock that vouches for the image
-        from ...deliver import lockfile, notes
-        locked = lockfile.read_lock(args.lock or Workspace.of(args.matrix).lock)
-        pages = {i: notes.render(matrix_run.k, s, locked.get(i)).encode("utf-8")
-                 for i, s in specs.items()}
+    pages = notes_pages(args, matrix_run, specs)
     api = publish.RegistryAPI(target.host, credentials, auth_hosts=args.auth_host, deadline=args.timeout)
     results = []
     attached: dict = {}

@@ -3,69 +3,12 @@
 from __future__ import annotations
 
 from .. import add_matrix_option
-from ...errors import UsageError
 from ..reporter import Reporter
 from . import knowledge_line, knowledge_used
 
-# command-line flag -> stack component
-WISH_FLAGS = {"torch": "pytorch", "pytorch": "pytorch", "cuda": "cuda", "cudnn": "cudnn",
-              "nccl": "nccl", "python": "python", "os": "os", "platform": "platform", "ucx": "ucx",
-              "openmpi": "openmpi"}
-
-
-def add_host_options(parser) -> None:
-    g = parser.add_argument_group("host facts")
-    g.add_argument("--driver", help="the nodes' NVIDIA driver, e.g. 535.104.05")
-    g.add_argument("--gpu", help="GPU model (H100, A100, RTX 4090), sm_XY, or none")
-    g.add_argument("--kernel", help="the nodes' Linux kernel, e.g. 5.15")
-    g.add_argument("--ofed", action=_Tristate, help="MLNX_OFED/DOCA-OFED installed (yes/no)")
-    g.add_argument("--open-kernel-modules", action=_Tristate, dest="open_kernel_modules",
-                   help="the driver uses NVIDIA's open kernel modules (yes/no)")
-    g.add_argument("--date", help="judge end of life on this day (default: the matrix's as_of)")
-    parser.add_argument("--allow-unverified", action="store_true",
-                        help="also use facts marked verified: false")
-
-
-class _Tristate:
-    """--flag (yes), --flag yes|no|true|false."""
-
-    def __new__(cls, option_strings, dest, **kw):
-        import argparse
-
-        class Action(argparse.Action):
-            def __call__(self, parser, ns, value, option_string=None):
-                if value is None:
-                    setattr(ns, self.dest, True)
-                    return
-                low = value.lower()
-                if low in ("yes", "true", "1"):
-                    setattr(ns, self.dest, True)
-                elif low in ("no", "false", "0"):
-                    setattr(ns, self.dest, False)
-                else:
-                    raise UsageError(f"expected yes or no, got {value!r}", argument=option_string)
-
-        return Action(option_strings, dest, nargs="?", default=None, **kw)
-
-
-def add_system_options(group) -> None:
-    """--system-cudnn / --system-nccl: libraries the host provides (NGC-style machines)."""
-    group.add_argument("--system-cudnn", metavar="VERSION",
-                       help="a system cuDNN the host provides beside the one torch's wheels bring "
-                            "(NGC-style), e.g. 9.14.0")
-    group.add_argument("--system-nccl", metavar="VERSION",
-                       help="a system NCCL the host provides beside the one torch's wheels bring")
-
-
-def system_from(args) -> dict[str, str]:
-    return {comp: getattr(args, f"system_{comp}") for comp in ("cudnn", "nccl")
-            if getattr(args, f"system_{comp}", None)}
-
-
-def host_from(args):
-    from ...resolve.solver import Host
-    return Host(driver=args.driver, gpu=args.gpu, kernel=args.kernel, ofed=args.ofed,
-                open_kernel_modules=args.open_kernel_modules, date=args.date)
+from ..resolution import print_resolution
+from ..options import (WISH_FLAGS, add_host_options, add_system_options, host_from,  # noqa: F401
+                       parse_wish, system_from, wishes_from)
 
 
 def configure(parser) -> None:
@@ -82,34 +25,6 @@ def configure(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON document")
     parser.add_argument("--why-not", metavar="WISH",
                         help="explain one wish, e.g. torch==2.9.1 or cuda>=13")
-
-
-def wishes_from(args) -> dict[str, str]:
-    wishes: dict[str, str] = {}
-    for flag, comp in WISH_FLAGS.items():
-        value = getattr(args, f"wish_{flag}", None)
-        if value is not None:
-            if comp in wishes:
-                raise UsageError("--torch and --pytorch name the same component", argument=f"--{flag}")
-            if comp not in ("os", "platform"):      # those two are names, checked against the matrix
-                from ...knowledge.matchers import version_matcher
-                from ...versions import VersionSyntaxError
-                try:
-                    version_matcher(value)
-                except VersionSyntaxError as exc:   # named by the flag as typed (--torch, not --pytorch)
-                    raise UsageError(str(exc), argument=f"--{flag}") from None
-            wishes[comp] = value
-    return wishes
-
-
-def parse_wish(text: str) -> tuple[str, str]:
-    """'torch==2.9.1' -> ('pytorch', '==2.9.1'); 'cuda>=13' -> ('cuda', '>=13')."""
-    import re
-    m = re.match(r"^\s*([a-z]+)\s*((?:==|>=|<=|!=|~=|>|<).*|\s+\S.*)\Z", text)
-    if not m or m.group(1) not in WISH_FLAGS:
-        raise UsageError(f"expected COMPONENT SPEC such as torch==2.9.1, got {text!r}",
-                         argument="--why-not")
-    return WISH_FLAGS[m.group(1)], m.group(2).strip()
 
 
 def run(args) -> int:
@@ -207,41 +122,6 @@ def print_declared(declared: dict | None) -> None:
         return
     print(f"Declared image: {declared['id']} ({declared['mode']})"
           + ("" if declared["matches_stack"] else f": {declared['note']}"))
-
-
-def print_resolution(res) -> None:
-    if not res.ok:
-        print("No consistent stack. The facts that rule it out:")
-        for line in res.explanation:
-            print(f"  - {line}")
-        for w in res.warnings:
-            print(f"warning: {w}")
-        return
-    mode = res.mode.mode if res.mode else "n/a"
-    print("Best stack:")
-    for comp in ("driver", "gpu", "platform", "os", "python", "cuda", "cudnn", "nccl",
-                 "system_cudnn", "system_nccl", "ucx", "openmpi", "pytorch"):
-        if comp not in res.stack:
-            continue
-        extra = ""
-        if comp == "cuda" and res.stack["cuda"] != "none":
-            extra = f"  ({mode}" + (f", needs {res.mode.package}" if res.mode.package else "") + ")"
-        print(f"  {comp:<12} {res.stack[comp]}{extra}")
-    if res.min_driver:
-        print(f"  minimum driver for this stack: {res.min_driver}")
-    if res.gpudirect:
-        print("GPUDirect RDMA paths:")
-        for g in res.gpudirect:
-            print(f"  {g['path']:<15} {g['allowed']:<8} {g['detail']} [{g['source']}]")
-    print("Why:")
-    for line in res.explanation:
-        print(f"  - {line}")
-    if res.repository_chain:
-        print("Why not with CUDA from an OS repository:")
-        for line in res.repository_chain:
-            print(f"  - {line}")
-    for w in res.warnings:
-        print(f"warning: {w}")
 
 
 def _print_table(groups) -> None:

@@ -65,7 +65,7 @@ def _emulated(images, rep, timeout: float | None) -> dict[str, tuple[float, dict
     for, else the default, scaled for an image whose architecture is not this host's, whose
     containers also get emulation.EMULATED_ENV; such an image's emulation is checked first (one
     line with the fix when binfmt_misc or QEMU is missing)."""
-    from ...build.emulation import EMULATED_ENV, PLATFORMS, emulation_for, is_native, too_old_for_pytorch
+    from ...builder.emulation import EMULATED_ENV, PLATFORMS, emulation_for, is_native, too_old_for_pytorch
     out = {}
     for image in images:
         arch = image.info.architecture
@@ -131,7 +131,7 @@ def run(args) -> int:
                          "(without it each report goes to .imagebuild/reports/<image-id>.json beside the matrix)", argument="--report")
     platform = None
     if args.platform:
-        from ...build.emulation import platform_of
+        from ...builder.emulation import platform_of
         platform = platform_of(args.platform).oci
     args.images = _refs_for(args.images, args.matrix, platform)
     for ref in args.images:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .. import add_matrix_option
 from ...errors import UsageError
+from ..options import gpu_pools, read_lock_or_none
 from ..reporter import Reporter
 
 STEPS = ("build", "test", "lock", "publish")
@@ -52,11 +53,10 @@ def _plan(args, gpus):
     from ...digests import sha256_bytes
     from ...render.renderer import Renderer
     from ...render.run import MatrixRun
-    from .plan import _locked
 
     run = MatrixRun.open(args.matrix)
     k, specs = run.k, list(run.images.values())
-    locked = _locked(args, args.matrix)
+    locked = read_lock_or_none(args, args.matrix)
     recipes = None
     if locked:
         renderer = Renderer()
@@ -79,7 +79,6 @@ def run(args) -> int:
     from ...redact import redact
     from ...versions import VersionSyntaxError, parse_host_driver
     from ...workspace import Workspace
-    from .plan import _gpus
 
     for flag, value in (("--driver-from", args.driver_from), ("--driver-to", args.driver_to)):
         try:
@@ -89,7 +88,7 @@ def run(args) -> int:
     if args.registry is not None:
         from ...deliver.publish import parse_target
         parse_target(args.registry)          # one line naming --registry before any work
-    gpus = _gpus(args.gpu)
+    gpus = gpu_pools(args.gpu)
     ws = Workspace.of(args.matrix)
     reports = Path(args.reports_dir) if args.reports_dir else ws.reports
     reports.mkdir(parents=True, exist_ok=True)

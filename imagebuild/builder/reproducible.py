@@ -309,7 +309,7 @@ def normalize_image(engine, ref: str, epoch: int, *, base: str | None = None,
     """Rewrite the engine's image ``ref`` into its normalised form and move ``ref`` to it; returns
     the new image ID (``sha256:<hex>`` of its config). ``engine`` is an imagebuild Engine.
     ``dockerfile``: the text it was built from; with it, an image buildah built gets the config
-    BuildKit would have written (imagebuild.build.builders), so it normalises to BuildKit's ID.
+    BuildKit would have written (imagebuild.builder.builders), so it normalises to BuildKit's ID.
 
     The layers of ``base`` (the image the last stage starts from), when they are the image's
     lowest, are kept byte for byte: the base is an input, named by its own digest, and an SBOM or
@@ -482,7 +482,7 @@ class BuildTimeEngine:
     before the build, so an image built earlier in the same run is seen as it is now), builds
     through ``engine`` (``no_cache`` when asked) and then normalises the image
     (:func:`normalize_image`) when its ref is in ``epochs`` (ref -> source date). With ``pins``
-    (``build --locked``), an image's bases are those images.lock records (imagebuild.build.pinning):
+    (``build --locked``), an image's bases are those images.lock records (imagebuild.builder.pinning):
     it is built from ``Dockerfile.locked``. Every other attribute is the wrapped engine's
     (``cancel_builds`` included)."""
 
