@@ -111,7 +111,7 @@ def test_its_labels_and_image_json_say_what_it_is(k, specs):
     labels = spec.labels
     assert labels["io.imagebuild.features"] == "gdrcopy=off,mpi_cuda=off,nccl_bench=on,rdmacm=on,ucx_cuda=off,verbs=on"
     assert labels["io.imagebuild.cuda.provider"] == "wheels"
-    assert "io.imagebuild.sources" not in labels and "io.imagebuild.builder" not in labels
+    assert "io.imagebuild.sources" not in labels and "io.imagebuild.build" not in labels
     doc = spec.image_json
     assert "built" not in doc and "sources" not in doc and doc["features"] == spec.features
     assert k.ucx["1.13.1"]["transports"] == ("cma", "rdmacm", "verbs")

@@ -467,7 +467,7 @@ def test_build_choices_default_to_what_pytorch_clusters_use(k, specs):
     from imagebuild.knowledge.recipe_inputs import BUILD_SWITCHES
     spec = next(s for s in specs if s.family == "comms" and s.os["id"] == "ubuntu24.04")
     assert spec.build == BUILD_SWITCHES               # its family says nothing of build:
-    assert spec.labels["io.imagebuild.builder"] == "fortran=off,gda=on,oshmem=off,romio=on,cuda_arch=default"
+    assert spec.labels["io.imagebuild.build"] == "fortran=off,gda=on,oshmem=off,romio=on,cuda_arch=default"
     text = render.Renderer().dockerfile(spec, k)
     assert "--disable-mpi-fortran" in text and "--disable-oshmem" in text
     assert "--disable-io-romio" not in text and "--without-gda" not in text

@@ -245,8 +245,10 @@ class Oracle:
     """Straightforward evaluation of the model: domains from the YAML model, rules from the loaded
     knowledge's matchers, CUDA modes from their documented meaning."""
 
-    def __init__(self, doc, k, host, wishes, allow_unverified=False, gpu_wants_gpu=True):
+    def __init__(self, doc, k, host, wishes, allow_unverified=False, gpu_wants_gpu=True,
+                 skip_tags=(), compat_package=True):
         self.doc, self.k, self.host, self.wishes = doc, k, host, wishes
+        self.compat_package = compat_package
         self.facts = {}
         if host.driver is not None:
             self.facts["driver"] = host.driver
@@ -262,6 +264,7 @@ class Oracle:
         # a "verified-only" rule (a release's confirmed CUDA builds, an OS repository's confirmed
         # CUDA releases) gives way to its unverified twin when unverified facts are allowed
         self.rules = [r for r in k.rules if (r.verified or allow_unverified) and r.tag != "repo-cuda"
+                      and r.tag not in skip_tags
                       and not (allow_unverified and (r.tag == "verified-only" or r.verified_only))]
         variants = [(rel["version"], v) for rel in doc["pytorch"]["releases"] for v in rel["variants"]
                     if v.get("verified", True) or allow_unverified]
@@ -318,7 +321,8 @@ class Oracle:
             return "native"
         if host >= parse_driver(MAJOR_FLOOR[parse_version(version).major]):
             return "minor-version"
-        if self.facts.get("gpu.datacenter") == "true" and self.branch_supported(host.branch):
+        if self.compat_package and self.facts.get("gpu.datacenter") == "true" and \
+                self.branch_supported(host.branch):
             return "forward-compat"
         return None
 
@@ -438,6 +442,22 @@ def test_resolver_agrees_with_brute_force(data):
     res = resolve.resolve(k, host, wishes, allow_unverified=unverified)
     event(f"{len(truth) and 'solvable' or 'unsolvable'}" + (" (unverified allowed)" if unverified else ""))
     event(f"stacks: {'0' if not truth else '1' if len(truth) == 1 else '2-9' if len(truth) < 10 else '10+'}")
+    # where no stack with CUDA from a repository exists, the answer may take CUDA from NVIDIA's
+    # wheels: the model without the toolkit-repo rules, no PyTorch, no cuda-compat, on a GPU host
+    if not truth and host.gpu not in (None, NONE) and wishes.get("pytorch", NONE) == NONE \
+            and wishes.get("cuda") != NONE:
+        routed = Oracle(doc, k, host, {**wishes, "pytorch": NONE}, unverified,
+                        skip_tags=("toolkit-repo",), compat_package=False)
+        wheels_truth = routed.solutions()
+        event("wheels route" + (" fits" if wheels_truth else " does not fit"))
+        assert res.ok == bool(wheels_truth) and (res.cuda_from == "wheels") == res.ok, \
+            (res.ok, res.cuda_from, len(wheels_truth))
+        if res.ok:
+            got = {c: res.stack[c] for c in STACK}
+            assert got in wheels_truth, got
+            best = min(routed.preference_key(s) for s in wheels_truth)
+            assert routed.preference_key(got) == best
+            return
     # (b)
     assert res.ok == bool(truth), (res.ok, len(truth), res.explanation)
     if res.ok:

@@ -16,11 +16,45 @@ from .sections import (architectures, constraints, cuda, cudnn, document, driver
 from .yamlfile import load_yaml
 
 
+#: the knowledge bases this process loaded: real path -> (sha256 of the bytes parsed, as_of, the
+#: file's size and modification time then), so that what a command reports about its matrix (its
+#: --json envelope) names the bytes it read, without reading the file again
+LOADED: dict[str, tuple[str, str, int, int]] = {}
+
+
+def loaded(path: str | Path) -> tuple[str, str] | None:
+    """(sha256, as_of) of the matrix at `path` as this process last loaded it, while the file is
+    still what was loaded (same size and modification time); else None."""
+    import os
+
+    seen = LOADED.get(os.path.realpath(path))
+    if seen is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return seen[:2] if (st.st_size, st.st_mtime_ns) == seen[2:] else None
+
+
 def load(path: str | Path) -> Knowledge:
-    """Load, validate and compile matrix.yaml."""
+    """Load, validate and compile matrix.yaml (read once: `Knowledge.sha256` is the sha256 of the
+    bytes parsed)."""
+    import os
+
     path = str(path)
     doc = load_yaml(Path(path))
-    return build(doc, path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    k = build(doc, path)
+    digest = getattr(doc, "sha256", None)
+    if digest:
+        object.__setattr__(k, "sha256", digest)
+        if st is not None:
+            LOADED[os.path.realpath(path)] = (digest, k.as_of, st.st_size, st.st_mtime_ns)
+    return k
 
 
 def build(doc: Any, path: str) -> Knowledge:

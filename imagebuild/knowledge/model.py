@@ -341,6 +341,7 @@ class Knowledge:
     tools: dict[str, Tool] = field(default_factory=dict)     # `tools:` by name
     project: Project = Project()
     families: tuple[Family, ...] = ()       # `images:`, in the file's order
+    sha256: str | None = None               # of the bytes parsed (knowledge.load)
 
     # ---- queries the resolver asks
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import yaml
 
+from ..digests import sha256_bytes
+
 from . import grammar
 from ..errors import KnowledgeError
 
@@ -112,5 +114,10 @@ def load_yaml(path: Path) -> Any:
     except yaml.YAMLError as exc:
         raise KnowledgeError(f"YAML error: {exc}", file=str(path)) from None
     grammar.check_fields(doc, str(path))
+    digest = sha256_bytes(text.encode("utf-8"))       # the bytes parsed: read_text decodes strictly
+    try:
+        doc.sha256 = digest
+    except AttributeError:
+        pass                # a document that is no mapping: the loader refuses it, naming why
     return doc
 

@@ -141,7 +141,7 @@ class ImageSpec:
         if self.compiles:
             # what was compiled, and how: the tarball form and the family's build choices
             labels["io.imagebuild.sources"] = self.sources
-            labels["io.imagebuild.builder"] = self.build_label
+            labels["io.imagebuild.build"] = self.build_label
         if self.stack["openmpi"] != NONE or self.stack["nccl"] != NONE:
             # what the image's communication stack can do: RDMA transports, CUDA-aware MPI,
             # imagebuild's NCCL benchmark (image.json's features, which the smoke suite checks)

@@ -42,7 +42,7 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
             allow_unverified: bool = False, explain: bool = True,
             repo_cuda: bool = False, skip_tags: frozenset[str] = frozenset(),
             compat_package: bool = True, system: dict[str, str] | None = None,
-            warnings: bool = True) -> Resolution:
+            warnings: bool = True, wheels_route: bool = True) -> Resolution:
     """The best stack, or (explain=True) the minimal chain of facts that rules every stack out.
     `repo_cuda`: CUDA must come from NVIDIA's repository for the OS (as image recipes install it).
     `skip_tags`: rules with these tags are not applied (see knowledge.RULE_TAGS).
@@ -52,7 +52,9 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
     own: only a CUDA they are built for and whose support matrix they meet on the host is chosen,
     and the answer names them (`system_cudnn`, `system_nccl`).
     `warnings=False`: leave out the warnings (end of life, unverified facts against the answer,
-    why no PyTorch fits), for callers that only want the verdict: each costs a Problem of its own."""
+    why no PyTorch fits), for callers that only want the verdict: each costs a Problem of its own.
+    `wheels_route=False`: no second try with CUDA from NVIDIA's wheels (`check` judges the stack
+    as given)."""
     p = Problem(k, host, wishes, allow_unverified, repo_cuda, skip_tags, compat_package, system)
     passed: list = []
     trace = Trace()
@@ -62,8 +64,8 @@ def resolve(k: Knowledge, host: Host, wishes: dict[str, str] | None = None,
         break
     if sol is None:
         why = explain_failure(p, trace) if explain else ["no consistent stack (not explained)"]
-        routed = _wheels_route(k, host, wishes, allow_unverified, explain, repo_cuda, skip_tags,
-                               system, warnings)
+        routed = None if not wheels_route else _wheels_route(
+            k, host, wishes, allow_unverified, explain, repo_cuda, skip_tags, system, warnings)
         if routed is not None:
             routed.repository_chain = list(why)
             return routed
@@ -283,7 +285,7 @@ def check(k: Knowledge, host: Host, stack: dict[str, str],
                       **image_reading(k, cuda_from, wishes))
     else:
         res = resolve(k, host, wishes, allow_unverified, skip_tags=frozenset({"cuda-aware"}),
-                      warnings=warnings)
+                      warnings=warnings, wheels_route=False)
     if res.ok and not image:
         for rule in k.rules:
             if rule.tag == "cuda-aware" and (rule.verified or allow_unverified) and \

@@ -13,21 +13,28 @@ def knowledge_used(args, k) -> dict:
 
     path = Path(k.path)
     origin = getattr(args, "matrix_origin", "--matrix")
+    digest = getattr(k, "sha256", None) or hashlib.sha256(path.read_bytes()).hexdigest()
     return {"path": str(path.resolve()), "origin": origin, "as_of": k.as_of,
-            "sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+            "sha256": digest,
             **({"imagebuild": __version__} if origin == "packaged" else {})}
 
 
 def knowledge_of(args) -> dict | None:
-    """`knowledge_used` for the --json envelope of any command with --matrix, read again from
-    the file (the command's own Knowledge is not at hand there): None when it cannot be read or
-    has no `as_of`, the error having been said already."""
+    """`knowledge_used` for the --json envelope of any command with --matrix: the knowledge the
+    command loaded (knowledge.loader.LOADED), else read from the file (a command that failed
+    before loading it): None when it cannot be read or has no `as_of`, the error having been said
+    already."""
     from pathlib import Path
     from types import SimpleNamespace
 
     from ...errors import ImagebuildError
     from ...knowledge import load_yaml
+    from ...knowledge.loader import loaded
 
+    seen = loaded(args.matrix)
+    if seen is not None:        # the command loaded it: the bytes it read, not a second read
+        digest, as_of = seen
+        return knowledge_used(args, SimpleNamespace(path=args.matrix, as_of=as_of, sha256=digest))
     try:
         doc = load_yaml(Path(args.matrix))
     except (ImagebuildError, OSError):

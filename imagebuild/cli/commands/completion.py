@@ -9,6 +9,8 @@ SHELLS = ("bash", "zsh", "tcsh")
 
 def configure(parser) -> None:
     parser.add_argument("shell", choices=SHELLS, help="the shell to write the script for")
+    parser.add_argument("--json", action="store_true",
+                        help="print the script inside a JSON document (shell, script)")
 
 
 def full_parser():
@@ -30,5 +32,8 @@ def full_parser():
 def run(args) -> int:
     import shtab
 
-    print(shtab.complete(full_parser(), shell=args.shell), end="")
+    from ..reporter import Reporter
+
+    script = shtab.complete(full_parser(), shell=args.shell)
+    Reporter.for_args("completion", args).result({"shell": args.shell, "script": script}, script, end="")
     return 0

@@ -32,13 +32,9 @@ def run(args) -> int:
     from ...resolve import solver as R
 
     rep = Reporter.for_args("resolve", args)
-    # the matrix's digest for the declared image's cached expansion, taken before it is loaded
-    # (images.matrix_sha256 says why); only the answers that name a declared image need it
-    matrix_sha256 = None
-    if not (args.why_not or args.all):
-        from ...render.images import matrix_sha256 as digest
-        matrix_sha256 = digest(args.matrix)
     k = knowledge.load(args.matrix)
+    # the declared image's cached expansion is keyed by the sha256 of the bytes just parsed
+    matrix_sha256 = None if (args.why_not or args.all) else k.sha256
     host = host_from(args)
     wishes = wishes_from(args)
     system = system_from(args)
