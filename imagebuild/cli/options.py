@@ -139,3 +139,14 @@ def read_lock_or_none(args, matrix: str) -> dict | None:
         return None
 
 
+
+
+def driver_pair(args) -> None:
+    """--driver-from and --driver-to are driver releases (570.172.08), never bare branches."""
+    from ..versions import VersionSyntaxError, parse_host_driver
+
+    for flag, value in (("--driver-from", args.driver_from), ("--driver-to", args.driver_to)):
+        try:
+            parse_host_driver(value)
+        except VersionSyntaxError as exc:
+            raise UsageError(str(exc), argument=flag) from None

@@ -162,6 +162,17 @@ def day(k: Knowledge, specs: list[ImageSpec], driver_from: str, driver_to: str,
     return Plan(verdicts, pools, locked is not None)
 
 
+def current_recipes(k, specs: list[ImageSpec], locked: dict | None) -> dict[str, str] | None:
+    """image id -> the sha256 of the Dockerfile the matrix renders now, for the images the lock
+    records (None without a lock): what `day` compares with the lock's dockerfile_sha256."""
+    if not locked:
+        return None
+    from ..digests import sha256_bytes
+    from ..render.renderer import Renderer
+    renderer = Renderer()
+    return {s.id: sha256_bytes(renderer.dockerfile(s, k).encode("utf-8")) for s in specs if s.id in locked}
+
+
 def _action(status: str, entry: dict | None, recipe: str | None, driver: str, why_before: str,
             why_after: str, published: bool) -> tuple[str, str]:
     if status == "unusable":

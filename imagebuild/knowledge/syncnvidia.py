@@ -181,30 +181,18 @@ def sync_nvidia(matrix: str, index_url: str | None = None, write: bool = False,
                 progress: Callable[[str], None] | None = None) -> NvidiaSync:
     """Compare (and with `write`, add to) the matrix's CUDA, cuDNN and NCCL releases with the
     index's cuda-toolkit, nvidia-cudnn-cuXX and nvidia-nccl-cuXX wheels."""
-    from pathlib import Path
-
-    from ..atomic import atomic_file
-    from ..errors import KnowledgeError
-
     k = knowledge.load(matrix)
     index = index or Index(index_url)
     result = find_new(k, index, progress)
     if write and result.new:
-        src = Path(matrix)
-        text = src.read_text(encoding="utf-8")
-        try:
-            new_text = patch_text(text, knowledge.load_yaml(src), result.new)
-        except VersionSyntaxError as exc:
-            raise SyncError(f"the index names a malformed release: {exc}") from None
-        except SyncError as exc:
-            raise SyncError(f"{matrix}: {exc.message}; nothing was written") from None
-        with atomic_file(src, "w", perm=src.stat().st_mode & 0o7777, suffix=".sync") as fh:
-            fh.write(new_text)
-            fh.flush()
+        from .sync import write_matrix
+
+        def patch(text, doc, new):
             try:
-                knowledge.load(fh.name)
-            except KnowledgeError as exc:
-                raise SyncError(f"the synced matrix would not load ({exc.message}, line {exc.line}); "
-                                f"{matrix} is unchanged", file=matrix) from None
-        result.written = True
+                return patch_text(text, doc, new)
+            except VersionSyntaxError as exc:
+                raise SyncError(f"the index names a malformed release: {exc}") from None
+            except SyncError as exc:
+                raise SyncError(f"{matrix}: {exc.message}; nothing was written") from None
+        result.written = write_matrix(matrix, result.new, patch)
     return result

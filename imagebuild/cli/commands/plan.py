@@ -14,7 +14,7 @@ import json
 
 from .. import add_matrix_option
 from ...errors import UsageError
-from ..options import gpu_pools, read_lock_or_none, runner_labels
+from ..options import driver_pair, gpu_pools, read_lock_or_none, runner_labels
 from ..reporter import Reporter
 
 EXAMPLES = """examples:
@@ -56,14 +56,9 @@ def configure(parser) -> None:
 
 def run(args) -> int:
     from ...render.run import MatrixRun
-    from ...deliver.plan import STATUSES, day, github_matrix, gitlab_pipeline, left_out
-    from ...versions import VersionSyntaxError, parse_host_driver
-
-    for flag, value in (("--driver-from", args.driver_from), ("--driver-to", args.driver_to)):
-        try:
-            parse_host_driver(value)
-        except VersionSyntaxError as exc:
-            raise UsageError(str(exc), argument=flag) from None
+    from ...deliver.plan import (STATUSES, current_recipes, day, github_matrix, gitlab_pipeline,
+                                 left_out)
+    driver_pair(args)
     fail_on = [s.strip() for s in args.fail_on.split(",") if s.strip()]
     for status in fail_on:
         if status not in STATUSES:
@@ -73,14 +68,8 @@ def run(args) -> int:
     matrix_run = MatrixRun.open(args.matrix)    # the run's one read of the matrix
     k, specs = matrix_run.k, list(matrix_run.images.values())
     locked = read_lock_or_none(args, args.matrix)
-    recipes = None
-    if locked:
-        from ...digests import sha256_bytes
-        from ...render.renderer import Renderer
-        renderer = Renderer()
-        recipes = {s.id: sha256_bytes(renderer.dockerfile(s, k).encode("utf-8"))
-                   for s in specs if s.id in locked}
-    result = day(k, specs, args.driver_from, args.driver_to, gpus, args.date, locked, recipes)
+    result = day(k, specs, args.driver_from, args.driver_to, gpus, args.date, locked,
+                 current_recipes(k, specs, locked))
     verdicts = result.verdicts
     failing = [v for v in verdicts if v.status in fail_on]
     gpu_shown = ",".join(g for g in gpus if g) or "any"

@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 
 from .. import add_matrix_option
-from ...errors import UsageError
-from ..options import gpu_pools, read_lock_or_none
+from ..options import driver_pair, gpu_pools, read_lock_or_none
 from ..reporter import Reporter
 
 STEPS = ("build", "test", "lock", "publish")
@@ -49,20 +48,14 @@ def configure(parser) -> None:
 
 
 def _plan(args, gpus):
-    from ...deliver.plan import day
-    from ...digests import sha256_bytes
-    from ...render.renderer import Renderer
+    from ...deliver.plan import current_recipes, day
     from ...render.run import MatrixRun
 
     run = MatrixRun.open(args.matrix)
     k, specs = run.k, list(run.images.values())
     locked = read_lock_or_none(args, args.matrix)
-    recipes = None
-    if locked:
-        renderer = Renderer()
-        recipes = {s.id: sha256_bytes(renderer.dockerfile(s, k).encode("utf-8"))
-                   for s in specs if s.id in locked}
-    return run, day(k, specs, args.driver_from, args.driver_to, gpus, args.date, locked, recipes)
+    return run, day(k, specs, args.driver_from, args.driver_to, gpus, args.date, locked,
+                    current_recipes(k, specs, locked))
 
 
 def _step(argv: list[str], log: Path) -> tuple[int, float]:
@@ -77,14 +70,9 @@ def _step(argv: list[str], log: Path) -> tuple[int, float]:
 def run(args) -> int:
     from ...atomic import write_atomic
     from ...redact import redact
-    from ...versions import VersionSyntaxError, parse_host_driver
     from ...workspace import Workspace
 
-    for flag, value in (("--driver-from", args.driver_from), ("--driver-to", args.driver_to)):
-        try:
-            parse_host_driver(value)
-        except VersionSyntaxError as exc:
-            raise UsageError(str(exc), argument=flag) from None
+    driver_pair(args)
     if args.registry is not None:
         from ...deliver.publish import parse_target
         parse_target(args.registry)          # one line naming --registry before any work
