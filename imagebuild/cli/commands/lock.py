@@ -127,15 +127,21 @@ def run(args) -> int:
     if not args.no_engine:
         from ...engines import get_engine
         engine = get_engine()
-    # the Dockerfile each image is built from, rendered from the matrix as `build` renders it
-    # (no generated file is read: a pip-installed imagebuild locks from an empty folder)
+    # the Dockerfile each image is built from: the generated one beside the matrix (a checkout,
+    # where `generate --check` proves it is the renderer's), else rendered from the matrix as
+    # `build` renders it (a pip-installed imagebuild locks from an empty folder)
     from ...render.renderer import Renderer
     renderer = Renderer()
+
+    def recipe(spec) -> str | None:
+        if lockfile.dockerfile_path(root, spec.id).is_file():
+            return None
+        return renderer.dockerfile(spec, matrix_run.k)
+
     current = {
         image_id: lockfile.entry_for_image(engine, image_id=image_id, stack=dict(spec.stack),
                                            local_ref=spec.local_ref, root=root,
-                                           reports_dir=args.reports_dir,
-                                           dockerfile_text=renderer.dockerfile(spec, matrix_run.k))
+                                           reports_dir=args.reports_dir, dockerfile_text=recipe(spec))
         for image_id, spec in specs.items()
     }
     # provenance: the recipe's, the wheel lock's, the SBOM's and the test report's sha256, and the
