@@ -261,6 +261,8 @@ def gitlab_pipeline(verdicts: list[Verdict], platforms: dict[str, str], tags: di
     without one are left out. The job's shell needs imagebuild installed and an engine."""
     import yaml
 
+    from ..workspace import REPORTS
+
     matrix = github_matrix(verdicts, platforms, tags)["include"]
     install = "python3 -m pip install ${IMAGEBUILD_PIP_ARGS:-imagebuild}"
     jobs: dict = {}
@@ -275,7 +277,7 @@ def gitlab_pipeline(verdicts: list[Verdict], platforms: dict[str, str], tags: di
         script += ["mkdir -p job-locks", f"cp images.lock job-locks/{row['image']}.lock"]
         jobs[f"image:{row['image']}"] = {
             "stage": "images", "tags": [row["runner"]], "script": script,
-            "artifacts": {"when": "always", "paths": ["job-locks/", ".imagebuild/reports/"]},
+            "artifacts": {"when": "always", "paths": ["job-locks/", f"{REPORTS.as_posix()}/"]},
         }
     if jobs:
         jobs["locks"] = {
