@@ -85,6 +85,7 @@ def test_an_answer_resting_on_a_missing_cell_warns_and_strict_refuses(k, capsys)
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu", "T4",
                         "--strict")
     assert code == 1 and "--strict: T4: the first driver branch" in out
+    assert "Declared image" not in out          # a refused answer names no image either
     # H100 on R580: every cell it rests on is known, so --strict answers
     assert R.resolve(k, R.Host(driver="580.95.05", gpu="H100")).unknown == []
     code, out, _ = _cli(capsys, "resolve", "--matrix", MATRIX, "--driver", "580.95.05", "--gpu",

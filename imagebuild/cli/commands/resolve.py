@@ -50,11 +50,12 @@ def run(args) -> int:
             _print_table(groups)
         return 0 if groups else 1
     res = R.resolve(k, host, wishes, args.allow_unverified, system=system)
-    if getattr(args, "strict", False) and res.ok and res.unknown:
+    refused = bool(getattr(args, "strict", False) and res.ok and res.unknown)
+    if refused:         # no stack, and so no declared image: the answer rests on an unknown
         res.ok = False
         res.explanation = [f"--strict: {u}" for u in res.unknown]
     used = knowledge_used(args, k)
-    declared = None if args.why_not else declared_image(k, host, wishes, res, args.allow_unverified,
+    declared = None if (args.why_not or refused) else declared_image(k, host, wishes, res, args.allow_unverified,
                                                         matrix_sha256=matrix_sha256)
     if args.json:
         rep.result({**res.to_json(), **({"image": declared} if declared is not None else {})})
