@@ -1,6 +1,7 @@
 """sha256, the one hash imagebuild checks bytes with: of a file read in chunks (the source cache,
-base images, the lock file, the normalising step), of bytes in memory, and as an OCI digest
-(``sha256:<hex>``: manifests, referrers, signatures)."""
+base images, the lock file, the normalising step), of bytes or text in memory, streamed in pieces,
+and as an OCI digest (``sha256:<hex>``: manifests, referrers, signatures). Nothing else in
+imagebuild calls hashlib (tests/test_layout.py keeps it so)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,19 @@ def sha256_file(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def sha256_bytes(data: bytes | str) -> str:
+    """The hex sha256 of bytes (text: of its UTF-8 bytes)."""
+    return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).hexdigest()
+
+
+def sha256_raw(data: bytes | str) -> bytes:
+    """The 32 bytes of the sha256 of bytes (text: of its UTF-8 bytes)."""
+    return hashlib.sha256(data.encode("utf-8") if isinstance(data, str) else data).digest()
+
+
+def sha256_hasher():
+    """A sha256 fed in pieces (``.update``, ``.hexdigest``): for what is hashed as it streams."""
+    return hashlib.sha256()
 
 
 def sha256_digest(data: bytes) -> str:

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from imagebuild import cli, knowledge
+from imagebuild import cli, knowledge, usercache
 from imagebuild.render import expandcache as C
 from imagebuild.render import images as I
 
@@ -123,7 +123,7 @@ def test_a_changed_added_or_removed_lock_is_read_again(project, computed):
 def test_a_change_to_imagebuild_itself_is_expanded_again(project, computed, monkeypatch):
     matrix = project / "matrix.yaml"
     _cached(matrix)
-    monkeypatch.setattr(C, "_source_fingerprint", lambda: "0" * 64)
+    monkeypatch.setattr(usercache, "source_fingerprint", lambda: "0" * 64)
     _cached(matrix)
     assert len(computed) == 2
 

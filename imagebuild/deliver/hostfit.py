@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..knowledge.recipe_inputs import FLAVORS
+from ..knowledge.schema import FLAVORS
 from ..knowledge import Knowledge
 from ..resolve.solver import MODE_RANK, Host, check
 from ..versions import NONE, version_key

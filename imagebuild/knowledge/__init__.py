@@ -17,8 +17,7 @@ collected so far), `sections/` (one module per section of matrix.yaml, each with
 
 from __future__ import annotations
 
-from .context import _Ctx  # noqa: F401 - for callers that check nodes the way sections do
-from .loader import build, load
+from .loader import load
 from .matchers import (Matcher, any_of, arch_matcher, bool_matcher, category_matcher,
                        driver_max_branch, driver_min, driver_min_branch, matcher_for, mm_range,
                        version_matcher)
@@ -26,7 +25,22 @@ from .model import (Availability, Branch, Compat, CudaRelease, Gpu, Knowledge, M
                     Variant)
 from .schema import (BOOLEAN, CATEGORY, COMPONENTS, DEFAULT_PLATFORM, DRIVER, HOST, RULE_TAGS,
                      STACK, TOP)
-from .yamlfile import _List, _Map, load_yaml  # noqa: F401 - _List, _Map: positioned nodes
+from .yamlfile import _List, _Map  # noqa: F401 - positioned nodes
+
+
+def __getattr__(name):
+    # what only a command that reads the YAML itself needs (and a cache miss): imported on first use,
+    # so that a command whose knowledge comes from the cache never imports the grammar or PyYAML
+    if name == "build":
+        from .loader import build
+        return build
+    if name == "load_yaml":
+        from .yamlfile import load_yaml
+        return load_yaml
+    if name == "_Ctx":              # for callers that check nodes the way sections do
+        from .context import _Ctx
+        return _Ctx
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "BOOLEAN", "CATEGORY", "COMPONENTS", "DEFAULT_PLATFORM", "DRIVER", "HOST", "RULE_TAGS", "STACK",

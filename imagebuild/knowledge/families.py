@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .recipe_inputs import BUILD_SWITCHES
+from .schema import BUILD_SWITCHES
 
 
 def _texts(value) -> tuple[str, ...]:

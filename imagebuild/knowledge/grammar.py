@@ -36,10 +36,11 @@ import yaml
 from ..components import TARBALL_TOOLS
 from ..errors import KnowledgeError
 from ..localfile import read_bytes
+from ..patterns import DESCRIBE, PATTERNS
 from ..reference import is_reference
 from ..versions import VersionSyntaxError, parse_spec
+from .schema import MATRIX_MAX_BYTES as MAX_BYTES
 
-MAX_BYTES = 4 * 1024 * 1024      # matrix.yaml is about 60 KiB
 MAX_DEPTH = 48                   # it nests 6 deep
 MAX_NODES = 200_000              # it has about 3,300 events
 MAX_ALIAS_NODES = 10_000         # nodes all aliases together may stand for (it uses none)
@@ -94,11 +95,13 @@ def _show(value: str, limit: int = 60) -> str:
 # gate 1: bytes, characters and YAML structure
 
 
-def read_text(path) -> str:
-    """The file as text: at most MAX_BYTES, UTF-8, no raw control characters (KnowledgeError)."""
+def read_text(path, data: bytes | None = None) -> str:
+    """The file as text: at most MAX_BYTES, UTF-8, no raw control characters (KnowledgeError).
+    `data`: its bytes, when the caller has read them (bounded the same way)."""
     where = str(path)
     try:
-        data = read_bytes(path, MAX_BYTES)     # a regular file, never more than MAX_BYTES
+        if data is None:
+            data = read_bytes(path, MAX_BYTES)     # a regular file, never more than MAX_BYTES
     except FileNotFoundError:
         raise KnowledgeError("file not found", file=where) from None
     except OSError as exc:
@@ -200,41 +203,7 @@ def scan(text: str, path: str, loader) -> None:
 # grammars
 
 
-_PATTERNS = {
-    "id": re.compile(r"[a-z0-9][a-z0-9._-]{0,127}"),
-    "version": re.compile(r"[0-9]+(?:\.[0-9]+){0,4}"),
-    "driver": re.compile(r"[0-9]{3}(?:\.[0-9]{1,3}){0,2}"),
-    "sha256": re.compile(r"[0-9a-f]{64}"),
-    "fingerprint": re.compile(r"[0-9A-F]{40}"),
-    "keyid": re.compile(r"[0-9A-F]{16}"),
-    "commit": re.compile(r"[0-9a-f]{40}"),
-    "word": re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"),
-    "package": re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"),
-    "url": re.compile(r"https://[A-Za-z0-9.-]+(?:/[A-Za-z0-9._~%+-]+)*/?"),
-    "date": re.compile(r"[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])"),
-    "month": re.compile(r"[0-9]{4}-(?:0[1-9]|1[0-2])(?:-(?:0[1-9]|[12][0-9]|3[01]))?"),
-    "oci": re.compile(r"[a-z0-9]+/[a-z0-9]+(?:/[a-z0-9]+)?"),
-    # an SPDX license expression: ids (or LicenseRef-...) joined by AND, OR, WITH, with parentheses
-    "spdx": re.compile(r"\(*[A-Za-z0-9][A-Za-z0-9.-]{0,63}\+?\)*"
-                       r"(?: (?:AND|OR|WITH) \(*[A-Za-z0-9][A-Za-z0-9.-]{0,63}\+?\)*){0,15}"),
-}
-_DESCRIBE = {
-    "id": "lower-case letters, digits, '.', '_' and '-', starting with a letter or digit",
-    "version": "digits and dots, e.g. 12.4.1",
-    "driver": "e.g. 535.104.05 or 580",
-    "sha256": "64 lower-case hex digits",
-    "fingerprint": "40 upper-case hex digits",
-    "keyid": "16 upper-case hex digits",
-    "commit": "a git commit: 40 lower-case hex digits",
-    "word": "letters, digits, '.', '_' and '-'",
-    "package": "a package name: letters, digits, '+', '.', '_' and '-'",
-    "ref": "an image reference such as ubuntu:24.04 or name/path:tag[@sha256:...]",
-    "url": "an https URL of letters, digits and ._~%+- path segments",
-    "date": "a date YYYY-MM-DD",
-    "month": "YYYY-MM or YYYY-MM-DD",
-    "oci": "an OCI platform such as linux/amd64",
-    "spdx": "an SPDX license expression such as Apache-2.0 or (MIT OR BSD-3-Clause)",
-}
+_PATTERNS, _DESCRIBE = PATTERNS, DESCRIBE          # the one table (patterns.py)
 # Characters one-line text (a description, a name) may not hold even when printable: they mean
 # something inside a double-quoted LABEL value or a shell line.
 _TEXT_FORBIDDEN = set('"\\$`')

@@ -4,16 +4,15 @@ the order of the resolver's explanations)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-from .context import _Ctx
-from .families import families_of
-from .model import Knowledge, Project, Tool
-from .sections import (architectures, constraints, cuda, cudnn, document, drivers, gpudirect, gpus,
-                       nccl, oses, platforms, preference, pytorch, rdma, recipes, sources,
-                       ucx_openmpi)
-from .yamlfile import load_yaml
+from ..digests import sha256_bytes
+from ..localfile import read_bytes
+from . import cache
+from .model import Knowledge
+from .schema import MATRIX_MAX_BYTES
 
 
 #: the knowledge bases this process loaded: real path -> (sha256 of the bytes parsed, as_of, the
@@ -25,8 +24,6 @@ LOADED: dict[str, tuple[str, str, int, int]] = {}
 def loaded(path: str | Path) -> tuple[str, str] | None:
     """(sha256, as_of) of the matrix at `path` as this process last loaded it, while the file is
     still what was loaded (same size and modification time); else None."""
-    import os
-
     seen = LOADED.get(os.path.realpath(path))
     if seen is None:
         return None
@@ -38,27 +35,41 @@ def loaded(path: str | Path) -> tuple[str, str] | None:
 
 
 def load(path: str | Path) -> Knowledge:
-    """Load, validate and compile matrix.yaml (read once: `Knowledge.sha256` is the sha256 of the
-    bytes parsed)."""
-    import os
-
+    """Load, validate and compile matrix.yaml, opened once: `Knowledge.sha256` is the sha256 of the
+    bytes read. The compiled knowledge of those bytes is kept across processes (knowledge/cache.py):
+    a later load of the same bytes by the same imagebuild reads it back instead."""
     path = str(path)
-    doc = load_yaml(Path(path))
     try:
         st = os.stat(path)
+        data = read_bytes(path, MATRIX_MAX_BYTES)
     except OSError:
-        st = None
-    k = build(doc, path)
-    digest = getattr(doc, "sha256", None)
-    if digest:
-        object.__setattr__(k, "sha256", digest)
-        if st is not None:
-            LOADED[os.path.realpath(path)] = (digest, k.as_of, st.st_size, st.st_mtime_ns)
+        st = data = None        # load_yaml reads it again, to name what is wrong in its own words
+    k = None
+    if data is not None:
+        k = cache.lookup(sha256_bytes(data))
+        if k is not None:       # just unpickled, no one else holds it: it is given its own name
+            object.__setattr__(k, "path", path)
+    if k is None:
+        from .yamlfile import load_yaml
+
+        doc = load_yaml(Path(path), data)
+        k = build(doc, path)
+        if data is not None:
+            cache.store(k)
+    if k.sha256 and st is not None:
+        LOADED[os.path.realpath(path)] = (k.sha256, k.as_of, st.st_size, st.st_mtime_ns)
     return k
 
 
 def build(doc: Any, path: str) -> Knowledge:
     """The Knowledge of a parsed document (`doc` from load_yaml; `path` names it in errors)."""
+    from .context import _Ctx
+    from .families import families_of
+    from .model import Project, Tool
+    from .sections import (architectures, constraints, cuda, cudnn, document, drivers, gpudirect,
+                           gpus, nccl, oses, platforms, preference, pytorch, rdma, recipes,
+                           sources, ucx_openmpi)
+
     c = _Ctx(path)
     as_of = document.load(c, doc)
     srcs = sources.load(c, doc)
@@ -88,4 +99,5 @@ def build(doc: Any, path: str) -> Knowledge:
         nccl_releases=nccl_releases, cudnn_releases=cudnn_releases,
         library_releases={"cudnn": cudnn_known, "nccl": nccl_known},
         tools={name: Tool.of(name, entry) for name, entry in (doc.get("tools") or {}).items()},
-        project=Project.of(doc.get("project")), families=families_of(doc))
+        project=Project.of(doc.get("project")), families=families_of(doc),
+        sha256=getattr(doc, "sha256", None))

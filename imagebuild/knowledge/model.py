@@ -309,8 +309,11 @@ class LibraryRelease:
     redist_only: bool = False
 
 
-@dataclass
+@dataclass(frozen=True)
 class Knowledge:
+    """Everything matrix.yaml says, validated and compiled; immutable (queries keep what they
+    computed in the instance's own `_`-named caches, which are never pickled)."""
+
     path: str
     as_of: str
     sources: dict[str, Source]
@@ -342,6 +345,31 @@ class Knowledge:
     project: Project = Project()
     families: tuple[Family, ...] = ()       # `images:`, in the file's order
     sha256: str | None = None               # of the bytes parsed (knowledge.load)
+
+    def __getstate__(self):
+        # the caches of queries are not kept, but for what every process needs first (admitted)
+        return {name: value for name, value in self.__dict__.items()
+                if not name.startswith("_") or name == "_admitted"}
+
+    def admitted(self, comp: str, m: Matcher) -> frozenset[str]:
+        """The values of stack component `comp` (over its whole domain, unverified ones too) that
+        `m` admits. This depends on neither the host nor the options, so it is computed once per
+        knowledge and matcher (matchers are compared by what they test), not once per compilation
+        of the rules (a process compiles them for several hosts and rule sets: the image
+        expansion's, hostfit's, the query's own), and kept with the knowledge (cache.py)."""
+        cache = self.__dict__.setdefault("_admitted", {})
+        hit = cache.get((comp, m))
+        if hit is None:
+            hit = cache[(comp, m)] = frozenset(v for v in self.domain(comp, True) if m(v))
+        return hit
+
+    def admit_all(self) -> None:
+        """admitted() for every matcher of every rule on a stack component, computed ahead."""
+        from .schema import STACK
+        for r in self.rules:
+            for comp, m in r.when + r.require + tuple(pair for alt in r.any_of for pair in alt):
+                if comp in STACK:
+                    self.admitted(comp, m)
 
     # ---- queries the resolver asks
 

@@ -18,8 +18,8 @@ from ..components import TARBALL_TOOLS
 from ..errors import KnowledgeError
 from ..packagers import PACKAGERS
 from .grammar import _item_pos, _kind, _show, _url, check, check_mapping
+from .schema import BUILD_SWITCHES, FLAVORS
 
-FLAVORS = ("runtime", "devel", "cpu")
 VARIANT_MODES = ("all", "default", "default-and-newest")
 FAMILY_KEYS = ("family", "description", "flavors", "pytorch", "variants", "os", "cuda", "nccl",
                "ucx", "openmpi", "python", "wheels", "rdma", "cuda_from", "sources", "build",
@@ -27,14 +27,7 @@ FAMILY_KEYS = ("family", "description", "flavors", "pytorch", "variants", "os", 
 # Which tarball of UCX and Open MPI a family's recipes compile: the release asset, or the git tag
 # archive with its submodules (`git_archive:` in the ucx/openmpi release; autogen first).
 SOURCE_FORMS = ("release", "git")
-# Build choices a family makes for what it compiles (recorded in the image's labels), with their
-# defaults: UCX's GDA-KI module (GPU-initiated networking, needs the gpunetio submodule), Open MPI's
-# Fortran bindings, ROMIO (MPI-IO) and OpenSHMEM; `cuda_arch` the GPU architectures nvcc compiles
-# UCX's device code and nccl-tests for (default: each project's own list for the CUDA release).
-# The defaults are chosen for PyTorch clusters: no Fortran bindings and no OpenSHMEM, which no
-# PyTorch job calls (a family that needs them says `fortran: true`, `oshmem: true`); GDA-KI and
-# ROMIO as upstream builds them.
-BUILD_SWITCHES = {"gda": True, "fortran": False, "romio": True, "oshmem": False}
+# BUILD_SWITCHES (schema.py): the build choices a family makes, with their defaults
 BUILD_KEYS = tuple(BUILD_SWITCHES) + ("cuda_arch",)
 # Where a family's CUDA comes from: NVIDIA's package repository for the OS (the default: the
 # recipes install pinned CUDA packages), or the wheels torch's closure brings (nvidia-cuda-runtime,

@@ -21,6 +21,22 @@ DRIVER = {"driver"}
 COMPONENTS = STACK + HOST
 
 
+# `images[].build`: the build choices a family makes for what it compiles (recorded in the image's labels), with their
+# defaults: UCX's GDA-KI module (GPU-initiated networking, needs the gpunetio submodule), Open MPI's
+# Fortran bindings, ROMIO (MPI-IO) and OpenSHMEM; `cuda_arch` the GPU architectures nvcc compiles
+# UCX's device code and nccl-tests for (default: each project's own list for the CUDA release).
+# The defaults are chosen for PyTorch clusters: no Fortran bindings and no OpenSHMEM, which no
+# PyTorch job calls (a family that needs them says `fortran: true`, `oshmem: true`); GDA-KI and
+# ROMIO as upstream builds them.
+BUILD_SWITCHES = {"gda": True, "fortran": False, "romio": True, "oshmem": False}
+
+#: the flavors an image family may build (`images[].flavors`)
+FLAVORS = ("runtime", "devel", "cpu")
+
+#: the largest matrix.yaml read (the project's is about 100 KiB)
+MATRIX_MAX_BYTES = 4 * 1024 * 1024
+
+
 # The top-level sections matrix.yaml may have (loader.build checks them; each has its module under
 # sections/, tools and images in recipe_inputs.py).
 TOP = {"schema", "as_of", "sources", "preference", "cuda", "drivers", "architectures", "gpus",

@@ -7,11 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..digests import sha256_bytes
-
-from . import grammar
 from ..errors import KnowledgeError
 
 class _Map(dict):
@@ -33,6 +29,8 @@ class _List(list):
 
 
 def _loader_class():
+    import yaml
+
     base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
     class Loader(base):  # type: ignore[misc, valid-type]
@@ -89,15 +87,21 @@ _LOADER = None
 MAX_NUMBER_CHARS = 30
 
 
-def load_yaml(path: Path) -> Any:
+def load_yaml(path: Path, data: bytes | None = None) -> Any:
     """The YAML document with positions. Before the composer builds anything, grammar.read_text and
     grammar.scan bound the file (size, characters, nesting depth, node count, alias expansion);
     afterwards grammar.check_fields checks every recipe-facing string. Each refusal is one
-    KnowledgeError naming the file, and the line and column where there is one."""
+    KnowledgeError naming the file, and the line and column where there is one. `data`: the
+    file's bytes when the caller has read them (knowledge.load, which hashes them first).
+    PyYAML and the grammar are imported here: a command whose knowledge comes from the cache
+    (knowledge/cache.py) never needs them."""
+    import yaml
+
+    from . import grammar
     global _LOADER
     if _LOADER is None:
         _LOADER = _loader_class()
-    text = grammar.read_text(path)
+    text = grammar.read_text(path, data)
     try:
         grammar.scan(text, str(path), _LOADER)
         doc = yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader subclass

@@ -5,14 +5,12 @@ trusted."""
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
-from .. import __version__
+from .. import usercache
+from ..digests import sha256_bytes
 from ..knowledge import Knowledge
 from . import images
 from .fingerprint import _NotCached, _lock_folder, _read_regular, file_sha256, matrix_sha256  # noqa: F401 - matrix_sha256: re-exported
@@ -25,11 +23,11 @@ from .images import ImageSpec, Skipped
 # `imagebuild resolve` names the best declared image for the host, which needs the whole expansion
 # (~45 resolver runs, the wheel locks read and checked): most of such a process's time, and the
 # same answer every time until the matrix, a lock or imagebuild itself changes. expand_cached keeps
-# it in one JSON file per matrix, options and imagebuild source under $XDG_CACHE_HOME/imagebuild/
-# (default ~/.cache/imagebuild/). Nothing in it is trusted: a file that is not a small regular
-# file, not JSON, of another schema or key, or that names anything the knowledge lacks is not
-# used, and the expansion is computed again (silently: a cache never makes an answer fail). It is
-# JSON, never pickle: reading it runs no code.
+# it in one JSON file per matrix, options and imagebuild source in imagebuild's cache folder
+# (usercache.py: $XDG_CACHE_HOME/imagebuild/, default ~/.cache/imagebuild/). Nothing in it is
+# trusted: a file that is not a small regular file of this user's, not JSON, of another schema or
+# key, or that names anything the knowledge lacks is not used, and the expansion is computed again
+# (silently: a cache never makes an answer fail). It is JSON: reading it runs no code.
 
 #: what a cache file holds; bumped whenever that changes, so an older file is never read as new
 CACHE_SCHEMA = "imagebuild.declared-images/1"
@@ -43,41 +41,11 @@ CACHE_FILES = 8
 _TABLE_FIELDS = {"os": "os", "ucx": "ucx", "openmpi": "openmpi", "rdma": "rdma"}
 
 
-@functools.lru_cache(maxsize=1)
-def _source_fingerprint() -> str:
-    """sha256 over the name, size, modification and change times of every module of imagebuild's
-    own source, so that any change to the code that expands, resolves or reads locks (an edit, a
-    checkout, a reinstall: each rewrites the files) gives another cache key. The times, not the
-    bytes: reading and hashing the ~1.1 MB of source cost 5 to 25 ms a process, a tenth of the
-    whole `resolve` target, where stat() costs 1 to 2 ms; and the change time (ctime) cannot be
-    set back by a copy that keeps the modification time."""
-    root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256()
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-        for name in sorted(f for f in files if f.endswith(".py")):
-            path = os.path.join(folder, name)
-            st = os.stat(path)
-            rel = os.path.relpath(path, root)
-            h.update(f"{rel}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\n".encode())
-    return h.hexdigest()
-
-
 def _cache_key(k: Knowledge, matrix: str, allow_unverified: bool) -> dict:
     """Everything but the wheel locks that the expansion depends on (the locks' bytes are in the
     file, checked on every read: which locks are read is known only once expanded)."""
-    libs = {name: str(getattr(sys.modules.get(name), "__version__", ""))
-            for name in ("yaml", "packaging")}
-    return {"imagebuild": __version__, "source": _source_fingerprint(),
-            "python": f"{sys.version_info[0]}.{sys.version_info[1]}", **libs, "matrix": matrix,
-            "folder": str(_lock_folder(k)), "allow_unverified": bool(allow_unverified),
-            "require_locks": True}
-
-
-def _cache_folder() -> Path:
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"   # XDG: a relative one is ignored
-    return base / "imagebuild"
+    return {**usercache.runtime_key(), "matrix": matrix, "folder": str(_lock_folder(k)),
+            "allow_unverified": bool(allow_unverified), "require_locks": True}
 
 
 def expand_cached(k: Knowledge, matrix: str | None, *,
@@ -91,9 +59,11 @@ def expand_cached(k: Knowledge, matrix: str | None, *,
     path = key = None
     if matrix is not None:
         try:
-            key = _cache_key(k, matrix, allow_unverified)
-            name = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-            path = _cache_folder() / f"{CACHE_PREFIX}{name}.json"
+            here = usercache.folder()
+            if here is not None:
+                key = _cache_key(k, matrix, allow_unverified)
+                name = sha256_bytes(json.dumps(key, sort_keys=True))[:32]
+                path = here / f"{CACHE_PREFIX}{name}.json"
         except (_NotCached, OSError, RuntimeError, ValueError):   # RuntimeError: no home folder
             path = None
     if path is not None:
@@ -108,7 +78,7 @@ def expand_cached(k: Knowledge, matrix: str | None, *,
 
 def _cache_read(k: Knowledge, path: Path, key: dict) -> tuple[list, list] | None:
     try:
-        data = _read_regular(path, CACHE_MAX_BYTES)
+        data = usercache.read_own(path, CACHE_MAX_BYTES)
         if data is None:
             return None
         doc = json.loads(data)
@@ -139,9 +109,7 @@ def _cache_write(path: Path, k: Knowledge, key: dict, out: "images._Expansion") 
         text = json.dumps(doc, separators=(",", ":"))
         with atomic_file(path, "w", parents=True, own=True) as f:   # our cache: damage replaced
             f.write(text)
-        mine = sorted(path.parent.glob(f"{CACHE_PREFIX}*.json"), key=lambda p: p.stat().st_mtime)
-        for old in mine[:-CACHE_FILES]:
-            old.unlink(missing_ok=True)
+        usercache.prune(path.parent, f"{CACHE_PREFIX}*.json", CACHE_FILES)
     except (_NotCached, OSError, ValueError, TypeError, OutputRefused):
         pass        # a FIFO or a folder where the cache file goes: not replaced, not cached
 

@@ -19,7 +19,7 @@ from ..components import prefixes
 from ..errors import KnowledgeError, UsageError
 from ..platforms import PLATFORMS
 from ..knowledge.families import Family
-from ..knowledge.recipe_inputs import BUILD_SWITCHES
+from ..knowledge.schema import BUILD_SWITCHES
 from ..knowledge import Knowledge, version_matcher
 from ..resolve.solver import Host, image_reading, resolve
 from ..versions import NONE, major_minor, parse_version

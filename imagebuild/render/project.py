@@ -8,7 +8,6 @@ import functools
 import subprocess
 from urllib.parse import urlsplit, urlunsplit
 
-from ..knowledge.grammar import check as grammar_check
 from ..knowledge import Knowledge
 from ..sourcedate import rfc3339, source_epoch
 
@@ -59,4 +58,5 @@ def git_source_url(folder: str) -> str | None:
     except ValueError:
         return None
     clean = urlunsplit(("https", netloc, parts.path, "", ""))
+    from ..knowledge.grammar import check as grammar_check   # only here: a cached resolve never needs it
     return clean if grammar_check("url", clean) is None else None

@@ -190,7 +190,7 @@ class Problem:
             if unknown:
                 raise UsageError(f"unknown {'OS' if comp == 'os' else comp} {unknown[0]!r} "
                                  f"(one of {', '.join(known)})", argument=f"--{comp}")
-            return Matcher(" or ".join(names), frozenset(names).__contains__)
+            return Matcher(" or ".join(names), "in", tuple(names))
         try:
             return version_matcher(spec)
         except VersionSyntaxError as exc:
@@ -287,10 +287,15 @@ class Problem:
             values = k.domain(comp, self.allow_unverified)
             kept = []
             wish = self.wishes.get(comp)
+            # what a wish admits over the whole domain, computed once per knowledge (check() asks
+            # the same ==version wishes for every image it is given)
+            admitted = None if wish is None else k.admitted(comp, wish)
+            unwished = None if wish is None else \
+                Fact(f"wish:{comp}", f"you asked for {comp} {wish.text}", None)   # one for all
+            pruned = self.pruned[comp]
             for val in values:
-                if wish is not None and not wish(val):
-                    self.pruned[comp][val] = Fact(f"wish:{comp}", f"you asked for {comp} {wish.text}",
-                                                  None)
+                if admitted is not None and val not in admitted:
+                    pruned[val] = unwished
                     continue
                 if comp == "cuda" and val == NONE and wish is None and self.gpu_host():
                     # A user with a GPU wants a GPU stack; a CPU one only when asked for.
@@ -387,19 +392,8 @@ class Problem:
             self.by_depth[depth].append((r, compiled))
         return self.host_violations, self.by_depth
 
-    def _all_values(self, comp: str) -> list[str]:
-        return self.k.domain(comp, True)
-
     def _allowed(self, comp: str, m: Matcher) -> frozenset[str]:
-        """The values of `comp` (over its whole domain, unverified ones too) that `m` admits. This
-        depends on neither the host nor the options, so it is computed once per knowledge and
-        matcher, not once per compilation (a process compiles the rules for several hosts and
-        rule sets: the image expansion's, hostfit's, the query's own)."""
-        cache = self.k.__dict__.setdefault("_allowed", {})
-        hit = cache.get((comp, id(m)))
-        if hit is None or hit[0] is not m:     # keyed by identity: the matcher is kept to pin it
-            hit = cache[(comp, id(m))] = (m, frozenset(v for v in self._all_values(comp) if m(v)))
-        return hit[1]
+        return self.k.admitted(comp, m)
 
     @staticmethod
     def violated(compiled, assign: dict[str, str]) -> bool:

@@ -4,14 +4,13 @@ each and the driver branches that drive it."""
 from __future__ import annotations
 
 from ..context import _Ctx
-from ...versions import NONE
-from ..matchers import Matcher, category_matcher, mm_range, version_matcher
+from ..matchers import Matcher, category_matcher, mm_range, or_none, version_matcher
 from ..model import Architecture
 from .common import branch_rules
 
 
 def _or_none(m: Matcher) -> Matcher:
-    return Matcher(f"{m.text} (or none)", lambda v: v == NONE or m(v))
+    return or_none(m)
 
 
 def load(c: _Ctx, doc, sources) -> dict[str, Architecture]:

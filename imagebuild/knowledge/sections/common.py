@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import datetime as _dt
 
-from ...versions import NONE, VersionSyntaxError, parse_driver, parse_version, version_key
+from ...versions import VersionSyntaxError, parse_driver, parse_version, version_key
 from ..context import _Ctx
-from ..matchers import (Matcher, any_of, driver_max_branch, driver_min, driver_min_branch,
-                        version_matcher)
+from ..matchers import (Matcher, any_of, driver_max_branch, driver_min_branch,
+                        equal_to, or_none, version_matcher)
 from ..model import LibraryRelease
 from ..yamlfile import _List
 
@@ -35,8 +35,8 @@ def branch_rules(c: _Ctx, node, where: str, when, what: str, rid: str, src: str
                    node, "first_driver")
         # worded as a branch floor, not ">= X": a stack's minimum driver (which reads ">= " floors
         # of rules that may hold) is the stack's own, not that of the GPUs it may meet
-        floor = driver_min(first)
-        floor = Matcher(f"R{parse_driver(first).branch} from {first} or a later branch", floor.test)
+        floor = Matcher(f"R{parse_driver(first).branch} from {first} or a later branch",
+                        "driver_min", first)
         c.add_rule(f"{rid}-first-driver", when, [("driver", floor)],
                    f"{what} need driver {first} or newer (R{parse_driver(first).branch} from "
                    f"{first}, or a later branch)", src, node.line)
@@ -114,7 +114,7 @@ def redist_list(c: _Ctx, node, comp: str, sources, as_of: str,
         out[v] = LibraryRelease(srcs, known, platforms, wheel is None)
         if known is None:
             continue
-        c.add_rule(f"{comp}-{v}-cuda-builds", [(comp, Matcher(v, (lambda want: lambda x: x == want)(v)))],
+        c.add_rule(f"{comp}-{v}-cuda-builds", [(comp, equal_to(v))],
                    [("cuda", any_of([version_matcher(f"=={m}.*") for m in known]))],
                    f"{comp} {v} is built for CUDA {', '.join(map(str, known))}", src, r.line)
     return out
@@ -128,8 +128,7 @@ def major_build_rule(c: _Ctx, b, comp: str, sources):
     if not isinstance(major, int):
         c.fail(f"{w}: cuda_major must be an integer", b, "cuda_major")
     vs = c.spec(b, "versions", w)
-    allowed = version_matcher(vs)
     c.add_rule(f"{comp}-builds-cuda{major}", [("cuda", version_matcher(f"=={major}.*"))],
-               [(comp, Matcher(f"{vs} (or none)", lambda x: x == NONE or allowed(x)))],
+               [(comp, or_none(version_matcher(vs)))],
                f"{comp} is published for CUDA {major} in versions {vs}",
                c.source(b, sources, w), b.line)

@@ -9,14 +9,12 @@ from __future__ import annotations
 from ..context import _Ctx
 from ..matchers import Matcher, category_matcher
 from ..yamlfile import _List
-from ...versions import NONE, parse_version
 from ..model import LibraryRelease, NcclFeature
 from .common import major_build_rule, redist_list, release_list
 
 
 def _at_least(since: str) -> Matcher:
-    floor = parse_version(since)
-    return Matcher(f">= {since} (or none)", lambda v: v == NONE or parse_version(v) >= floor)
+    return Matcher(f">= {since} (or none)", "at_least_or_none", since)
 
 
 def load(c: _Ctx, doc, sources, architectures=None, gpus=None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from ...versions import NONE, VersionSyntaxError, parse_version, version_key
 from ..context import _Ctx
-from ..matchers import Matcher, category_matcher, version_matcher
+from ..matchers import Matcher, category_matcher, none_matcher, version_matcher
 from ..model import CudaRelease
 from ..schema import DEFAULT_PLATFORM
 
@@ -88,7 +88,7 @@ def _carried(releases, entry, in_range, unverified: bool) -> dict[str, frozenset
 
 def _cuda_in(versions) -> Matcher:
     allowed = frozenset(versions) | {NONE}
-    return Matcher(f"none or one of {len(allowed) - 1} releases", allowed.__contains__)
+    return Matcher(f"none or one of {len(allowed) - 1} releases", "in", tuple(sorted(allowed)))
 
 
 def _describe(entry, name, releases, in_range, per_platform, unverified: bool) -> str:
@@ -147,7 +147,7 @@ def _repo_rules(c: _Ctx, entry, name, releases, src, line) -> dict[bool, dict]:
               "verified_only": len(levels) > 1 and not unverified}
         sfx = "-unverified" if unverified else ""
         c.add_rule(f"os-{oid}-cuda-repo{sfx}",
-                   [("os", is_os), ("pytorch", Matcher("none", lambda x: x == NONE))],
+                   [("os", is_os), ("pytorch", none_matcher())],
                    require, text + "; without PyTorch, CUDA comes from there", src, line,
                    any_of=alts, tag="toolkit-repo", **kw)
         c.add_rule(f"os-{oid}-cuda-repo-torch{sfx}", [("os", is_os)], require, text, src, line,
@@ -182,12 +182,12 @@ def _no_repo_rules(c: _Ctx, carried, releases) -> None:
         if reported:
             text += (f" ({', '.join(reported)}: only unverified reports"
                      + (", used here" if unverified else ", which --allow-unverified uses") + ")")
-        not_these = Matcher("not " + ", ".join(vs), lambda x, ws=frozenset(vs): x not in ws)
+        not_these = Matcher("not " + ", ".join(vs), "not_in", tuple(vs))
         kw = {"verified": not unverified,
               "verified_only": len(levels) > 1 and not unverified}
         sfx = "-unverified" if unverified else ""
         c.add_rule("cuda-wheels-only-repo" + sfx, [], [("cuda", not_these)], text, src, line,
                    tag="repo-cuda", at=at, **kw)
-        c.add_rule("cuda-wheels-only" + sfx, [("pytorch", Matcher("none", lambda x: x == NONE))],
+        c.add_rule("cuda-wheels-only" + sfx, [("pytorch", none_matcher())],
                    [("cuda", not_these)], text + " (without PyTorch, CUDA comes from a repository)",
                    src, line, tag="toolkit-repo", at=at, **kw)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from ...versions import NONE, VersionSyntaxError, major_minor, parse_version
 from ..context import _Ctx
-from ..matchers import Matcher, any_of, arch_matcher, category_matcher, version_matcher
+from ..matchers import (Matcher, any_of, arch_matcher, category_matcher, equal_to, none_matcher,
+                        version_matcher)
 from ..model import TorchRelease, Variant, WheelEvidence
 from ..schema import DEFAULT_PLATFORM
+from ...patterns import is_sha256_hex
 
 
 def load(c: _Ctx, doc, sources, releases):
@@ -50,7 +52,7 @@ def _release(c: _Ctx, rel, sources, releases, variants, pytorch):
     # with unverified builds, this rule holds only while unverified facts are not allowed: under
     # --allow-unverified the wider rule below takes its place (else it would still refuse them)
     c.add_rule(f"pytorch-{ver}-builds", [("pytorch", version_matcher("==" + ver))],
-               [("cuda", any_of(cudas_verified or [Matcher("nothing", lambda x: False)]))],
+               [("cuda", any_of(cudas_verified or [Matcher("nothing", "never")]))],
                f"torch {ver} is built for CUDA {builds_v}{also}", src, rel.line,
                tag="verified-only" if cudas_all else None)
     if cudas_all:
@@ -87,12 +89,12 @@ def _variant(c: _Ctx, v, w: str, ver: str, sources, releases, variants):
                   c.platform_list(v, "platforms", w) or (DEFAULT_PLATFORM,), nccl_verified,
                   nccl_src, plat_src)
     variants[key] = var
-    cuda_m = Matcher("none", lambda x: x == NONE) if cuda_mm == NONE \
+    cuda_m = none_matcher() if cuda_mm == NONE \
         else version_matcher(cuda_mm)
     when = [("pytorch", version_matcher("==" + ver)), ("cuda", cuda_m)]
     req = []
     if cudnn:
-        req.append(("cudnn", Matcher(cudnn, (lambda want: lambda x: x == want)(cudnn))))
+        req.append(("cudnn", equal_to(cudnn)))
     nccl_req = _nccl_requirement(nccl)
     if nccl_req is not None and nccl_verified:
         req.append(nccl_req)
@@ -120,12 +122,10 @@ def _nccl_requirement(nccl: str | None):
     explicitly and preloads it; the bundled one ranks first, Problem orders it so). None: not
     known."""
     if nccl == NONE:
-        return ("nccl", Matcher(NONE, lambda x: x == NONE))
+        return ("nccl", none_matcher(NONE))
     if not nccl:
         return None
-    floor = parse_version(nccl)
-    return ("nccl", Matcher(f">= {nccl}", lambda x: x != NONE and (
-        parse_version(x) >= floor and parse_version(x).major == floor.major)))
+    return ("nccl", Matcher(f">= {nccl}", "same_major_at_least", nccl))
 
 
 def _variant_libraries(c: _Ctx, v, w: str, verified: bool, nccl_verified: bool, releases) -> tuple:
@@ -173,7 +173,7 @@ def _wheel_rules(c: _Ctx, v, w: str, var: Variant, when, releases, plat_src) -> 
     runtime = var.cuda_runtime
     if runtime in releases and major_minor(runtime) == var.cuda:
         c.add_rule(f"pytorch-{ver}-{tag}-cuda", when,
-                   [("cuda", Matcher(runtime, (lambda want: lambda x: x == want)(runtime)))],
+                   [("cuda", equal_to(runtime))],
                    f"torch {ver}+{tag} wheels bring CUDA {runtime} (cuda-toolkit=={runtime})",
                    var.source, v.line, var.verified, tag="wheel-cuda")
     plats = var.platforms
@@ -209,7 +209,7 @@ def _wheels(c: _Ctx, rel, ver: str, sources, variants) -> tuple[WheelEvidence, .
         if not any(t.platform.endswith("_" + plat) for t in tags):
             c.fail(f"{w}: {name} is no {plat} wheel", node, "file")
         sha = c.text(node, "sha256", w)
-        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+        if not is_sha256_hex(sha):
             c.fail(f"{w}: sha256 is 64 lowercase hex digits", node, "sha256")
         commit = c.text(node, "commit", w)
         if not re.fullmatch(r"[0-9a-f]{40}", commit):
