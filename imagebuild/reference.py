@@ -26,6 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .patterns import SHA256_DIGEST
+
 NAME_MAX = 255
 
 _LABEL = r"(?:[a-z0-9]|[a-z0-9][a-z0-9-]*[a-z0-9])"
@@ -35,7 +37,7 @@ DOMAIN = rf"{HOST}(?::[0-9]{{1,5}})?"
 COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 PATH = rf"{COMPONENT}(?:/{COMPONENT})*"
 TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
-DIGEST = r"sha256:[0-9a-f]{64}"
+DIGEST = SHA256_DIGEST
 
 DOMAIN_RE = re.compile(rf"{DOMAIN}\Z")
 PATH_RE = re.compile(rf"{PATH}\Z")

@@ -12,6 +12,8 @@
   smoke suite (a program of its own, run inside images).
 - Nothing outside `knowledge/` reads the parsed matrix (`Knowledge.document`): the other packages
   take typed values (families, tools, project, releases, ...) that the loader made once.
+- One hasher: only `digests.py` imports hashlib (every file, text and stream hash goes through it);
+  one table of value patterns (`patterns.py`), the only place a 64-hex digest is spelled.
 - No package is named like build output (`build/`, `dist/`): tools skip such folders (a default
   ruff run never linted `imagebuild/build/`), and `ruff check` with the rules pyproject.toml
   configures is clean on the whole project.
@@ -199,6 +201,35 @@ def _document_readers(root: Path, owner: str = "knowledge") -> list[str]:
     return out
 
 
+def _hashlib_users(root: Path, owner: str = "digests.py") -> list[str]:
+    """Modules other than `owner` that import hashlib (at the top or inside a function)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() == owner:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n == "hashlib" or n.startswith("hashlib.") for n in names):
+                out.append(f"{path.relative_to(root.parent).as_posix()}:{node.lineno}")
+    return out
+
+
+def test_only_digests_imports_hashlib():
+    assert _hashlib_users(PACKAGE) == []
+
+
+def _hex64_spellings(root: Path, owner: str = "patterns.py") -> list[str]:
+    """Lines outside `owner` that spell a 64-hex pattern themselves."""
+    return [f"{path.relative_to(root.parent).as_posix()}:{no}"
+            for path in sorted(root.rglob("*.py")) if path.relative_to(root).as_posix() != owner
+            for no, line in enumerate(path.read_text().splitlines(), 1) if "{64}" in line]
+
+
+def test_one_spelling_of_a_sha256_pattern():
+    assert _hex64_spellings(PACKAGE) == []
+
+
 def test_packages_follow_the_pipeline():
     assert _unknown_packages(PACKAGE, PIPELINE) == []
     assert _upward_imports(PACKAGE, PIPELINE) == []
@@ -324,3 +355,9 @@ def test_the_pipeline_rules_see_planted_violations(tmp_path):
     assert _upward_imports(pkg, order) == ["pkg.helper -> pkg.render", "pkg.render.a -> pkg.build.b"]
     assert _printers(pkg, ("cli",)) == ["pkg/build/b.py:3"]
     assert _document_readers(pkg) == ["pkg/render/d.py:2"]     # knowledge/ itself may
+    (pkg / "digests.py").write_text("import hashlib\n")
+    (pkg / "render" / "f.py").write_text("def h(b):\n    from hashlib import sha256\n")
+    assert _hashlib_users(pkg) == ["pkg/render/f.py:2"]          # digests.py itself may
+    (pkg / "patterns.py").write_text("H = r'[0-9a-f]{64}'\n")
+    (pkg / "render" / "g.py").write_text("import re\nX = re.compile(r'sha256:[0-9a-f]{64}')\n")
+    assert _hex64_spellings(pkg) == ["pkg/render/g.py:2"]

@@ -20,7 +20,6 @@ versions (see docs/benchmarks.md for what was measured). Supported bases are dat
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -36,7 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from ..digests import sha256_file
+from ..digests import sha256_bytes, sha256_file
 from ..engines import check_ref
 from ..errors import ImagebuildError, UsageError
 from ..platforms import local_base_ref
@@ -289,7 +288,7 @@ def write_image_tar(layer: Path, diff_id: str, dest: Path, *, ref: str, spec: Ba
                     target: Platform | None = None) -> str:
     """A `docker save` layout tar holding one layer; returns the image id (sha256 of the config)."""
     config = image_config(diff_id, spec, target)
-    config_hex = hashlib.sha256(config).hexdigest()
+    config_hex = sha256_bytes(config)
     layer_dir = diff_id.removeprefix("sha256:")
     manifest = json.dumps([{"Config": f"{config_hex}.json", "RepoTags": [ref],
                             "Layers": [f"{layer_dir}/layer.tar"]}],

@@ -6,13 +6,14 @@ layer cache shared through a registry between builders (`SharedCache`: `build --
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
 from pathlib import Path
 
+from ..digests import sha256_bytes, sha256_digest
 from ..errors import ImagebuildError
+from ..patterns import SHA256_DIGEST
 
 
 #: bumped whenever normalising changes what it makes from the same image: a memo of an older
@@ -31,13 +32,13 @@ class NormalizeMemo:
 
     def __init__(self, ref: str, folder: Path | None = None):
         self.ref = ref
-        self.path = (folder or _memo_folder()) / (hashlib.sha256(ref.encode()).hexdigest()[:32] + ".json")
+        self.path = (folder or _memo_folder()) / (sha256_bytes(ref)[:32] + ".json")
 
     @staticmethod
     def key(built_id: str, epoch: int, base_id: str | None, labels: dict[str, str] | None) -> str:
         text = json.dumps([NORMALIZER, built_id, int(epoch), base_id or "", dict(sorted((labels or {}).items()))],
                           separators=(",", ":"))
-        return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+        return sha256_digest(text.encode())
 
     def read(self) -> dict:
         try:
@@ -57,7 +58,7 @@ class NormalizeMemo:
             write_atomic(self.path, json.dumps(doc, sort_keys=True) + "\n", parents=True, own=True)
 
 
-_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
+_IMAGE_ID = re.compile(SHA256_DIGEST)
 
 
 def _split_ref(ref: str) -> tuple[str, str]:

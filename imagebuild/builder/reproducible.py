@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import io
 import json
 import os
@@ -71,11 +70,12 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import EngineRefused, ImagebuildError
-from ..digests import sha256_file
+from ..digests import sha256_digest, sha256_file, sha256_hasher
 from ..dockerfile import BASE_DIGEST_LABEL, BASE_NAME_LABEL, final_base
 from ..sourcedate import rfc3339
 from .buildcache import NormalizeMemo, SharedCache, _reuse  # noqa: F401 - SharedCache: re-exported
 from .builders import Lower, as_buildkit, builder_noise, built_by_buildah, clean_name, is_whiteout
+from ..patterns import SHA256_HEX
 
 #: regular files (and symlinks) under these paths are left out of every normalised layer
 VOLATILE = re.compile(
@@ -179,7 +179,7 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int,
             out.close()
         if lower is not None:
             lower.add(kept)
-    digest = hashlib.sha256()
+    digest = sha256_hasher()
     with open(dst, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
@@ -189,7 +189,7 @@ def normalize_layer(src: str | os.PathLike, dst: str | os.PathLike, clamp: int,
 #: where BuildKit keeps an image's inline cache records in its config
 INLINE_CACHE_KEY = "moby.buildkit.cache.v0"
 
-_COPY_SOURCE = re.compile(r"\b(dir|file|multi):[0-9a-f]{64}\b")
+_COPY_SOURCE = re.compile(rf"\b(dir|file|multi):{SHA256_HEX}\b")
 
 
 def normalize_config(config: dict, diff_ids: list[str], epoch: int,
@@ -421,7 +421,7 @@ def _normalize_in(engine, ref: str, epoch: int, base: str | None, where: Path,
             layer_paths.append(name)
         shutil.rmtree(src)
         cfg = config_bytes(normalize_config(config, diff_ids, epoch, labels))
-        new_id = "sha256:" + hashlib.sha256(cfg).hexdigest()
+        new_id = sha256_digest(cfg)
         (out / f"{new_id.split(':', 1)[1]}.json").write_bytes(cfg)
         (out / "manifest.json").write_text(json.dumps(
             [{"Config": f"{new_id.split(':', 1)[1]}.json", "RepoTags": [ref], "Layers": layer_paths}]))
@@ -472,7 +472,7 @@ def git_revision(folder: str | os.PathLike) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     rev = head.stdout.strip()
-    if status.returncode != 0 or status.stdout.strip() or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", rev):
+    if status.returncode != 0 or status.stdout.strip() or not re.fullmatch(rf"[0-9a-f]{{40}}|{SHA256_HEX}", rev):
         return None
     return rev
 

@@ -18,11 +18,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from dataclasses import dataclass
 
+from ..digests import sha256_raw
 from ..components import COMPONENTS
 from ..errors import UsageError
 
@@ -92,7 +92,7 @@ def _build_order(members: list[str], specs: dict) -> list[str]:
 
 
 def _score(name: str, shard: int) -> bytes:
-    return hashlib.sha256(f"{name}\0{shard}".encode()).digest()
+    return sha256_raw(f"{name}\0{shard}")
 
 
 def assign(all_chains: list[Chain], n: int) -> dict[str, int]:
@@ -102,7 +102,7 @@ def assign(all_chains: list[Chain], n: int) -> dict[str, int]:
     capacity = max(math.ceil(SLACK * total / n), heaviest) if n else 0
     load = dict.fromkeys(range(1, n + 1), 0)
     out: dict[str, int] = {}
-    for chain in sorted(all_chains, key=lambda c: hashlib.sha256(c.root.encode()).digest()):
+    for chain in sorted(all_chains, key=lambda c: sha256_raw(c.root)):
         ranked = sorted(range(1, n + 1), key=lambda s: _score(chain.root, s), reverse=True)
         shard = next((s for s in ranked if load[s] + chain.weight <= capacity),
                      min(ranked, key=lambda s: load[s]))

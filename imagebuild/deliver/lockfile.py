@@ -59,12 +59,13 @@ from ..localfile import MAX_DOCUMENT_BYTES, read_bytes, read_text
 from .. import untrusted
 from .drift import (BUILD_INPUTS, ENGINE_FIELDS, ENGINE_PROVENANCE, ENTRY_KEYS,  # noqa: F401 - re-exported
                     OPTIONAL_KEYS, PROVENANCE_KEYS, _short, drift, drift_all, engine_free, without_bases)
+from ..patterns import SHA256_HEX
 
 LOCK_VERSION = 1
 DEFAULT_LOCK = LOCK_FILE
 STATUSES = ("fail", "pass", "skip")
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_HEX64 = re.compile(rf"^{SHA256_HEX}\Z")
 _IMAGE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
 # a stack: component names and the versions the matrix writes (13.0.2, 2.13.0, ubuntu24.04, none)
 _COMPONENT = re.compile(r"^[a-z][a-z0-9_-]{0,63}\Z")

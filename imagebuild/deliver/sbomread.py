@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ImagebuildError
+from ..patterns import SHA256_HEX
 
 REQUIREMENTS_DIR = "/opt/imagebuild/requirements"
 MARK = "@@imagebuild-sbom@@"
@@ -284,7 +285,7 @@ def verify_records(engine, image_id: str, dists: list[Dist], timeout: float = 18
         if section == "record":
             records[arg] += line + "\n"
         elif section == "sums":
-            m = re.match(r"^([0-9a-f]{64})  (.+)\Z", line)
+            m = re.match(rf"^({SHA256_HEX})  (.+)\Z", line)
             if m:
                 sums[arg][m.group(2)] = m.group(1)
     if not ended:

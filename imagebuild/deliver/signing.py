@@ -22,7 +22,6 @@ the development machines. What a site with sigstore adds is in docs/supply-chain
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Callable
 
 from .. import untrusted
 from ..errors import ImagebuildError, RegistryError, RegistryUnavailable, UsageError
-from ..digests import sha256_digest
+from ..digests import sha256_bytes, sha256_digest
 from .publish import DIGEST_RE, RegistryAPI
 from .referrers import OCI_MANIFEST, canonical_json
 from ..localfile import MAX_KEY_BYTES, read_bytes
@@ -74,7 +73,7 @@ def key_id(public_key) -> str:
     from cryptography.hazmat.primitives import serialization
 
     der = public_key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    return "sha256:" + hashlib.sha256(der).hexdigest()[:16]
+    return "sha256:" + sha256_bytes(der)[:16]
 
 
 def _p256(key, path: str, what: str, argument: str):

@@ -32,6 +32,7 @@ import shlex
 from dataclasses import dataclass
 
 from ..errors import UsageError
+from ..patterns import SHA256_DIGEST
 
 RUNTIMES = ("pyxis", "oci")
 JOBS = ("smoke", "torchrun")
@@ -53,7 +54,7 @@ TIME_RE = re.compile(rf"^(?:{_F}|{_F}:{_S}|{_F}:{_S}:{_S}|{_F}-{_F}|{_F}-{_F}:{_
 _HOST = r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?(?::[0-9]{1,5})?"
 _PATH = r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*){0,15}"
 PYXIS_REF_RE = re.compile(rf"^(?:[A-Za-z0-9_.-]{{1,64}}@)?(?:{_HOST}#)?{_PATH}"
-                          r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}|@sha256:[0-9a-f]{64})?\Z")
+                          rf"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}}|@{SHA256_DIGEST})?\Z")
 #: one word of the user's torchrun command line: printable, no control character, bounded
 MAX_ARG = 4096
 

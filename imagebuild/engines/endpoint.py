@@ -19,7 +19,6 @@ line naming the file.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import stat
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from ..digests import sha256_bytes
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 PODMAN_ROOT_SOCKET = "/run/podman/podman.sock"
@@ -77,7 +77,7 @@ def context_endpoint(name: str, where: str) -> Endpoint | None:
     """The docker endpoint of a named context; None for the built-in 'default'."""
     if name == "default":
         return None
-    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()
+    digest = sha256_bytes(name)
     meta = config_dir() / "contexts" / "meta" / digest / "meta.json"
     try:
         data = json.loads(meta.read_text(encoding="utf-8"))

@@ -7,7 +7,6 @@ refused, never downloaded from. The index is the one the user names, else pip's 
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import re
@@ -20,17 +19,19 @@ from html.parser import HTMLParser
 from typing import Any, Callable
 from urllib.parse import urldefrag, urljoin
 
+from ..digests import sha256_bytes
 from .. import httpio, untrusted
 from ..redact import redact
 from ..versions import NONE, parse_version
 from .wheelpins import PROJECT, IndexUnavailable, SyncError, WheelPins, pins_from_metadata
+from ..patterns import SHA256_HEX
 
 # the interpreters whose wheel is read, in this order (the first a release has; pins do not differ)
 PYTHON_TAGS = ("cp312", "cp311", "cp310", "cp313", "cp39", "cp38")
 _LINUX_TAG = r"(manylinux1|manylinux2010|manylinux2014|manylinux_[0-9]+_[0-9]+|linux)_"
 _PLATFORM_RE = re.compile("^" + _LINUX_TAG + r"x86_64\Z")
 _URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/?#\[\]@!$&()*+,;=%-]+\Z")
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}\Z")
+_SHA256_RE = re.compile(rf"^{SHA256_HEX}\Z")
 
 
 def validate_index_url(url: str) -> str:
@@ -419,7 +420,7 @@ class Index:
             resp = self._get(link.url + ".metadata", cap=MAX_METADATA_BYTES)
             raw = resp.content
             if link.metadata and _SHA256_RE.match(link.metadata) and \
-                    hashlib.sha256(raw).hexdigest() != link.metadata:
+                    sha256_bytes(raw) != link.metadata:
                 raise SyncError(f"torch {version}: the metadata of {link.filename} does not match its "
                                 "sha256 on the index")
             how = f"PEP 658 metadata ({len(raw)} bytes)"

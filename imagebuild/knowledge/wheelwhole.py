@@ -12,11 +12,11 @@ refused unless its sha256 is the index's, and read from there.
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
 import zipfile
 from pathlib import Path
 
+from ..digests import sha256_hasher
 from .. import httpio, untrusted
 from ..versions import NONE
 from .wheelpins import IndexUnavailable, SyncError
@@ -38,7 +38,7 @@ def whole_wheel_facts(index, link, known=None) -> tuple[str, str, tuple[str, ...
     what = f"{link.filename}: the whole wheel"
     with tempfile.TemporaryDirectory(prefix="imagebuild-wheel-") as tmp:
         path = Path(tmp) / "wheel.zip"
-        digest, size = hashlib.sha256(), 0
+        digest, size = sha256_hasher(), 0
         deadline = httpio.deadline_in(httpio.exchange_seconds(WHEEL_DEADLINE_S))
         try:
             resp = httpio.get(index.session, link.url, deadline, IndexUnavailable(

@@ -5,27 +5,12 @@ its building blocks (blocks.py) check each value here before a fragment sees it.
 
 from __future__ import annotations
 
-import re
 
 from ..errors import RenderError
 from ..knowledge.grammar import bad_char, char_name
 from ..knowledge.grammar import check as grammar_check
+from ..patterns import PATTERNS
 from ..reference import is_reference
-
-# Each pattern must match the whole value (fullmatch: a `$` anchor accepts a trailing newline).
-PATTERNS = {
-    "version": re.compile(r"[0-9]+(\.[0-9]+){0,4}"),
-    "id": re.compile(r"[a-z0-9][a-z0-9._-]{0,127}"),
-    "url": re.compile(r"https://[A-Za-z0-9.-]+(/[A-Za-z0-9._~%+-]+)*/?"),
-    "sha256": re.compile(r"[0-9a-f]{64}"),
-    "path": re.compile(r"/[A-Za-z0-9._/-]*"),
-    "fingerprint": re.compile(r"[0-9A-F]{40}"),
-    "keyid": re.compile(r"[0-9A-F]{16}"),
-    "host": re.compile(r"[a-z0-9][a-z0-9.-]*[a-z0-9]"),
-    "word": re.compile(r"[A-Za-z0-9._-]+"),
-    "package": re.compile(r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"),
-    "env": re.compile(r"[A-Za-z0-9 ,.:;/+_=<>^-]*"),
-}
 
 
 def show(text: str) -> str:

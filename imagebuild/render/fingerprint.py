@@ -4,12 +4,12 @@ only, bounded, never blocking on a FIFO or a device."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from pathlib import Path
 
 from ..knowledge import Knowledge
+from ..digests import sha256_bytes
 
 #: the largest input (the matrix, a wheel lock) hashed for the key; a larger one is not cached
 INPUT_MAX_BYTES = 64 << 20
@@ -44,7 +44,7 @@ def file_sha256(path) -> str | None:
     """sha256 of a regular file's bytes (at most INPUT_MAX_BYTES), None when it does not exist;
     _NotCached when it is anything else."""
     data = _read_regular(path, INPUT_MAX_BYTES)
-    return None if data is None else hashlib.sha256(data).hexdigest()
+    return None if data is None else sha256_bytes(data)
 
 
 def matrix_sha256(path) -> str | None:

@@ -3,7 +3,6 @@ compared with what is on disk for `generate --check`), and an image's build cont
 Dockerfile, the smoke suite, the wheel lock and the host wheels, the source tarballs)."""
 
 from __future__ import annotations
-import hashlib
 import json
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from .requires import image_requires
 from .images import ImageSpec
 from .wheellock import wheel_set
 from .renderer import Renderer, image_lock, package_files
+from ..digests import sha256_bytes
 
 
 # -------------------------------------------------------------------------------------------------
@@ -85,7 +85,7 @@ def stale(files: dict[str, str], output: Path) -> list[str]:
 
 
 def dockerfile_sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return sha256_bytes(text)
 
 
 # -------------------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ archive, the file name the matrix records.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import shutil
 import time
@@ -31,7 +30,7 @@ from urllib.parse import urljoin
 
 from .blocks import BLOCKS
 from ..atomic import atomic_file
-from ..digests import sha256_file
+from ..digests import sha256_file, sha256_hasher
 from ..errors import ImagebuildError, Unavailable, UsageError
 from ..knowledge.grammar import MAX_SOURCE_BYTES
 from ..knowledge.recipe_inputs import release_file
@@ -211,7 +210,7 @@ def _put(tb: Tarball, where: str, dest: Path, session) -> int:
     """Copy or download `where` into a temporary file beside `dest`, check its sha256, then move
     it into place (never a half-written or unchecked file under the cache's name). A full disk is
     one line, and the partial file is removed."""
-    h = hashlib.sha256()
+    h = sha256_hasher()
     size = 0
     try:
         with atomic_file(dest, "wb", perm=0o600, suffix=".part") as out:

@@ -14,7 +14,6 @@ matrix gives the same lock on any day. An image whose wheel set has no lock is n
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 import re
 import shutil
@@ -26,13 +25,15 @@ from ..errors import KnowledgeError, LockError, Unavailable  # LockError: errors
 from ..redact import redact
 from ..knowledge.sync import pip_settings
 from ..versions import NONE, major_minor, parse_version
+from ..digests import sha256_bytes
+from ..patterns import SHA256_HEX
 
 LOCK_DIR = Path("locks") / "wheels"
 HEADER = "# Wheel lock written by `imagebuild wheels lock` from matrix.yaml: do not edit."
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]*)\s*\\?\Z")
-_HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})\s*\\?\Z")
+_HASH = re.compile(rf"^--hash=sha256:({SHA256_HEX})\s*\\?\Z")
 
 
 class LockUnavailable(Unavailable, LockError):
@@ -167,7 +168,7 @@ class Lock:
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+        return sha256_bytes(self.text)
 
     def subset(self, names: list[str]) -> str:
         """A requirements text holding only these packages (their pins and hashes)."""

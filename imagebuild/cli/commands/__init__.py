@@ -6,14 +6,14 @@ def knowledge_used(args, k) -> dict:
     """Which knowledge an answer came from: the matrix's path, where that choice came from
     (workspace.ORIGINS), its `as_of` date and the sha256 of its bytes, so that two answers can be
     told apart when they came from different matrices."""
-    import hashlib
     from pathlib import Path
 
     from ... import __version__
+    from ...digests import sha256_file
 
     path = Path(k.path)
     origin = getattr(args, "matrix_origin", "--matrix")
-    digest = getattr(k, "sha256", None) or hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = getattr(k, "sha256", None) or sha256_file(path)
     return {"path": str(path.resolve()), "origin": origin, "as_of": k.as_of,
             "sha256": digest,
             **({"imagebuild": __version__} if origin == "packaged" else {})}

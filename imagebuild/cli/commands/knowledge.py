@@ -110,11 +110,11 @@ def _schema(args) -> int:
     """The JSON Schema of matrix.yaml, printed (the schema itself; with --json inside the answer's
     envelope) or written to --output. An editor with a YAML language server reads it from
     matrix.yaml's first line; `jsonschema` validates against it."""
-    import hashlib
     import json
     from pathlib import Path
 
     from ...atomic import write_atomic
+    from ...digests import sha256_bytes
 
     text = schema_text()
     rep = Reporter.for_args("knowledge", args)
@@ -128,7 +128,7 @@ def _schema(args) -> int:
         write_atomic(out, text.encode())
     except OSError as exc:
         raise UsageError(f"{out}: cannot write: {exc.strerror or exc}", argument="--output") from None
-    digest = hashlib.sha256(text.encode()).hexdigest()
+    digest = sha256_bytes(text)
     rep.result({"output": str(out), "bytes": len(text.encode()), "sha256": digest},
                f"{out}: matrix.yaml's JSON Schema ({len(text.encode())} bytes, sha256 {digest[:12]})")
     return 0

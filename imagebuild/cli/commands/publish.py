@@ -13,6 +13,7 @@ from ... import untrusted
 from ...errors import ImagebuildError
 from ..reporter import Reporter
 from ...workspace import Workspace
+from ...digests import sha256_bytes
 
 
 def configure(parser) -> None:
@@ -64,7 +65,6 @@ def image_sbom(image_id: str, engine_id: str, args, matrix_run) -> bytes | None:
     it must describe exactly the engine's image (its metadata.component bom-ref), and when images.lock
     records an sbom_sha256 for the image it must be that SBOM (the referrer's layer digest is then
     the lock's sbom_sha256). None without --sbom."""
-    import hashlib
     from pathlib import Path
     from ...deliver import lockfile
     from ...errors import UsageError
@@ -97,7 +97,7 @@ def image_sbom(image_id: str, engine_id: str, args, matrix_run) -> bytes | None:
                          f"{engine_id[:19]}; write it again (imagebuild sbom {image_id} --output FILE)", **where)
     lock_path = args.lock or str(Workspace.of(args.matrix).lock)
     recorded = ((lockfile.read_lock(lock_path).get(image_id) or {}).get("provenance") or {}).get("sbom_sha256")
-    actual = hashlib.sha256(raw).hexdigest()
+    actual = sha256_bytes(raw)
     if recorded and recorded != actual:
         raise UsageError(f"{image_id}: the lock records SBOM sha256 {recorded[:16]}..., the SBOM to attach is "
                          f"{actual[:16]}...; write the SBOM and the lock again", file=lock_path)
