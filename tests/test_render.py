@@ -399,19 +399,21 @@ def test_search_paths_follow_the_blocks():
     libraries between the two groups, CUDA's last."""
     from imagebuild.render.blocks import search_path
 
-    assert search_path("lib", "NCCL", "CUDA") == ["/opt/openmpi/lib", "/opt/ucx/lib", "/opt/gdrcopy/lib",
-                                                  "NCCL", "CUDA"]
-    assert search_path("bin", None, "CUDA") == ["/opt/openmpi/bin", "/opt/ucx/bin", "/opt/nccl-tests/bin",
-                                                "CUDA"]
+    assert search_path("lib", "NCCL", "CUDA", None) == ["/opt/openmpi/lib", "/opt/ucx/lib",
+                                                        "/opt/gdrcopy/lib", "NCCL", "CUDA"]
+    assert search_path("bin", None, "CUDA", None) == ["/opt/openmpi/bin", "/opt/ucx/bin",
+                                                      "/opt/nccl-tests/bin", "CUDA"]
 
 
 def test_every_block_is_laid_out_from_its_entry(k, specs):
     """Each block of a CUDA image is one devel step under its title, in build order with NCCL
     between the two groups, one COPY of its prefix into the run-time stage, and its folders on
     PATH and LD_LIBRARY_PATH exactly as the block says."""
-    from imagebuild.render.blocks import BLOCKS
+    from imagebuild.render import blocks
 
     spec = next(s for s in specs if s.id == "pytorch-2.13.0-cu130-ubuntu24.04-runtime")  # NCCL: its own step
+    BLOCKS = blocks.for_image(spec)
+    assert [b.name for b in BLOCKS] == ["gdrcopy", "ucx", "openmpi", "nccl-tests"]
     text = render.Renderer().dockerfile(spec, k)
     devel, runtime = text.split("\nFROM ", 2)[1:]
     titles = [ln[2:] for ln in devel.splitlines() if ln.startswith("# ")]
@@ -419,7 +421,7 @@ def test_every_block_is_laid_out_from_its_entry(k, specs):
     placed = [titles.index(b.title.format(version=versions[b.name])) for b in BLOCKS]
     nccl = titles.index(f"NCCL {spec.stack['nccl']}")
     assert placed == sorted(placed)
-    assert all((p > nccl) == b.on_nccl for p, b in zip(placed, BLOCKS))
+    assert all((p > nccl) == blocks.on_nccl(b, BLOCKS) for p, b in zip(placed, BLOCKS))
     for b in BLOCKS:
         assert runtime.count(f"COPY --from=devel {b.prefix} {b.prefix}\n") == 1
         env = dict(render.Renderer().env_vars(spec, k, render._cuda_layout(spec)))
@@ -428,8 +430,9 @@ def test_every_block_is_laid_out_from_its_entry(k, specs):
 
 
 def test_a_new_compiled_component_is_one_block_and_one_fragment(site_git, tmp_path, monkeypatch):
-    """The renderer lays out a block it has never seen: a fragment in the recipes and an entry in
-    BLOCKS are all it takes (its tarball stands in for the matrix's here)."""
+    """The renderer lays out a block it has never seen: a fragment in the recipes and a block among
+    the image's (blocks.for_build) are all it takes (its tarball stands in for the matrix's here)."""
+    from imagebuild.components import NCCL
     from imagebuild.render import blocks
 
     recipes = tmp_path / "recipes"
@@ -439,13 +442,14 @@ def test_a_new_compiled_component_is_one_block_and_one_fragment(site_git, tmp_pa
         "tar -xf /tmp/sources/{{ file }} --strip-components=1\n"
         "./configure --prefix=/opt/libfoo --with-cuda={{ cuda_home }} --with-nccl={{ nccl_home }}\n"
         "make install\n")
-    foo = blocks.Block("libfoo", "libfoo {version}", "/opt/libfoo", bin=True, lib=True, on_nccl=True,
-                       values=lambda b: {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home})
+    foo = blocks.Block("libfoo", "libfoo {version}", "/opt/libfoo", bin=True, lib=True,
+                       after=(NCCL,), values=lambda b: {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home})
     k, specs = site_git      # the site's Debian communication image, compiled from git archives
     spec = specs["comms-cu130-nccl2.30.7-debian12-runtime"]
     tarballs = dict(render._tarballs(spec, k), libfoo={
         "name": "libfoo", "version": "1.0", "form": "release", "file": "libfoo-1.0.tar.gz", "sha256": "f" * 64})
-    monkeypatch.setattr(blocks, "BLOCKS", (*blocks.BLOCKS, foo))
+    chosen = blocks.for_build
+    monkeypatch.setattr(blocks, "for_build", lambda build: (*chosen(build), foo))
     from imagebuild.render import cudastages
     monkeypatch.setattr(cudastages, "_tarballs", lambda spec, k: tarballs)   # where the stages read it
     text = render.Renderer(recipes).dockerfile(spec, k)

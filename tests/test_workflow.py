@@ -146,7 +146,7 @@ def heavy() -> dict:
 
 
 def test_the_heavy_tier_runs_weekly_and_when_a_compiled_component_changes(heavy):
-    from imagebuild.render.blocks import BLOCKS
+    from imagebuild.components import COMPONENTS
     on = heavy[True] if True in heavy else heavy["on"]
     (cron,) = [entry["cron"] for entry in on["schedule"]]
     assert len(cron.split()) == 5 and cron.split()[2:4] == ["*", "*"] and cron.split()[4] != "*"  # weekly
@@ -154,7 +154,7 @@ def test_the_heavy_tier_runs_weekly_and_when_a_compiled_component_changes(heavy)
     paths = set(on["push"]["paths"])
     # every compiled block's fragment, the blocks themselves, imagebuild's NCCL benchmark, and what
     # makes an image reproducible
-    for block in BLOCKS:
+    for block in COMPONENTS:
         assert f"imagebuild/recipes/fragments/{block.name}.sh.j2" in paths, block.name
     assert {"imagebuild/recipes/fragments/nccl-bench.sh.j2", "imagebuild/smoke/bench/nccl_bw.c"} <= paths
     assert {"imagebuild/render/blocks.py", "imagebuild/components.py", "imagebuild/packagers.py",

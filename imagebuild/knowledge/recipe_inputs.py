@@ -14,7 +14,7 @@ import re
 from typing import Iterable
 from urllib.parse import urlsplit
 
-from ..components import TARBALL_TOOLS
+from ..components import SWITCHES, TARBALL_TOOLS, for_build
 from ..errors import KnowledgeError
 from ..packagers import PACKAGERS
 from .grammar import _item_pos, _kind, _show, _url, check, check_mapping
@@ -438,7 +438,10 @@ def _what_images_need(c: _Checker, doc, fam, where: str, flavors: list[str], pyt
                 c.fail(f"os {os_id}: {where} builds CUDA images on it, whose recipes are written "
                        f"for the families {', '.join(sorted(PACKAGERS))}, not {family!r}",
                        entry, "family")
-            for tool in (*TARBALL_TOOLS, PACKAGERS[family]["key"]):
+            build = fam.get("build") if isinstance(fam.get("build"), dict) else {}
+            compiled = [t.name for t in for_build({s: build.get(s) is True for s in SWITCHES})
+                        if t.pinned_by == "tools"]
+            for tool in (*compiled, PACKAGERS[family]["key"]):
                 if tool not in tools:
                     c.fail(f"{where}: its CUDA images on {os_id} download and check "
                            f"tools.{tool}, which is missing", fam)

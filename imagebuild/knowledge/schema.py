@@ -3,6 +3,8 @@ which the host's facts, how their values are compared, the rule tags and the top
 
 from __future__ import annotations
 
+from ..components import SWITCHES
+
 # The stack's components, in the order the solver assigns them, and the host's facts.
 STACK = ("pytorch", "cuda", "cudnn", "nccl", "python", "os", "platform", "openmpi", "ucx")
 HOST = ("driver", "gpu", "gpu.cc", "gpu.datacenter", "kernel", "ofed", "open_kernel_modules")
@@ -28,7 +30,10 @@ COMPONENTS = STACK + HOST
 # The defaults are chosen for PyTorch clusters: no Fortran bindings and no OpenSHMEM, which no
 # PyTorch job calls (a family that needs them says `fortran: true`, `oshmem: true`); GDA-KI and
 # ROMIO as upstream builds them.
-BUILD_SWITCHES = {"gda": True, "fortran": False, "romio": True, "oshmem": False}
+# A component that only some families compile (components.py, its row's `when`) adds its own
+# switch, off by default.
+BUILD_SWITCHES = {"gda": True, "fortran": False, "romio": True, "oshmem": False,
+                  **{name: False for name in SWITCHES}}
 
 #: the flavors an image family may build (`images[].flavors`)
 FLAVORS = ("runtime", "devel", "cpu")

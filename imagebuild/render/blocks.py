@@ -5,9 +5,11 @@ homes for a component with no entry in VALUES), in the order the devel stage bui
 
 Adding a compiled component is a row in components.py, its fragment
 (`imagebuild/recipes/fragments/<name>.sh.j2`) and its tarball in matrix.yaml; an entry in VALUES
-only when its fragment needs more than the homes. The renderer lays every block out the same way:
+only when its fragment needs more than the homes and the prefixes. An image's blocks are
+`for_image(spec)`: the rows its family compiles (components.for_build), in build order. The
+renderer lays them out the same way in every image:
 
-- devel stage: the blocks that need no NCCL, NVIDIA's NCCL, then those that link it;
+- devel stage: the blocks that need no NCCL, NVIDIA's NCCL, then those built on it;
 - run-time stage: each block's prefix copied from the devel stage, in build order;
 - search paths: within each of those two groups the later-built first (a higher layer's tools and
   libraries before those it is built on), NCCL's libraries between the groups, CUDA's last."""
@@ -19,7 +21,8 @@ from typing import Callable
 
 from .checked import safe
 from .images import ImageSpec
-from ..components import COMPONENTS, Component
+from ..components import COMPONENTS, Component, needs_nccl
+from ..components import for_build as _for_build
 from ..packagers import packages
 from ..sourcedate import source_epoch
 
@@ -39,9 +42,13 @@ class Built:
         return self.spec.build_choices
 
 
+#: every component's install prefix, by name: what a fragment or a flag says instead of /opt/...
+PREFIX = {c.name: c.prefix for c in COMPONENTS}
+
+
 def _homes(b: Built) -> dict:
-    """What a component's fragment gets when VALUES has no entry for it: where CUDA and NCCL are."""
-    return {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home}
+    """What every fragment gets: where CUDA and NCCL are and every component's prefix."""
+    return {"cuda_home": b.cuda_home, "nccl_home": b.nccl_home, "prefixes": PREFIX}
 
 
 @dataclass(frozen=True)
@@ -62,8 +69,8 @@ def ucx_flags(build: dict, cuda_home: str) -> list[str]:
     MPI, nccl-tests and the smoke suite load the shared libraries; the run-time stage copies the
     prefix whole, so the archives were 56 MB of every image)."""
     flags = {"--disable-doxygen-doc", "--disable-examples", "--disable-static", "--enable-mt",
-             "--prefix=/opt/ucx",
-             f"--with-cuda={cuda_home}", "--with-gdrcopy=/opt/gdrcopy",
+             f"--prefix={PREFIX['ucx']}",
+             f"--with-cuda={cuda_home}", f"--with-gdrcopy={PREFIX['gdrcopy']}",
              "--with-rdmacm", "--with-verbs", "--without-go", "--without-java"}
     if not build["gda"]:
         flags.add("--without-gda")
@@ -74,8 +81,8 @@ def ompi_flags(spec: ImageSpec, build: dict, form: str, cuda_home: str) -> list[
     """Open MPI's configure flags: the 4.1 line's or 5's, the distribution's hwloc and libevent for a
     git archive, and the parts (Fortran, ROMIO, OpenSHMEM) the family's build: leaves out."""
     bundled = "external" if form == "git" else "internal"    # its row's git_packages for the git form
-    flags = {"--prefix=/opt/openmpi", f"--with-cuda={cuda_home}", "--with-slurm",
-             "--with-ucx=/opt/ucx", "--with-pmix=internal", f"--with-hwloc={bundled}",
+    flags = {f"--prefix={PREFIX['openmpi']}", f"--with-cuda={cuda_home}", "--with-slurm",
+             f"--with-ucx={PREFIX['ucx']}", "--with-pmix=internal", f"--with-hwloc={bundled}",
              f"--with-libevent={bundled}", "--enable-mca-no-build=btl-uct"}
     if spec.openmpi.get("line") == "4.1":
         flags |= {"--without-verbs", "--enable-orterun-prefix-by-default"}
@@ -118,16 +125,39 @@ VALUES: dict[str, Callable[[Built], dict]] = {
                           "source_epoch": safe("version", source_epoch(b.spec.as_of), "source date")},
     "nccl-tests": lambda b: {**_homes(b), "gencode": gencode(b.build), "first": NCCL_TESTS_FIRST},
 }
-BLOCKS: tuple[Block, ...] = tuple(Block.of(c, VALUES.get(c.name, _homes)) for c in COMPONENTS)
+_BLOCKS = {c.name: Block.of(c, VALUES.get(c.name, _homes)) for c in COMPONENTS}
 
 
-def search_path(kind: str, nccl: str | None, cuda: str) -> list[str]:
-    """The blocks' folders of ``kind`` (bin or lib) in search order, with NCCL's (if any) between
-    the blocks built before it and those built on it, and CUDA's last."""
-    def group(on_nccl: bool) -> list[str]:
-        return [f"{b.prefix}/{kind}" for b in reversed(BLOCKS)
-                if b.on_nccl == on_nccl and getattr(b, kind)]
+def for_build(build: dict | None) -> tuple[Block, ...]:
+    """The blocks an image whose family makes these build choices compiles, in build order."""
+    return tuple(_BLOCKS[c.name] for c in _for_build(build))
+
+
+def for_image(spec: ImageSpec) -> tuple[Block, ...]:
+    """The blocks `spec` compiles, in build order (none for an image that compiles nothing)."""
+    return for_build(spec.build_choices) if spec.compiles else ()
+
+
+def on_nccl(b: Block, chosen: tuple[Block, ...]) -> bool:
+    """Whether block `b` of an image's `chosen` blocks is built on NCCL (after NVIDIA's NCCL)."""
+    return needs_nccl(b, chosen)
+
+
+def search_path(kind: str, nccl: str | None, cuda: str, build: dict | None) -> list[str]:
+    """The folders of ``kind`` (bin or lib) of the blocks an image with these build choices
+    compiles, in search order, with NCCL's (if any) between the blocks built before it and those
+    built on it, and CUDA's last."""
+    chosen = for_build(build)
+
+    def group(nccl_side: bool) -> list[str]:
+        return [f"{b.prefix}/{kind}" for b in reversed(chosen)
+                if on_nccl(b, chosen) == nccl_side and getattr(b, kind)]
     return [*group(False), *([nccl] if nccl else []), *group(True), cuda]
+
+
+def env_of(build: dict | None) -> dict[str, str]:
+    """The environment the blocks an image compiles set (their rows' `env`)."""
+    return {name: value for b in for_build(build) for name, value in b.env}
 
 
 def os_extras(pm: dict, forms: dict[str, str], build: dict) -> tuple[list[str], list[str]]:
@@ -140,9 +170,10 @@ def os_extras(pm: dict, forms: dict[str, str], build: dict) -> tuple[list[str], 
     if build["fortran"]:
         devel += packages(pm, "fortran-devel")
         runtime += packages(pm, "fortran-runtime")
-    if any(b.autogen and forms[b.name] == "git" for b in BLOCKS):
+    chosen = for_build(build)
+    if any(b.autogen and forms[b.name] == "git" for b in chosen):
         devel += packages(pm, "autogen-tools")
-    for b in BLOCKS:
+    for b in chosen:
         if b.git_packages and forms[b.name] == "git":
             devel += [p for role in b.git_packages[0] for p in packages(pm, role)]
             runtime += [p for role in b.git_packages[1] for p in packages(pm, role)]
@@ -152,5 +183,6 @@ def os_extras(pm: dict, forms: dict[str, str], build: dict) -> tuple[list[str], 
 
 def source_stages(forms: dict[str, str]) -> list[Block]:
     """The blocks whose source tree a stage of its own prepares: those with source_stage, in their
-    git form (the autogen a release tarball does not need)."""
-    return [b for b in BLOCKS if b.source_stage and forms.get(b.name) == "git"]
+    git form (the autogen a release tarball does not need). `forms`: the image's tarballs' forms,
+    by name (an image's tarballs are those of the blocks it compiles)."""
+    return [b for b in _BLOCKS.values() if b.source_stage and forms.get(b.name) == "git"]

@@ -113,10 +113,12 @@ class CudaStages:
 
     def _compiled(self, spec: ImageSpec, c: _CudaLayout, tarballs: dict[str, dict],
                   on_nccl: bool) -> list[Step]:
-        """One step per building block (blocks.BLOCKS) of the group built before NCCL, or on it."""
+        """One step per building block of the image (blocks.for_image) of the group built before
+        NCCL, or on it."""
         steps = []
-        for b in blocks.BLOCKS:
-            if b.on_nccl != on_nccl:
+        chosen = blocks.for_image(spec)
+        for b in chosen:
+            if blocks.on_nccl(b, chosen) != on_nccl:
                 continue
             tarball = tarballs[b.name]
             built = blocks.Built(spec=spec, cuda_home=c.home, nccl_home=c.nccl_home, form=tarball["form"])
@@ -235,7 +237,8 @@ class CudaStages:
             self.packages(c.pm, "rdma-runtime", f"RDMA user space: {rdma_name}",
                           rdma_pk.get("runtime") or c.os_packages("rdma-runtime")),
             *[Step("copy", comment=None if i else "install prefixes built in the devel stage",
-                   from_stage="devel", src=b.prefix, dest=b.prefix) for i, b in enumerate(blocks.BLOCKS)],
+                   from_stage="devel", src=b.prefix, dest=b.prefix)
+              for i, b in enumerate(blocks.for_image(spec))],
             self.fragment("venv", "Python virtual environment", python_bin=c.python_bin),
             *cuda_libs,
         ]

@@ -214,7 +214,7 @@ class ImageSpec:
         if self.stack["cuda"] != NONE:
             doc["cuda_provider"] = self.cuda_from
         if self.compiles:
-            doc["built"] = prefixes()      # what the smoke suite's libraries check walks
+            doc["built"] = prefixes(self.build_choices)   # what the smoke suite's libraries check walks
             doc["sources"] = self.sources
             doc["build"] = {k: (list(v) if isinstance(v, tuple) else v)
                             for k, v in sorted(self.build_choices.items())}

@@ -259,9 +259,9 @@ class Renderer(CudaStages):
             env.update({"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
                         **image_requires(spec, k)})
         if c is not None and spec.compiles:   # CUDA, with the building blocks compiled against it
-            path += blocks.search_path("bin", None, f"{c.home}/bin")
-            ld += blocks.search_path("lib", f"{c.nccl_home}/lib", c.lib)
-            env.update({"CUDA_HOME": c.home, "OMPI_MCA_osc": "ucx"})
+            path += blocks.search_path("bin", None, f"{c.home}/bin", spec.build_choices)
+            ld += blocks.search_path("lib", f"{c.nccl_home}/lib", c.lib, spec.build_choices)
+            env.update({"CUDA_HOME": c.home, **blocks.env_of(spec.build_choices)})
         elif c is not None:   # CUDA and NCCL from the wheels beside the OS's MPI: nothing in /opt
             path.append(f"{c.home}/bin")
             ld += [f"{c.nccl_home}/lib", c.lib]

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 from urllib.parse import urljoin
 
-from .blocks import BLOCKS
+from . import blocks
 from ..atomic import atomic_file
 from ..digests import sha256_file, sha256_hasher
 from ..errors import ImagebuildError, Unavailable, UsageError
@@ -104,7 +104,7 @@ def _git(name: str, entry: dict) -> Tarball | None:
 
 
 def for_image(k, spec, form: str = "release") -> list[Tarball]:
-    """The tarballs an image's recipe compiles (blocks.BLOCKS): those the `tools:` section pins
+    """The tarballs an image's recipe compiles (blocks.for_image): those the `tools:` section pins
     (gdrcopy, nccl-tests) in CUDA images, then those the family pins (UCX, Open MPI) when built
     from source. `form` git takes the git archive where the matrix records one."""
     if form not in FORMS:
@@ -115,9 +115,10 @@ def for_image(k, spec, form: str = "release") -> list[Tarball]:
         # nothing compiled from upstream sources: a CPU image, or one whose MPI and UCX are the
         # OS's packages and whose CUDA and NCCL come from NVIDIA's wheels (built from the registries)
         return out
+    chosen = blocks.for_image(spec)
     if spec.stack.get("cuda", NONE) != NONE:
-        wanted += [(b.name, _tool_entry(k.tools.get(b.name))) for b in BLOCKS if b.pinned_by == "tools"]
-    for b in BLOCKS:
+        wanted += [(b.name, _tool_entry(k.tools.get(b.name))) for b in chosen if b.pinned_by == "tools"]
+    for b in chosen:
         if b.pinned_by == "family" and getattr(spec, b.name).get("install", "source") == "source":
             wanted.append((b.name, getattr(spec, b.name)))
     for name, entry in wanted:

@@ -163,7 +163,7 @@ def _tarballs(spec: ImageSpec, k) -> dict[str, dict]:
                 "form": t.form, "file": _safe("word", t.file, f"{name} tarball file"),
                 "sha256": _safe("sha256", t.sha256, f"{name} sha256")}
 
-    return {b.name: tarball(b.name) for b in blocks.BLOCKS}
+    return {b.name: tarball(b.name) for b in blocks.for_image(spec)}
 
 
 def _os_extras(c: _CudaLayout, tarballs: dict[str, dict], rdma_dev: list[str],
