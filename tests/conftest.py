@@ -289,7 +289,7 @@ def build_debian_image(docker_client, image_id: str):
     if not CA_BUNDLE.is_file():
         need("the host's CA bundle", f"{CA_BUNDLE} is missing (Debian's ca-certificates)")
     try:
-        docker_client.images.get(spec.os["base"])
+        docker_client.images.get(spec.os.base)
     except Exception:  # noqa: BLE001 - ImageNotFound
         if cli.main(["base", "debian-bookworm"]) != 0:
             need("the local Debian base image", "imagebuild base debian-bookworm failed")

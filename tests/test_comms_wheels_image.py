@@ -114,7 +114,7 @@ def test_its_labels_and_image_json_say_what_it_is(k, specs):
     assert "io.imagebuild.sources" not in labels and "io.imagebuild.build" not in labels
     doc = spec.image_json
     assert "built" not in doc and "sources" not in doc and doc["features"] == spec.features
-    assert k.ucx["1.13.1"]["transports"] == ("cma", "rdmacm", "verbs")
+    assert k.ucx["1.13.1"].transports == ("cma", "rdmacm", "verbs")
     code, line = judge(doc, None, None)
     assert code == 3 and line.endswith("[RDMA-ready (UCX verbs, rdmacm); MPI not CUDA-aware: GPU "
                                        "collectives through NCCL 2.30.7]"), line

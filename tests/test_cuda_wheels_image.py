@@ -53,7 +53,7 @@ def _env(dockerfile: str) -> dict[str, str]:
 def test_the_stack_is_the_wheels_own(k, specs):
     spec = specs[IMAGE]
     var = k.variants[("2.13.0", "13.0")]
-    assert spec.cuda_from == "wheels" and spec.flavor == "runtime" and spec.os["id"] == "debian12"
+    assert spec.cuda_from == "wheels" and spec.flavor == "runtime" and spec.os.id == "debian12"
     # the wheel-cuda rule: CUDA is what the wheels bring (cuda-toolkit==13.0.3), cuDNN and NCCL
     # are the variant's own pins, Python is Debian 12's
     assert spec.stack["cuda"] == var.cuda_runtime == "13.0.3"

@@ -69,7 +69,7 @@ def test_a_devel_recipe_is_one_stage_from_its_runtime_image_that_compiles_nothin
         frags = _fragments(stage)
         assert not COMPILED & set(frags), spec.id
         assert not any(s.from_stage for s in stage.steps if s.kind == "copy")
-        pm = "dnf" if spec.os["family"] == "rhel" else "apt"     # packages steps: <role>-<manager>
+        pm = "dnf" if spec.os.family == "rhel" else "apt"     # packages steps: <role>-<manager>
         if spec.cuda_from == "wheels":
             assert frags == [f"os-devel-{pm}", "cuda-wheels-devel", "pip-constraint"], spec.id
         else:

@@ -230,6 +230,39 @@ def test_one_spelling_of_a_sha256_pattern():
     assert _hex64_spellings(PACKAGE) == []
 
 
+#: the sections that were plain dicts: their entries are typed (knowledge/model.py) now
+TYPED_SECTIONS = ("os", "ucx", "openmpi", "rdma", "gpudirect")
+
+
+def _section_key_reads(root: Path, owner: str = "knowledge") -> list[str]:
+    """Reads of an entry of the typed sections by a string key outside `owner`: `spec.os["id"]`,
+    `k.ucx[v]["install"]`, `spec.rdma.get("name")` (a table looked up by a variable, `k.os[os_id]`,
+    is no such read; one looked up by a literal id is flagged too, and has no place in code)."""
+    def entry(node) -> bool:
+        if isinstance(node, ast.Subscript):       # k.os[os_id]: an entry of the table
+            node = node.value
+        return isinstance(node, ast.Attribute) and node.attr in TYPED_SECTIONS
+
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).parts[0] in (owner, "smoke"):    # smoke reads image.json
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            key = None
+            if isinstance(node, ast.Subscript) and entry(node.value):
+                key = node.slice
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "get" and entry(node.func.value) and node.args):
+                key = node.args[0]
+            if isinstance(key, ast.Constant) and isinstance(key.value, str):
+                out.append(f"{path.relative_to(root.parent).as_posix()}:{node.lineno}")
+    return out
+
+
+def test_no_string_key_read_of_the_typed_sections():
+    assert _section_key_reads(PACKAGE) == []
+
+
 def test_packages_follow_the_pipeline():
     assert _unknown_packages(PACKAGE, PIPELINE) == []
     assert _upward_imports(PACKAGE, PIPELINE) == []
@@ -361,3 +394,6 @@ def test_the_pipeline_rules_see_planted_violations(tmp_path):
     (pkg / "patterns.py").write_text("H = r'[0-9a-f]{64}'\n")
     (pkg / "render" / "g.py").write_text("import re\nX = re.compile(r'sha256:[0-9a-f]{64}')\n")
     assert _hex64_spellings(pkg) == ["pkg/render/g.py:2"]
+    (pkg / "render" / "h.py").write_text("def f(spec, k, v):\n    a = k.os[v]\n"
+                                         "    return spec.os['id'], k.ucx[v].get('install'), a\n")
+    assert _section_key_reads(pkg) == ["pkg/render/h.py:3", "pkg/render/h.py:3"]

@@ -51,7 +51,7 @@ def test_ubuntu_twins_take_cuda_from_the_sbsa_repository(k, every):
     """An Ubuntu image for Grace nodes installs CUDA from the sbsa folder of NVIDIA's repository of
     its Ubuntu release (matrix.yaml platforms: cuda_repo), with the key checked as for x86_64; its
     devel image is built FROM the arm64 runtime; PyTorch and NCCL from the aarch64 wheel lock."""
-    ubuntu = sorted(i for i, s in every.items() if s.platform == "aarch64" and s.os["id"].startswith("ubuntu"))
+    ubuntu = sorted(i for i, s in every.items() if s.platform == "aarch64" and s.os.id.startswith("ubuntu"))
     assert ubuntu and {every[i].stack["pytorch"] for i in ubuntu} >= {"2.13.0", "2.14.1", "2.15.0"}
     for image_id in ubuntu:
         spec, twin = every[image_id], every[image_id[:-len("-arm64")]]
@@ -61,7 +61,7 @@ def test_ubuntu_twins_take_cuda_from_the_sbsa_repository(k, every):
             runtime = every[image_id.replace("-devel-", "-runtime-")]
             assert f"\nFROM {runtime.local_ref}\n" in text and runtime.id.endswith("-arm64")
             continue
-        repo = spec.os["nvidia_repo"]
+        repo = spec.os.nvidia_repo
         assert f"https://developer.download.nvidia.com/compute/cuda/repos/{repo}/sbsa/ /" in text
         assert "/x86_64/ /" not in text
         assert f"/cuda/repos/{repo}/x86_64/ /" in (ROOT / "Dockerfiles" / twin.id / "Dockerfile").read_text()

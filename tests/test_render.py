@@ -98,19 +98,19 @@ def test_hostile_values_never_reach_a_recipe(k, specs, field, value):
 def test_hostile_base_and_url_are_refused(k, specs, site_git):
     s = next(x for x in specs if x.id == "smoke-cpu")
     with pytest.raises(RenderError):
-        render.Renderer().dockerfile(replace(s, os=dict(s.os, base="debian; id")), k)
+        render.Renderer().dockerfile(replace(s, os=replace(s.os, base="debian; id")), k)
     c = next(x for x in specs if x.family == "comms")
     # the recipe reads tarballs from the build context: an upstream URL never reaches it (the
     # source cache fetches from it, see test_sources), the file name and sha256 do, and are checked
-    text = render.Renderer().dockerfile(replace(c, ucx=dict(c.ucx, url="https://x/../$(id)")), k)
+    text = render.Renderer().dockerfile(replace(c, ucx=replace(c.ucx, url="https://x/../$(id)")), k)
     assert "$(id)" not in text and "https://x/" not in text
     with pytest.raises(RenderError):
-        render.Renderer().dockerfile(replace(c, ucx=dict(c.ucx, sha256="abc")), k)
+        render.Renderer().dockerfile(replace(c, ucx=replace(c.ucx, sha256="abc")), k)
     site_k, site_specs = site_git
     g = next(x for x in site_specs.values() if x.sources == "git")
     with pytest.raises(RenderError):
-        render.Renderer().dockerfile(replace(g, ucx=dict(g.ucx, git_archive=dict(
-            g.ucx["git_archive"], file="ucx.tar.gz;id"))), site_k)
+        render.Renderer().dockerfile(replace(g, ucx=replace(g.ucx, git_archive=replace(
+            g.ucx.git_archive, file="ucx.tar.gz;id"))), site_k)
 
 
 def test_missing_template_is_one_clear_error(tmp_path, capsys):
@@ -189,8 +189,8 @@ def _stages(text: str) -> list[str]:
 
 
 def test_rocky_recipes_use_dnf_nvidias_rpm_key_and_pinned_cuda(k, specs):
-    rocky = [x for x in specs if x.os["family"] == "rhel"]
-    assert {x.os["id"] for x in rocky} == {"rockylinux8", "rockylinux9"}
+    rocky = [x for x in specs if x.os.family == "rhel"]
+    assert {x.os.id for x in rocky} == {"rockylinux8", "rockylinux9"}
     assert {x.family for x in rocky} == {"pytorch", "comms"}
     s = next(x for x in rocky if x.id == "pytorch-2.13.0-cu130-rockylinux9-runtime")
     text = render.Renderer().dockerfile(s, k)
@@ -287,7 +287,7 @@ def test_a_hostile_description_never_reaches_a_recipe(k, specs, value):
 
 def test_a_hostile_rdma_name_never_reaches_a_recipe(k):
     spec = next(s for s in images.expand(k, allow_unverified=True)[0] if s.rdma)
-    bad = replace(spec, rdma=dict(spec.rdma, name="DOCA\n%post\nid"))
+    bad = replace(spec, rdma=replace(spec.rdma, name="DOCA\n%post\nid"))
     with pytest.raises(RenderError, match="U\\+000A"):
         render.Renderer().singularity(bad, k)
 
@@ -469,7 +469,7 @@ def test_build_choices_default_to_what_pytorch_clusters_use(k, specs):
     """A family that says nothing of `build:` gets no Fortran bindings and no OpenSHMEM, and says
     so in its label and configure line; GDA-KI and ROMIO stay as upstream builds them."""
     from imagebuild.knowledge.recipe_inputs import BUILD_SWITCHES
-    spec = next(s for s in specs if s.family == "comms" and s.os["id"] == "ubuntu24.04")
+    spec = next(s for s in specs if s.family == "comms" and s.os.id == "ubuntu24.04")
     assert spec.build == BUILD_SWITCHES               # its family says nothing of build:
     assert spec.labels["io.imagebuild.build"] == "fortran=off,gda=on,oshmem=off,romio=on,cuda_arch=default"
     text = render.Renderer().dockerfile(spec, k)
@@ -483,7 +483,7 @@ def test_build_choices_default_to_what_pytorch_clusters_use(k, specs):
 def test_fortran_turned_back_on_brings_its_compiler_and_run_time(k, specs, site_git, os_id, compiler, runtime):
     if os_id == "debian12":      # the site's Debian communication image compiles Open MPI
         k, specs = site_git[0], list(site_git[1].values())
-    spec = next(s for s in specs if s.family == "comms" and s.os["id"] == os_id
+    spec = next(s for s in specs if s.family == "comms" and s.os.id == os_id
                 and s.flavor == "runtime" and "doca" not in s.id)
     on = replace(spec, build={**spec.build, "fortran": True})
     assert "fortran=on" in on.build_label

@@ -147,7 +147,7 @@ def test_source_tarballs_of_a_cuda_recipe(smoke_cpu_image):
 
     k = load(ROOT / "matrix.yaml")
     specs = {s.id: s for s in expand(k)[0]}
-    cuda = next(s for s in specs.values() if s.stack["cuda"] != "none" and s.ucx.get("install", "source") == "source")
+    cuda = next(s for s in specs.values() if s.stack["cuda"] != "none" and s.ucx.install == "source")
     tarballs = for_image(k, cuda)
     assert {t.name for t in tarballs} == {"ucx", "openmpi", "gdrcopy", "nccl-tests"}
     engine = get_engine()

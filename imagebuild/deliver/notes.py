@@ -18,7 +18,8 @@ def _source(k, comp: str, stack: dict) -> str:
     if val == NONE:
         return ""
     if comp in ("os", "python"):
-        return str(k.os.get(stack.get("os"), {}).get("source", ""))
+        entry = k.os.get(stack.get("os"))
+        return entry.source if entry is not None else ""
     if comp == "cuda":
         rel = k.releases.get(val)
         return rel.source if rel else ""
@@ -30,8 +31,8 @@ def _source(k, comp: str, stack: dict) -> str:
     if comp in ("nccl", "cudnn"):
         rel = (k.library_releases.get(comp) or {}).get(val)
         return ", ".join(rel.sources) if rel else ""
-    table = getattr(k, comp, {}) if comp in ("ucx", "openmpi") else {}
-    return str((table.get(val) or {}).get("source", ""))
+    entry = getattr(k, comp).get(val) if comp in ("ucx", "openmpi") else None
+    return entry.source if entry is not None else ""
 
 
 def _candidates(k, branch: int) -> list[str]:
@@ -93,7 +94,7 @@ def render(k, spec, entry: dict | None, *, tags: list[str] | None = None,
     for comp in COMPONENTS:
         val = stack.get(comp, NONE)
         if comp == "os":
-            val = k.os.get(val, {}).get("name", val)
+            val = k.os[val].name if val in k.os else val
         src = _source(k, comp, stack)
         absent = stack.get(comp, NONE) == NONE
         lines.append(f"| {comp} | {'not in this image' if absent else val} | "

@@ -26,7 +26,7 @@ def facts(k: Knowledge) -> list[tuple[str, bool]]:
     out += [("ucx", True) for _ in k.ucx] + [("openmpi", True) for _ in k.openmpi]
     out += [("os", True) for _ in k.os] + [("gpudirect", True) for _ in k.gpudirect]
     out += [("nccl-feature", True) for _ in k.nccl_features]
-    out += [("rdma", r["verified"]) for r in k.rdma.values()]
+    out += [("rdma", r.verified) for r in k.rdma.values()]
     raw = k.document
     for sect in ("cudnn",):
         if sect in raw:
@@ -117,8 +117,8 @@ def section_tables(k: Knowledge, section: str) -> list[tuple[str | None, list[st
                 for v, e in getattr(k, section).items()]
         return [(None, [section, "install", "os", "cuda", "source"], rows)]
     if section == "os":
-        rows = [[o["id"], o["name"], ",".join(o["python"]), o["cuda"] or "none", o["kernel"] or "",
-                 o["source"]] for o in k.os.values()]
+        rows = [[o.id, o.name, ",".join(o.python), o.cuda or "none", o.kernel or "",
+                 o.source] for o in k.os.values()]
         return [(None, ["os", "name", "python", "cuda", "kernel", "source"], rows)]
     if section == "constraints":
         rows = [[r.id, r.text, r.source, _mark(r.verified)] for r in k.rules

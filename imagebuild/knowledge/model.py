@@ -86,24 +86,24 @@ class CudaRelease:
             return any(a.verified for a in self.availability)
         return not self.wheels_only
 
-    def carried_by(self, os_entry: dict, platform: str, allow_unverified: bool = False,
+    def carried_by(self, os_entry: "OsEntry", platform: str, allow_unverified: bool = False,
                    in_range: bool | None = None) -> bool:
         """Whether NVIDIA's repository of `os_entry` (or its nvidia/cuda images) carries this
         release on `platform`: its availability facts when it has any (unverified ones only when
         allowed), else the OS's `cuda` range unless the release is known from the wheels only.
         `in_range`: whether the range holds it, when the caller knows (saves parsing it)."""
-        if platform not in os_entry["platforms"]:
+        if platform not in os_entry.platforms:
             return False
         if self.availability:
             for a in self.availability:
                 if not (a.verified or allow_unverified):
                     continue
-                name = os_entry.get("nvidia_repo") if a.kind == "repos" else os_entry["id"]
+                name = os_entry.nvidia_repo if a.kind == "repos" else os_entry.id
                 if name and name in a.names and (not a.platforms or platform in a.platforms):
                     return True
             return False
         if in_range is None:
-            rng = os_entry.get("cuda")
+            rng = os_entry.cuda
             in_range = rng is not None and _range(rng)(self.version)
         return not self.wheels_only and in_range
 
@@ -284,6 +284,94 @@ class Tool:
 
 
 @dataclass(frozen=True)
+class OsEntry:
+    """An operating system images build on (`os:`): its packager family, Pythons, kernel and glibc,
+    the CUDA releases NVIDIA's repository carries for it (a specifier), that repository's folder,
+    the base image and its platforms."""
+    id: str
+    name: str
+    family: str
+    python: tuple[str, ...]
+    source: str
+    line: int
+    platforms: tuple[str, ...]
+    kernel: str | None = None
+    glibc: str | None = None
+    cuda: str | None = None
+    nvidia_repo: str | None = None
+    base: str | None = None
+
+
+@dataclass(frozen=True)
+class GitArchive:
+    """A release's git tag archive with its submodules (`git_archive:`)."""
+    file: str
+    sha256: str
+    commit: str
+    source: str
+    size: int | None = None
+
+
+@dataclass(frozen=True)
+class MpiRelease:
+    """A UCX or Open MPI release (`ucx.releases[]`, `openmpi.releases[]`): installed from source
+    (its tarball: url with {version}, sha256, size; or its git archive) or from the OS's packages
+    (`os`: the OSes that package it; `transports`: what UCX's package carries), CUDA-aware or not."""
+    version: str
+    source: str
+    install: str = "source"             # source | os
+    line: str | None = None             # the release series (Open MPI 4.1, 5.0)
+    cuda_aware: bool = True
+    url: str | None = None
+    sha256: str | None = None
+    size: int | None = None
+    git_archive: GitArchive | None = None
+    os: tuple[str, ...] | None = None
+    transports: tuple[str, ...] | None = None
+    pml: str | None = None
+    date: str | None = None
+
+
+@dataclass(frozen=True)
+class RdmaKey:
+    """The signing key of an RDMA repository: where it is, and its full fingerprint or (then an
+    unverified fact) its 64-bit key id."""
+    url: str
+    source: str
+    fingerprint: str | None = None
+    long_id: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class RdmaEntry:
+    """An RDMA user space other than the distribution's rdma-core (`rdma:`): its repository per OS
+    (`os`: OS id -> folder), signing key, package names per package manager (runtime, devel)."""
+    id: str
+    name: str
+    version: str
+    repo: str
+    os: dict[str, str]                  # OS id -> the repository's folder for it (data)
+    key: RdmaKey
+    packages: dict[str, dict[str, tuple[str, ...]]]   # package manager -> runtime/devel -> names
+    source: str
+    verified: bool | None = None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class GpudirectPath:
+    """A GPUDirect RDMA method (`gpudirect:`): what it requires of the host, as matchers, its rank
+    (`preferred`, lower first), the NCCL that uses it."""
+    id: str
+    requires: tuple[tuple[str, Matcher], ...]
+    source: str
+    preferred: int = 99
+    nccl: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class Project:
     """`project:`: the images' source repository and SPDX license expression (the OCI labels),
     as grammar.py checked them; None where the matrix says nothing."""
@@ -326,14 +414,14 @@ class Knowledge:
     architectures: dict[str, Architecture]
     variants: dict[tuple[str, str], Variant]     # (pytorch, cuda mm or none) -> Variant
     pytorch: dict[str, TorchRelease]
-    ucx: dict[str, dict]
-    openmpi: dict[str, dict]
-    os: dict[str, dict]
-    gpudirect: tuple[dict, ...]
+    ucx: dict[str, MpiRelease]
+    openmpi: dict[str, MpiRelease]
+    os: dict[str, OsEntry]
+    gpudirect: tuple[GpudirectPath, ...]
     nccl_features: tuple[NcclFeature, ...]
     rules: tuple[Rule, ...]
     document: dict                              # matrix.yaml as parsed and checked: read only inside knowledge/
-    rdma: dict[str, dict] = field(default_factory=dict)   # id -> user-space RDMA alternative
+    rdma: dict[str, RdmaEntry] = field(default_factory=dict)   # id -> user-space RDMA alternative
     compat: dict[str, Compat] = field(default_factory=dict)   # CUDA major.minor -> cuda-compat
     platforms: dict[str, MatrixPlatform] = field(default_factory=dict)  # id -> entry, best first
     nccl_releases: tuple[str, ...] = ()     # every NCCL release the knowledge names
@@ -402,7 +490,7 @@ class Knowledge:
         if component == "platform":
             return list(self.platforms) or [DEFAULT_PLATFORM]
         if component == "python":
-            vals = {p for o in self.os.values() for p in o["python"]}
+            vals = {p for o in self.os.values() for p in o.python}
             return sorted(vals, key=version_key, reverse=True)
         if component == "os":
             return list(self.os)  # the file's order is the preference

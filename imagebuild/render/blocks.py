@@ -84,7 +84,7 @@ def ompi_flags(spec: ImageSpec, build: dict, form: str, cuda_home: str) -> list[
     flags = {f"--prefix={PREFIX['openmpi']}", f"--with-cuda={cuda_home}", "--with-slurm",
              f"--with-ucx={PREFIX['ucx']}", "--with-pmix=internal", f"--with-hwloc={bundled}",
              f"--with-libevent={bundled}", "--enable-mca-no-build=btl-uct"}
-    if spec.openmpi.get("line") == "4.1":
+    if spec.openmpi.line == "4.1":
         flags |= {"--without-verbs", "--enable-orterun-prefix-by-default"}
     else:
         flags |= {"--with-prrte=internal", f"--with-cuda-libdir={cuda_home}/lib64/stubs"}

@@ -70,8 +70,8 @@ class CudaStages:
                               cuda_tree=c.tree, nccl_home=c.nccl_home, on_runtime=False),
             ]
             return cuda_devel, []
-        repo = _safe("word", spec.os.get("nvidia_repo") or "",
-                     f"NVIDIA repository of {spec.os['id']}")
+        repo = _safe("word", spec.os.nvidia_repo or "",
+                     f"NVIDIA repository of {spec.os.id}")
         key = k.tools.get(c.pm["key"])
         key_url = _format_url(key.url if key else "", "CUDA repository key URL", repo=repo)
         # the repository's folder of the image's CPU (matrix.yaml platforms: cuda_repo): x86_64,
@@ -273,18 +273,18 @@ class CudaStages:
         r = spec.rdma
         if r is None:
             return [], [], {}, "the distribution's rdma-core"
-        name = f"{_safe('text', r['name'], 'rdma name')} {_safe('version', r['version'], 'rdma version')}"
-        if pm["name"] not in r["packages"]:
+        name = f"{_safe('text', r.name, 'rdma name')} {_safe('version', r.version, 'rdma version')}"
+        if pm["name"] not in r.packages:
             raise RenderError(f"image {spec.id}: {name} lists no {pm['name']} packages")
-        pk = {f: [_safe("package", p, f"{r['id']} package") for p in r["packages"][pm["name"]][f]]
+        pk = {f: [_safe("package", p, f"{r.id} package") for p in r.packages[pm["name"]][f]]
               for f in ("runtime", "devel")}
-        os_token = _safe("word", r["os"].get(spec.os["id"], ""), f"{r['id']} folder of {spec.os['id']}")
-        url = _format_url(r["repo"], f"{r['id']} repository URL", version=r["version"], os=os_token)
-        host = _safe("host", url.split("/")[2], f"{r['id']} repository host")
-        key_url = _safe("url", r["key"]["url"], f"{r['id']} key URL")
+        os_token = _safe("word", r.os.get(spec.os.id, ""), f"{r.id} folder of {spec.os.id}")
+        url = _format_url(r.repo, f"{r.id} repository URL", version=r.version, os=os_token)
+        host = _safe("host", url.split("/")[2], f"{r.id} repository host")
+        key_url = _safe("url", r.key.url, f"{r.id} key URL")
         step = self.fragment(pm["repo_fragments"]["doca"], f"{name} repository (user space only), key checked",
-                             version=r["version"], key_url=key_url, repo_url=url, repo_host=host,
-                             **_key_check(r["key"], r["id"]))
+                             version=r.version, key_url=key_url, repo_url=url, repo_host=host,
+                             **_key_check(r.key, r.id))
         files = pm["doca_files"]
         copies = [Step("copy", comment=f"the {name} repository as the devel stage verified it",
                        from_stage="devel", src=files[0], dest=files[0])]

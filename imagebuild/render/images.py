@@ -21,6 +21,7 @@ from ..platforms import PLATFORMS
 from ..knowledge.families import Family
 from ..knowledge.schema import BUILD_SWITCHES
 from ..knowledge import Knowledge, version_matcher
+from ..knowledge.model import MpiRelease, OsEntry, RdmaEntry
 from ..resolve.solver import Host, image_reading, resolve
 from ..versions import NONE, major_minor, parse_version
 from .fingerprint import _NotCached, _lock_folder, file_sha256, matrix_sha256  # noqa: F401 - matrix_sha256: re-exported
@@ -38,13 +39,13 @@ from .naming import _image_id, _tag
 SAFE_ID = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 
 
-def compiles(stack: dict, ucx: dict) -> bool:
+def compiles(stack: dict, ucx: MpiRelease) -> bool:
     """Whether an image of this stack compiles UCX and Open MPI from source (a CUDA stack whose
     UCX release is not the OS's package)."""
-    return stack["cuda"] != NONE and ucx.get("install", "source") == "source"
+    return stack["cuda"] != NONE and ucx.install == "source"
 
 
-def nccl_bench(stack: dict, ucx: dict, cuda_from: str) -> bool:
+def nccl_bench(stack: dict, ucx: MpiRelease, cuda_from: str) -> bool:
     """Whether an image of this stack compiles imagebuild's own NCCL benchmark (the `nccl.bench`
     smoke checks, imagebuild/smoke/bench/nccl_bw.c) in a build stage: a communication image (NCCL,
     no PyTorch) whose CUDA and NCCL come from NVIDIA's wheels and which compiles nothing from
@@ -53,7 +54,7 @@ def nccl_bench(stack: dict, ucx: dict, cuda_from: str) -> bool:
             and not compiles(stack, ucx))
 
 
-def toolkit_wheels(stack: dict, ucx: dict, cuda_from: str) -> bool:
+def toolkit_wheels(stack: dict, ucx: MpiRelease, cuda_from: str) -> bool:
     """CUDA from NVIDIA's wheels and something compiled against it (UCX, Open MPI and nccl-tests, or
     imagebuild's NCCL benchmark): the image's lock holds the cuda-toolkit wheels (nvcc, headers)
     besides the run-time ones, which its build stage installs whole."""
@@ -67,18 +68,18 @@ class ImageSpec:
     flavor: str
     description: str
     stack: dict                 # component -> version ("none" when absent)
-    os: dict                    # the OS entry of the knowledge
+    os: OsEntry                 # the OS entry of the knowledge
     variant_tag: str            # cu124 / cpu / "" (no PyTorch)
     min_driver: str | None
     tag: str
     tags: tuple[str, ...]
     wheels: str | None          # "host": PyTorch wheels come from the host's pip
-    ucx: dict
-    openmpi: dict
+    ucx: MpiRelease
+    openmpi: MpiRelease
     depends_on: tuple[str, ...] = ()
     as_of: str = ""
     wheel_lock: str | None = None   # locks/wheels/<set>.txt (relative to matrix.yaml), if any
-    rdma: dict | None = None        # the knowledge's rdma entry (DOCA-OFED); None: rdma-core
+    rdma: RdmaEntry | None = None   # the knowledge's rdma entry (DOCA-OFED); None: rdma-core
     extra: dict = field(default_factory=dict)
     source: str | None = None       # the project's repository (matrix.yaml project.source), if set
     cuda_from: str = "repository"   # "wheels": CUDA is NVIDIA's wheels (torch's closure, cuda-toolkit)
@@ -182,20 +183,20 @@ class ImageSpec:
 
     @property
     def rdma_label(self) -> str:
-        return f"{self.rdma['id']}-{self.rdma['version']}" if self.rdma else "rdma-core"
+        return f"{self.rdma.id}-{self.rdma.version}" if self.rdma else "rdma-core"
 
     @property
     def features(self) -> dict[str, bool]:
         """What the smoke suite may require of the image: UCX built from source here has verbs
         and rdmacm (and CUDA in CUDA images); an OS package of UCX has the transports its release
         entry records (`transports:`, with the source that shows them), nothing more."""
-        built = self.ucx.get("install", "source") == "source"
-        os_tls = set(self.ucx.get("transports") or ())
+        built = self.ucx.install == "source"
+        os_tls = set(self.ucx.transports or ())
         cuda = built and self.stack["cuda"] != NONE
         # render's UCX configure line: --with-verbs --with-rdmacm, and in CUDA images
         # --with-cuda --with-gdrcopy; Open MPI's: --with-cuda in CUDA images. The OS's packages
         # (Debian's UCX and Open MPI) are built without CUDA: no CUDA support is promised of them.
-        mpi_cuda = self.openmpi.get("install", "source") == "source" and self.stack["cuda"] != NONE
+        mpi_cuda = self.openmpi.install == "source" and self.stack["cuda"] != NONE
         return {"gdrcopy": cuda, "mpi_cuda": mpi_cuda, "nccl_bench": self.nccl_bench,
                 "rdmacm": built or "rdmacm" in os_tls, "ucx_cuda": cuda,
                 "verbs": built or "verbs" in os_tls}
@@ -253,15 +254,15 @@ def _family_error(k: Knowledge, f: Family, msg: str):
     raise KnowledgeError(f"images: {msg}", file=k.path, line=f.line)
 
 
-def _rdma_skip(rdma: dict | None, os_id: str, allow_unverified: bool) -> str | None:
+def _rdma_skip(rdma: RdmaEntry | None, os_id: str, allow_unverified: bool) -> str | None:
     """Why the family's RDMA user space rules out an image on `os_id` (no repository for it, or
     an unverified key without --allow-unverified); None when it does not."""
-    if rdma and os_id not in rdma["os"]:
-        return (f"{rdma['name']} {rdma['version']} has no repository for {os_id} "
-                f"(matrix.yaml line {rdma['line']})")
-    if rdma and not rdma["verified"] and not allow_unverified:
-        return (f"{rdma['name']} {rdma['version']} is unverified (matrix.yaml line "
-                f"{rdma['line']}: {_one_line(rdma['key'].get('note') or 'verified: false')}); "
+    if rdma and os_id not in rdma.os:
+        return (f"{rdma.name} {rdma.version} has no repository for {os_id} "
+                f"(matrix.yaml line {rdma.line})")
+    if rdma and not rdma.verified and not allow_unverified:
+        return (f"{rdma.name} {rdma.version} is unverified (matrix.yaml line "
+                f"{rdma.line}: {_one_line(rdma.key.note or 'verified: false')}); "
                 "confirm it and set verified: true, or pass --allow-unverified")
     return None
 
@@ -326,7 +327,7 @@ class _Expansion:
         for comp in ("ucx", "openmpi", "python"):
             if f.pin(comp) is not None:
                 w[comp] = "==" + f.pin(comp)
-        label = f"{combo} on {os_id}" + (f" with {rdma['name']} {rdma['version']}"
+        label = f"{combo} on {os_id}" + (f" with {rdma.name} {rdma.version}"
                                           if rdma else "")
         if cuda_from != "repository":
             label += f", CUDA from the {cuda_from}"

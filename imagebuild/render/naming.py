@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..versions import NONE, major_minor, parse_version
 
 
-def _tag(stack: dict, flavor: str, os_id: str, rdma: dict | None = None) -> str:
+def _tag(stack: dict, flavor: str, os_id: str, rdma=None) -> str:
     """2.4.1-cuda12.4-cudnn9-nccl2.21-ubuntu22.04-runtime; comms-cuda12.8-nccl2.27-ompi5.0.10-..."""
     parts = []
     if stack["pytorch"] != NONE:
@@ -31,13 +31,13 @@ def _tag(stack: dict, flavor: str, os_id: str, rdma: dict | None = None) -> str:
     return "-".join(parts)
 
 
-def _rdma_part(rdma: dict) -> str:
+def _rdma_part(rdma) -> str:
     """doca3.2.0 for DOCA-OFED 3.2.0 (an id's first word, then the version)."""
-    return f"{rdma['id'].split('-')[0]}{rdma['version']}"
+    return f"{rdma.id.split('-')[0]}{rdma.version}"
 
 
 def _image_id(family: str, stack: dict, variant_tag: str, os_id: str, flavor: str,
-              rdma: dict | None = None) -> str:
+              rdma=None) -> str:
     if family == "smoke-cpu" or (stack["pytorch"] == NONE and stack["cuda"] == NONE):
         return family
     parts = [family]

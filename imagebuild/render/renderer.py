@@ -120,17 +120,17 @@ class Renderer(CudaStages):
                 _safe("id", val, comp)
             elif val != NONE:
                 _safe("version", val, comp)
-        base = _safe("ref", platforms.platform_base(spec.os.get("base") or "", spec.oci_platform),
-                     f"base image of {spec.os['id']}")
+        base = _safe("ref", platforms.platform_base(spec.os.base or "", spec.oci_platform),
+                     f"base image of {spec.os.id}")
         _safe("id", spec.id, "image id")
         _safe("text", spec.description, f"description of {spec.id}")
         if spec.flavor == "cpu" or (spec.cuda_from == "wheels" and not spec.compiles
                                     and spec.flavor != "devel"):
             return self._os_mpi_stages(spec, base, k)
-        if spec.os["family"] not in PACKAGERS:
+        if spec.os.family not in PACKAGERS:
             raise RenderError(f"image {spec.id}: CUDA recipes are written for "
-                              f"{', '.join(sorted(PACKAGERS))}; {spec.os['id']} "
-                              f"({spec.os['family']}) has none")
+                              f"{', '.join(sorted(PACKAGERS))}; {spec.os.id} "
+                              f"({spec.os.family}) has none")
         if spec.flavor == "devel":
             return [self._devel_on_runtime(spec, k)]
         return self._cuda_stages(spec, k, base)
@@ -170,7 +170,7 @@ class Renderer(CudaStages):
             return [Stage(None, base, [
                 self.fragment("debian-mpi", "OS packages: Debian's Open MPI and UCX, Python",
                               openmpi=s["openmpi"], ucx=s["ucx"], python=s["python"]),
-                self._openssh(PACKAGERS[spec.os["family"]]),
+                self._openssh(PACKAGERS[spec.os.family]),
                 self.fragment("venv", "Python virtual environment", python_bin="python3"),
                 *self._torch_steps(spec, k),
                 *self._common_tail(spec, "/opt/venv/bin/python"),
@@ -183,7 +183,7 @@ class Renderer(CudaStages):
         os_step = self.fragment("debian-mpi", "OS packages: Debian's Open MPI and UCX, Python",
                                 openmpi=s["openmpi"], ucx=s["ucx"], python=s["python"])
         stages = []
-        steps = [os_step, self._openssh(PACKAGERS[spec.os["family"]])]
+        steps = [os_step, self._openssh(PACKAGERS[spec.os.family])]
         if s["pytorch"] != NONE:
             stages.append(Stage("torch", base, [
                 os_step,
@@ -266,7 +266,7 @@ class Renderer(CudaStages):
             path.append(f"{c.home}/bin")
             ld += [f"{c.nccl_home}/lib", c.lib]
             env["CUDA_HOME"] = c.home
-        if spec.openmpi.get("line") == "4.1":
+        if spec.openmpi.line == "4.1":
             # Open MPI 4.1's UCX PML only selects InfiniBand devices unless told otherwise, so a
             # single node or an Ethernet cluster would fail with "PML ucx cannot be selected".
             env.update({"OMPI_MCA_pml_ucx_tls": "any", "OMPI_MCA_pml_ucx_devices": "any"})

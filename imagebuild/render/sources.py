@@ -78,29 +78,23 @@ class Tarball:
         return self.size if self.size else MAX_TARBALL_BYTES
 
 
-def _tool_entry(tool) -> dict:
-    """A pinned tool (knowledge's Tool) as the release entry _release reads; {} for none."""
-    if tool is None:
-        return {}
-    return {"version": tool.version, "url": tool.url, "sha256": tool.sha256, "source": tool.source,
-            "size": tool.size}
-
-
-def _release(name: str, entry: dict) -> Tarball | None:
-    if not entry.get("url") or not entry.get("sha256"):
+def _release(name: str, entry) -> Tarball | None:
+    """The release tarball of a pinned tool (knowledge's Tool) or a UCX / Open MPI release
+    (MpiRelease): both have version, url (with {version}), sha256, source and size; None when it
+    records no tarball."""
+    if entry is None or not entry.url or not entry.sha256:
         return None
-    version = str(entry["version"])
-    url = str(entry["url"]).replace("{version}", version)
-    return Tarball(name, version, "release", release_file(name, version, url), str(entry["sha256"]), url,
-                   str(entry.get("source", "")), entry.get("size"))
+    version = str(entry.version)
+    url = str(entry.url).replace("{version}", version)
+    return Tarball(name, version, "release", release_file(name, version, url), str(entry.sha256), url,
+                   str(entry.source or ""), entry.size)
 
 
-def _git(name: str, entry: dict) -> Tarball | None:
-    ga = entry.get("git_archive")
-    if not ga:
+def _git(name: str, entry) -> Tarball | None:
+    ga = getattr(entry, "git_archive", None)      # a tool has none
+    if ga is None:
         return None
-    return Tarball(name, str(entry["version"]), "git", str(ga["file"]), str(ga["sha256"]), None,
-                   str(ga.get("source", "")), ga.get("size"))
+    return Tarball(name, str(entry.version), "git", ga.file, ga.sha256, None, ga.source, ga.size)
 
 
 def for_image(k, spec, form: str = "release") -> list[Tarball]:
@@ -117,14 +111,14 @@ def for_image(k, spec, form: str = "release") -> list[Tarball]:
         return out
     chosen = blocks.for_image(spec)
     if spec.stack.get("cuda", NONE) != NONE:
-        wanted += [(b.name, _tool_entry(k.tools.get(b.name))) for b in chosen if b.pinned_by == "tools"]
+        wanted += [(b.name, k.tools.get(b.name)) for b in chosen if b.pinned_by == "tools"]
     for b in chosen:
-        if b.pinned_by == "family" and getattr(spec, b.name).get("install", "source") == "source":
+        if b.pinned_by == "family" and getattr(spec, b.name).install == "source":
             wanted.append((b.name, getattr(spec, b.name)))
     for name, entry in wanted:
         tb = (_git(name, entry) if form == "git" else None) or _release(name, entry)
         if tb is None:
-            raise SourceError(f"{spec.id}: {name} {entry.get('version')} has no url and sha256 "
+            raise SourceError(f"{spec.id}: {name} {entry.version if entry is not None else None} has no url and sha256 "
                               "in matrix.yaml: nothing is fetched unverified")
         out.append(tb)
     return out

@@ -40,14 +40,14 @@ PIP_CONSTRAINT = "/etc/pip/constraint.txt"
 ENTRYPOINT = "/usr/local/bin/imagebuild-entrypoint"
 
 
-def _key_check(key: dict, what: str) -> dict:
+def _key_check(key, what: str) -> dict:
     """How a fetched key is checked: its full fingerprint when the knowledge has one, else its
     64-bit key id (the fact is then unverified, and such images are only made on request)."""
-    if key.get("fingerprint"):
+    if key.fingerprint:
         return {"key_record": "fpr", "key_field": 10,
-                "key_value": _safe("fingerprint", key["fingerprint"], f"{what} key fingerprint")}
+                "key_value": _safe("fingerprint", key.fingerprint, f"{what} key fingerprint")}
     return {"key_record": "pub", "key_field": 5,
-            "key_value": _safe("keyid", key.get("long_id", ""), f"{what} key id")}
+            "key_value": _safe("keyid", key.long_id or "", f"{what} key id")}
 
 
 def image_lock(spec: ImageSpec, k):
@@ -126,7 +126,7 @@ def _cuda_layout(spec: ImageSpec) -> _CudaLayout:
     cuda_mm = major_minor(cuda)
     cuda_major = parse_version(cuda).major
     py = _safe("version", s["python"], "python")
-    pm = PACKAGERS[spec.os["family"]]
+    pm = PACKAGERS[spec.os.family]
     site = f"/opt/venv/lib/python{py}/site-packages/nvidia"
     wheels_cuda = spec.cuda_from == "wheels"
     torch_libs = not wheels_cuda and s["pytorch"] != NONE

@@ -102,9 +102,9 @@ def wheel_set(k, stack: dict, os_entry: dict, wheels: str | None,
     """The wheel set an image of this stack installs (None when it installs no wheel). `toolkit`:
     the image compiles against CUDA from NVIDIA's wheels (cuda-toolkit==<the stack's CUDA>)."""
     s = stack
-    glibc = str(os_entry.get("glibc") or "")
+    glibc = str(os_entry.glibc or "")
     if not re.match(r"^2\.[0-9]+\Z", glibc):
-        raise KnowledgeError(f"os {os_entry['id']}: glibc {glibc!r} is needed to lock wheels "
+        raise KnowledgeError(f"os {os_entry.id}: glibc {glibc!r} is needed to lock wheels "
                              "(expected 2.N)", file=k.path)
     py = s["python"]
     reqs: list[str] = []

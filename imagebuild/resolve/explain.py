@@ -114,15 +114,15 @@ def _chosen_because(p: Problem, comp: str, val: str, sol: dict[str, str]) -> str
         return (f"the first platform in the matrix's order that fits{_src(entry.source)}"
                 if entry else "the only platform the matrix knows")
     if comp == "python":
-        return f"newest the OS offers that torch supports{_src(k.os[sol['os']]['source'])}"
+        return f"newest the OS offers that torch supports{_src(k.os[sol['os']].source)}"
     if comp == "os":
-        return f"first in the matrix's OS order that fits{_src(k.os[val]['source'])}"
+        return f"first in the matrix's OS order that fits{_src(k.os[val].source)}"
     table = getattr(k, comp)
     entry = table[val]
-    how = "the OS's package" if entry["install"] == "os" else "built from the release tarball"
-    if not entry.get("cuda_aware", True) and sol.get("cuda", NONE) != NONE:
+    how = "the OS's package" if entry.install == "os" else "built from the release tarball"
+    if not entry.cuda_aware and sol.get("cuda", NONE) != NONE:
         how += ", built without CUDA: not CUDA-aware"
-    return f"newest that fits ({how}){_src(entry['source'])}"
+    return f"newest that fits ({how}){_src(entry.source)}"
 
 
 def _published(p: Problem, rel, sol: dict[str, str]) -> str:
@@ -136,18 +136,18 @@ def _published(p: Problem, rel, sol: dict[str, str]) -> str:
                     + f" [{a.source}]" + ("" if a.verified else ", unverified")
                     for a in rel.availability
                     if (a.verified or p.allow_unverified)
-                    and (entry.get("nvidia_repo") if a.kind == "repos" else entry["id"]) in a.names
+                    and (entry.nvidia_repo if a.kind == "repos" else entry.id) in a.names
                     and (not a.platforms or sol.get("platform") in a.platforms)})
-    return f"; published for {entry['name']}: {'; '.join(facts)}" if facts else ""
+    return f"; published for {entry.name}: {'; '.join(facts)}" if facts else ""
 
 
 def gpudirect_paths(p: Problem, sol: dict[str, str]) -> list[dict]:
     facts = dict(p.facts_host)
     facts.update(sol)
     out = []
-    for g in sorted(p.k.gpudirect, key=lambda g: g["preferred"]):
+    for g in sorted(p.k.gpudirect, key=lambda g: g.preferred):
         missing, failing = [], []
-        for comp, m in g["requires"]:
+        for comp, m in g.requires:
             have = facts.get(comp)
             if have is None:
                 missing.append(comp)
@@ -161,7 +161,7 @@ def gpudirect_paths(p: Problem, sol: dict[str, str]) -> list[dict]:
             status, detail = "unknown", "not known: " + ", ".join(missing)
         else:
             status, detail = "yes", "all requirements met"
-        out.append({"path": g["id"], "allowed": status, "detail": detail, "source": g["source"]})
+        out.append({"path": g.id, "allowed": status, "detail": detail, "source": g.source})
     return out
 
 

@@ -320,7 +320,7 @@ def image_reading(k: Knowledge, cuda_from: str, stack: dict) -> dict:
     `stack` names the UCX as a version or a wish (==1.13.1)."""
     ucx = str(stack.get("ucx") or "").lstrip("=")
     entry = k.ucx.get(ucx)
-    skip = frozenset({"cuda-aware"}) if entry is not None and not entry.get("cuda_aware", True) \
+    skip = frozenset({"cuda-aware"}) if entry is not None and not entry.cuda_aware \
         else frozenset()
     if cuda_from == "wheels":
         # the CUDA toolkit comes from NVIDIA's wheels (cuda-toolkit==X.Y.Z), with or without torch

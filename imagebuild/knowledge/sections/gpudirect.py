@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from ..context import _Ctx
 from ..matchers import matcher_for
+from ..model import GpudirectPath
 from ..yamlfile import _List
 
 
-def load(c: _Ctx, doc, sources) -> tuple[dict, ...]:
+def load(c: _Ctx, doc, sources) -> tuple[GpudirectPath, ...]:
     gdr = []
     for g in c.seq(doc.get("gpudirect", _List()), "gpudirect", doc, "gpudirect"):
         w = "gpudirect[]"
@@ -17,7 +18,7 @@ def load(c: _Ctx, doc, sources) -> tuple[dict, ...]:
         compiled = []
         for k, val in reqs.items():
             compiled.append((k, matcher_for(c, k, val, reqs, f"{w}.requires")))
-        gdr.append({"id": c.text(g, "id", w), "requires": tuple(compiled),
-                    "preferred": g.get("preferred", 99), "nccl": c.spec(g, "nccl", w, True),
-                    "note": c.text(g, "note", w, True), "source": c.source(g, sources, w)})
+        gdr.append(GpudirectPath(id=c.text(g, "id", w), requires=tuple(compiled),
+                                 preferred=g.get("preferred", 99), nccl=c.spec(g, "nccl", w, True),
+                                 note=c.text(g, "note", w, True), source=c.source(g, sources, w)))
     return tuple(gdr)

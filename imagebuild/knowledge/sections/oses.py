@@ -12,7 +12,7 @@ from __future__ import annotations
 from ...versions import NONE, VersionSyntaxError, parse_version, version_key
 from ..context import _Ctx
 from ..matchers import Matcher, category_matcher, none_matcher, version_matcher
-from ..model import CudaRelease
+from ..model import CudaRelease, OsEntry
 from ..schema import DEFAULT_PLATFORM
 
 
@@ -35,19 +35,19 @@ def load(c: _Ctx, doc, sources, releases: dict[str, CudaRelease] | None = None) 
                 c.fail(f"{w}.python: {exc}", o, "python")
         src = c.source(o, sources, w)
         cuda_range = c.spec(o, "cuda", w, True)
-        oses[oid] = {"id": oid, "name": c.text(o, "name", w), "family": c.text(o, "family", w),
-                     "python": [str(p) for p in pys], "kernel": c.version(o, "kernel", w, True),
-                     "glibc": c.version(o, "glibc", w, True),
-                     "cuda": cuda_range, "nvidia_repo": c.text(o, "nvidia_repo", w, True),
-                     "base": c.text(o, "base", w, True),
-                     "platforms": c.platform_list(o, "platforms", w) or (DEFAULT_PLATFORM,),
-                     "source": src, "line": o.line}
+        oses[oid] = OsEntry(id=oid, name=c.text(o, "name", w), family=c.text(o, "family", w),
+                            python=tuple(str(p) for p in pys), kernel=c.version(o, "kernel", w, True),
+                            glibc=c.version(o, "glibc", w, True), cuda=cuda_range,
+                            nvidia_repo=c.text(o, "nvidia_repo", w, True),
+                            base=c.text(o, "base", w, True),
+                            platforms=tuple(c.platform_list(o, "platforms", w) or (DEFAULT_PLATFORM,)),
+                            source=src, line=o.line)
         is_os = category_matcher([oid])
         c.add_rule(f"os-{oid}", [("os", is_os)],
                    [("python", category_matcher(str(p) for p in pys)),
-                    ("platform", category_matcher(oses[oid]["platforms"]))],
+                    ("platform", category_matcher(oses[oid].platforms))],
                    f"{o['name']} offers Python {', '.join(str(p) for p in pys)} on "
-                   f"{', '.join(oses[oid]['platforms'])}", src, o.line)
+                   f"{', '.join(oses[oid].platforms)}", src, o.line)
         carried[oid] = _repo_rules(c, oses[oid], o["name"], releases, src, o.line)
     _check_availability(c, oses)
     _no_repo_rules(c, carried, releases)
@@ -59,9 +59,9 @@ def _check_availability(c: _Ctx, oses) -> None:
     names, an os id, and only platforms those OSes are built for."""
     repos: dict[str, set[str]] = {}
     for o in oses.values():
-        if o["nvidia_repo"]:
-            repos.setdefault(o["nvidia_repo"], set()).update(o["platforms"])
-    ids = {oid: set(o["platforms"]) for oid, o in oses.items()}
+        if o.nvidia_repo:
+            repos.setdefault(o.nvidia_repo, set()).update(o.platforms)
+    ids = {oid: set(o.platforms) for oid, o in oses.items()}
     w = "cuda.availability[]"
     for e, kind, names, plats in c.availability_nodes:
         known = repos if kind == "repos" else ids
@@ -83,7 +83,7 @@ def _carried(releases, entry, in_range, unverified: bool) -> dict[str, frozenset
                        and not releases[v].availability)
     facts = [(v, r) for v, r in releases.items() if r.availability]
     return {p: ranged | {v for v, r in facts if r.carried_by(entry, p, unverified)}
-            for p in entry["platforms"]}
+            for p in entry.platforms}
 
 
 def _cuda_in(versions) -> Matcher:
@@ -94,19 +94,19 @@ def _cuda_in(versions) -> Matcher:
 def _describe(entry, name, releases, in_range, per_platform, unverified: bool) -> str:
     """The repository's CUDA in words: its range, the releases in it no repository or image is
     confirmed to carry, and the releases its own facts add (with platform, source, verification)."""
-    rng = entry["cuda"]
+    rng = entry.cuda
     every = frozenset().union(*per_platform.values())
     added = []
     for v in (v for v in releases if v in every):     # releases: oldest first
-        plats = [p for p in entry["platforms"] if v in per_platform[p]]
+        plats = [p for p in entry.platforms if v in per_platform[p]]
         facts = [a for a in releases[v].availability if (a.verified or unverified) and (
-            entry["nvidia_repo"] if a.kind == "repos" else entry["id"]) in a.names]
-        if v in in_range and not facts and len(plats) == len(entry["platforms"]):
+            entry.nvidia_repo if a.kind == "repos" else entry.id) in a.names]
+        if v in in_range and not facts and len(plats) == len(entry.platforms):
             continue
         what = "; ".join(sorted({("repository" if a.kind == "repos" else "nvidia/cuda images")
                                  + f" [{a.source}]" + ("" if a.verified else ", unverified")
                                  for a in facts}))
-        on = f" on {', '.join(plats)}" if len(plats) < len(entry["platforms"]) else ""
+        on = f" on {', '.join(plats)}" if len(plats) < len(entry.platforms) else ""
         added.append(f"{v}{on}" + (f" ({what})" if what else ""))
     head = f"NVIDIA's CUDA repository for {name} carries CUDA "
     if not rng:
@@ -127,9 +127,9 @@ def _repo_rules(c: _Ctx, entry, name, releases, src, line) -> dict[bool, dict]:
     CUDA packages from the repository). Where unverified facts widen what the repository carries,
     the verified rule gives way to an unverified twin under --allow-unverified. Returns what
     it carries: unverified (False, True) -> platform -> releases."""
-    oid = entry["id"]
+    oid = entry.id
     is_os = category_matcher([oid])
-    rng = version_matcher(entry["cuda"]) if entry["cuda"] else None
+    rng = version_matcher(entry.cuda) if entry.cuda else None
     in_range = frozenset(v for v in releases if rng is not None and rng(v))
     levels = [(False, _carried(releases, entry, in_range, False))]
     wide = _carried(releases, entry, in_range, True)

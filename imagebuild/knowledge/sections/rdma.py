@@ -5,11 +5,12 @@ fields that reach a recipe.)"""
 from __future__ import annotations
 
 from ..context import _Ctx
+from ..model import RdmaEntry, RdmaKey
 from ..yamlfile import _List
 
 
-def load(c: _Ctx, doc, sources, oses) -> dict[str, dict]:
-    rdma: dict[str, dict] = {}
+def load(c: _Ctx, doc, sources, oses) -> dict[str, RdmaEntry]:
+    rdma: dict[str, RdmaEntry] = {}
     for r in c.seq(doc.get("rdma", _List()), "rdma", doc, "rdma"):
         w = "rdma[]"
         c.shape(r, "rdma[]", w)
@@ -26,11 +27,12 @@ def load(c: _Ctx, doc, sources, oses) -> dict[str, dict]:
             c.shape(lists, "rdma[].packages.PM", f"{w}.packages.{pm}")
             for flavor in ("runtime", "devel"):
                 c.seq(lists[flavor], f"{w}.packages.{pm}.{flavor}", lists, flavor)
-        rdma[rid] = {"id": rid, "name": c.text(r, "name", w), "version": str(r["version"]),
-                     "repo": c.text(r, "repo", w), "os": {str(a): str(b) for a, b in os_map.items()},
-                     "key": {kk: str(vv) for kk, vv in key.items()},
-                     "packages": {pm: {f: [str(x) for x in v[f]] for f in ("runtime", "devel")}
-                                  for pm, v in pk.items()},
-                     "verified": c.flag(r, "verified", w, True), "source": c.source(r, sources, w),
-                     "line": getattr(r, "line", None)}
+        rdma[rid] = RdmaEntry(
+            id=rid, name=c.text(r, "name", w), version=str(r["version"]), repo=c.text(r, "repo", w),
+            os={str(a): str(b) for a, b in os_map.items()},
+            key=RdmaKey(**{kk: str(vv) for kk, vv in key.items()}),
+            packages={pm: {f: tuple(str(x) for x in v[f]) for f in ("runtime", "devel")}
+                      for pm, v in pk.items()},
+            verified=c.flag(r, "verified", w, True), source=c.source(r, sources, w),
+            line=getattr(r, "line", None))
     return rdma

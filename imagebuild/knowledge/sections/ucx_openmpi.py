@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from ..context import _Ctx
 from ..matchers import category_matcher, version_matcher
+from ..model import GitArchive, MpiRelease
 
 # what an OS package of UCX may be recorded to carry (`ucx_info -b`'s uct modules, by the name the
 # images' features use): the RDMA transports a recipe built from source always has
 UCX_TRANSPORTS = ("cma", "rdmacm", "verbs")
 
 
-def load(c: _Ctx, doc, sources, comp: str) -> dict[str, dict]:
+def load(c: _Ctx, doc, sources, comp: str) -> dict[str, MpiRelease]:
     """The releases of `comp` ("ucx" or "openmpi") by version."""
     table = {}
     if comp not in doc:
@@ -30,22 +31,24 @@ def load(c: _Ctx, doc, sources, comp: str) -> dict[str, dict]:
         if install not in ("source", "os"):
             c.fail(f"{w}: install must be source or os", r, "install")
         src = c.source(r, sources, w)
-        entry = dict(r)
-        entry["install"] = install
+        archive = None
         if "git_archive" in r:
             ga = c.shape(r["git_archive"], "git_archive", f"{w}.git_archive")
-            c.source(ga, sources, f"{w}.git_archive")
-            entry["git_archive"] = {key: val if key == "size" else str(val) for key, val in ga.items()}
-        table[ver] = entry
+            archive = GitArchive(str(ga["file"]), str(ga["sha256"]), str(ga["commit"]),
+                                 c.source(ga, sources, f"{w}.git_archive"), ga.get("size"))
         req = []
+        oses = None
         if "os" in r:
-            req.append(("os", category_matcher(c.seq(r["os"], f"{w}.os", r, "os"))))
+            oses = tuple(str(o) for o in c.seq(r["os"], f"{w}.os", r, "os"))
+            req.append(("os", category_matcher(oses)))
+        text = {key: None if r.get(key) is None else str(r[key]) for key in ("url", "sha256", "pml", "date")}
         # `cuda: false`: a build without CUDA support. It still runs beside a CUDA stack
         # (torch does not go through MPI for its GPUs); it is just not CUDA-aware, which
         # the answer says, and source builds rank first anyway (they are newer).
-        entry["cuda_aware"] = r.get("cuda") is not False
-        if "transports" in r:
-            entry["transports"] = _transports(c, r, sources, comp, w)
+        table[ver] = MpiRelease(
+            version=ver, source=src, install=install, line=None if r.get("line") is None else str(r["line"]),
+            cuda_aware=r.get("cuda") is not False, size=r.get("size"), git_archive=archive, os=oses,
+            transports=_transports(c, r, sources, comp, w) if "transports" in r else None, **text)
         if req:
             c.add_rule(f"{comp}-{ver}-build", [(comp, version_matcher("==" + ver))], req,
                        f"{comp} {ver} ({install} package) needs "
