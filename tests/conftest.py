@@ -17,6 +17,32 @@ RECIPES = ROOT / "imagebuild" / "recipes"
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+#: the project's matrix, which most tests read
+MATRIX = ROOT / "matrix.yaml"
+
+
+@pytest.fixture(scope="session")
+def k():
+    """The project's knowledge, loaded once for the session: knowledge.Knowledge is frozen, so no
+    test can change what another reads (a test that needs another matrix loads its own copy)."""
+    from imagebuild import knowledge
+    return knowledge.load(MATRIX)
+
+
+@pytest.fixture(scope="module")
+def specs(k):
+    """The project's declared images (images.expand's specs, in the matrix's order), expanded once
+    per module: an ImageSpec is frozen, but its stack and labels are dicts a test could change."""
+    from imagebuild.render import images
+    return images.expand(k)[0]
+
+
+@pytest.fixture(scope="module")
+def specs_by_id(specs) -> dict:
+    """The same images by id."""
+    return {s.id: s for s in specs}
+
+
 def answer(stdout: str, command: str | None = None, *, code: int = 0):
     """The `result` of a `--json` envelope (README, "Output"), once the envelope itself has been
     checked: its schema, the command, the exit code and `ok` agreeing with it."""

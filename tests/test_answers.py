@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from imagebuild import cli, knowledge
+from imagebuild import cli
 from imagebuild.deliver import hostfit
 from imagebuild.render import images as I
 from imagebuild.resolve import solver as R
@@ -26,11 +26,6 @@ from imagebuild.workspace import PACKAGED_MATRIX, locate_matrix
 from conftest import ROOT, answer
 
 MATRIX = str(ROOT / "matrix.yaml")
-
-
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
 
 
 def _cli(capsys, *argv) -> tuple[int, str, str]:

@@ -29,8 +29,8 @@ import pytest
 
 from conftest import (CA_BUNDLE, ROOT, answer, build_debian_image, engine_time,
                       prune_build_cache_since)
-from imagebuild import cli, knowledge
-from imagebuild.render import images, output, renderer as render, sources as S
+from imagebuild import cli
+from imagebuild.render import output, renderer as render, sources as S
 from imagebuild.testrun import across, runner as testrun
 from imagebuild.resolve.solver import Host, resolve
 from imagebuild.smoke.checks import mpirun_argv
@@ -45,24 +45,14 @@ COMPILED = ["gdrcopy", "ucx", "openmpi", "nccl-tests"]
 BENCH = "/usr/local/bin/imagebuild-nccl-bw"
 
 
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
-
-
-@pytest.fixture(scope="module")
-def specs(k):
-    return {s.id: s for s in images.expand(k)[0]}
-
-
 def _fragments(stage) -> list[str]:
     return [s.fragment for s in stage.steps if s.kind == "run"]
 
 
-def test_nothing_comes_from_an_upstream_source_archive(k, specs):
+def test_nothing_comes_from_an_upstream_source_archive(k, specs_by_id):
     """The registry-built image compiles no upstream code: no tarball is bound, fetched or listed,
     and the stages are the benchmark's build stage and the image."""
-    spec = specs[IMAGE]
+    spec = specs_by_id[IMAGE]
     assert not spec.compiles and spec.nccl_bench and S.for_image(k, spec, "release") == []
     assert S.for_image(k, spec, "git") == []
     text = render.Renderer().dockerfile(spec, k)
@@ -81,13 +71,13 @@ def test_nothing_comes_from_an_upstream_source_archive(k, specs):
     assert copies == [("nccl-bench", BENCH, BENCH)]
     assert not any("gcc" in c for st in final.steps for c in st.commands)
     # the site images of the same NCCL and CUDA still compile the four from upstream tarballs
-    twin = render.Renderer().stages(specs[UBUNTU_TWIN], k)
+    twin = render.Renderer().stages(specs_by_id[UBUNTU_TWIN], k)
     assert [f for f in _fragments(twin[0]) if f in COMPILED] == COMPILED
-    assert [t.name for t in S.for_image(k, specs[UBUNTU_TWIN])] == ["gdrcopy", "nccl-tests", "ucx", "openmpi"]
+    assert [t.name for t in S.for_image(k, specs_by_id[UBUNTU_TWIN])] == ["gdrcopy", "nccl-tests", "ucx", "openmpi"]
 
 
-def test_the_benchmark_is_built_from_the_packaged_source_against_the_wheels(k, specs):
-    text = render.Renderer().dockerfile(specs[IMAGE], k)
+def test_the_benchmark_is_built_from_the_packaged_source_against_the_wheels(k, specs_by_id):
+    text = render.Renderer().dockerfile(specs_by_id[IMAGE], k)
     bench_stage = text.split("\nFROM ")[1]
     assert "COPY lib/imagebuild/smoke/bench/nccl_bw.c /tmp/build/nccl-bench/nccl_bw.c\n" in bench_stage
     site = "/opt/venv/lib/python3.11/site-packages/nvidia"
@@ -101,11 +91,11 @@ def test_the_benchmark_is_built_from_the_packaged_source_against_the_wheels(k, s
     assert NCCL_BENCH == BENCH and (render.package_files() / "smoke" / NCCL_BENCH_SOURCE).is_file()
 
 
-def test_its_labels_and_image_json_say_what_it_is(k, specs):
+def test_its_labels_and_image_json_say_what_it_is(k, specs_by_id):
     """RDMA-ready (Debian's UCX has verbs and rdmacm, as its release entry records with its
     source), MPI not CUDA-aware, GPU collectives through NCCL: in the labels, image.json and
     imagebuild-check's line."""
-    spec = specs[IMAGE]
+    spec = specs_by_id[IMAGE]
     assert spec.features == {"gdrcopy": False, "mpi_cuda": False, "nccl_bench": True, "rdmacm": True,
                              "ucx_cuda": False, "verbs": True}
     labels = spec.labels
@@ -121,13 +111,13 @@ def test_its_labels_and_image_json_say_what_it_is(k, specs):
     code, line = judge({**doc, "needs": {"native_driver": "580.65.06"}}, "580.95.05",
                        [("NVIDIA H100 80GB HBM3", "9.0", "580.95.05")])
     assert code == 0 and "runs here" in line and line.endswith("GPU collectives through NCCL 2.30.7]")
-    site = specs[UBUNTU_TWIN]
+    site = specs_by_id[UBUNTU_TWIN]
     assert judge(site.image_json, None, None)[1].endswith(
         "[RDMA-ready (UCX verbs, rdmacm); CUDA-aware MPI, GPU collectives through NCCL 2.30.7]")
 
 
-def test_the_runtime_stage_installs_the_run_time_subset_of_the_lock(k, specs, tmp_path):
-    ctx = output.write_context(specs[IMAGE], tmp_path / "ctx", k=k)
+def test_the_runtime_stage_installs_the_run_time_subset_of_the_lock(k, specs_by_id, tmp_path):
+    ctx = output.write_context(specs_by_id[IMAGE], tmp_path / "ctx", k=k)
     whole = (ctx / "requirements" / "wheels.txt").read_text()
     runtime = (ctx / "requirements" / "runtime.txt").read_text()
     # the build stage installs the whole lock (the headers: crt, cccl), the image its run time
@@ -158,18 +148,18 @@ def test_users_without_pytorch_still_get_cuda_from_a_repository(k):
     assert not res.ok
 
 
-def test_the_runtime_image_gets_sshd_from_the_shared_fragment_without_host_keys(k, specs):
+def test_the_runtime_image_gets_sshd_from_the_shared_fragment_without_host_keys(k, specs_by_id):
     """mpirun reaches another container or node over ssh: every image with Open MPI installs
     OpenSSH from one fragment per packager (apt, dnf), and leaves no host key in the image."""
     r = render.Renderer()
     for image, fragment in ((IMAGE, "openssh-apt"), (UBUNTU_TWIN, "openssh-apt"),
                             ("comms-cu130-nccl2.30.7-rockylinux9-runtime", "openssh-dnf")):
-        runtime = r.stages(specs[image], k)[-1]
+        runtime = r.stages(specs_by_id[image], k)[-1]
         step = next(s for s in runtime.steps if s.fragment == fragment)
         assert "rm -f /etc/ssh/ssh_host_*" in step.commands
         assert any("openssh-server" in c for c in step.commands)
         # not in a build stage: its cached compile stays as it is
-        for stage in r.stages(specs[image], k)[:-1]:
+        for stage in r.stages(specs_by_id[image], k)[:-1]:
             assert fragment not in _fragments(stage), (image, stage.name)
 
 
@@ -257,8 +247,8 @@ def test_every_cpu_tier_check_passes(report):
         assert statuses[name][0] == "pass", (name, statuses[name])
 
 
-def test_versions_come_from_the_installed_libraries_and_equal_the_labels(report, specs):
-    s = specs[IMAGE].stack
+def test_versions_come_from_the_installed_libraries_and_equal_the_labels(report, specs_by_id):
+    s = specs_by_id[IMAGE].stack
     detail = _detail(report, "versions")
     assert f"ucx (ucx_info -v): 1.13.1 matches {s['ucx']}" in detail
     assert f"openmpi (ompi_info --parsable): 4.1.4 matches {s['openmpi']}" in detail
@@ -297,7 +287,7 @@ def test_mpi_over_ucx_shared_memory_and_tcp(report):
     assert "pml ucx, UCX_TLS=self,sm and self,tcp" in detail
 
 
-def test_the_runtime_image_has_no_compiler_crt_or_repository(comms_image, docker_client, specs):
+def test_the_runtime_image_has_no_compiler_crt_or_repository(comms_image, docker_client, specs_by_id):
     out = _run(docker_client, comms_image,
                "find / -xdev \\( -name 'libcuda.so*' -o -name 'libnvidia-ml.so*' -o -name nvcc "
                "-o -name host_defines.h -path '*crt*' -o -name '*.o' -path '/tmp/*' \\) -print; "
@@ -307,7 +297,7 @@ def test_the_runtime_image_has_no_compiler_crt_or_repository(comms_image, docker
     assert lines == ["mca:mpi:base:param:mpi_built_with_cuda_support:value:false"], out
     attrs = docker_client.images.get(comms_image).attrs["Config"]
     env = dict(e.split("=", 1) for e in attrs["Env"])
-    spec = specs[IMAGE]
+    spec = specs_by_id[IMAGE]
     assert env["NVIDIA_REQUIRE_CUDA"].startswith("cuda>=13.0")
     assert env["CUDA_HOME"] == "/usr/local/cuda-13.0"
     assert env["LD_LIBRARY_PATH"] == ("/opt/venv/lib/python3.11/site-packages/nvidia/nccl/lib:"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, build_debian_image, drop_image, engine_time, need, site_matrix
-from imagebuild import cli, knowledge
+from imagebuild import cli
 from imagebuild.render import images, renderer as render
 from imagebuild.resolve.solver import Host, check
 
@@ -24,16 +24,6 @@ IMAGE = "pytorch-2.13.0-cu130-debian12-runtime"
 REPO_TWIN = "pytorch-2.13.0-cu130-ubuntu24.04-runtime"   # the same torch build, CUDA from the repository
 MATRIX = ROOT / "matrix.yaml"
 NVIDIA_ENV = ("NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_REQUIRE_CUDA", "NVIDIA_VISIBLE_DEVICES")
-
-
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
-
-
-@pytest.fixture(scope="module")
-def specs(k):
-    return {s.id: s for s in images.expand(k)[0]}
 
 
 def _env(dockerfile: str) -> dict[str, str]:
@@ -50,8 +40,8 @@ def _env(dockerfile: str) -> dict[str, str]:
 # the matrix, the resolver, the renderer
 
 
-def test_the_stack_is_the_wheels_own(k, specs):
-    spec = specs[IMAGE]
+def test_the_stack_is_the_wheels_own(k, specs_by_id):
+    spec = specs_by_id[IMAGE]
     var = k.variants[("2.13.0", "13.0")]
     assert spec.cuda_from == "wheels" and spec.flavor == "runtime" and spec.os.id == "debian12"
     # the wheel-cuda rule: CUDA is what the wheels bring (cuda-toolkit==13.0.3), cuDNN and NCCL
@@ -64,26 +54,26 @@ def test_the_stack_is_the_wheels_own(k, specs):
     assert "\ntorch==2.13.0 " in lock and "\ncuda-toolkit==13.0.3.0 " in lock
     assert f"\nnvidia-cudnn-cu13=={var.cudnn} " in lock and f"\nnvidia-nccl-cu13=={var.nccl} " in lock
     # the resolver's minimum driver, as for any CUDA 13 image of this torch build
-    assert spec.min_driver == specs[REPO_TWIN].min_driver == "580.65.06"
+    assert spec.min_driver == specs_by_id[REPO_TWIN].min_driver == "580.65.06"
 
 
-def test_labels_and_image_json_record_the_provider(specs):
-    spec = specs[IMAGE]
+def test_labels_and_image_json_record_the_provider(specs_by_id):
+    spec = specs_by_id[IMAGE]
     assert spec.labels[images.CUDA_PROVIDER_LABEL] == "wheels"
-    assert images.CUDA_PROVIDER_LABEL not in specs[REPO_TWIN].labels   # absent: the repository
+    assert images.CUDA_PROVIDER_LABEL not in specs_by_id[REPO_TWIN].labels   # absent: the repository
     assert spec.labels["io.imagebuild.min-driver"] == spec.min_driver
     doc = spec.image_json
-    assert doc["cuda_provider"] == "wheels" and specs[REPO_TWIN].image_json["cuda_provider"] == "repository"
+    assert doc["cuda_provider"] == "wheels" and specs_by_id[REPO_TWIN].image_json["cuda_provider"] == "repository"
     # Debian's UCX and Open MPI are built without CUDA: nothing CUDA-aware is promised; its UCX
     # has the RDMA transports its release entry records (verbs, rdmacm)
     assert doc["features"] == {"gdrcopy": False, "mpi_cuda": False, "nccl_bench": False,
                                "rdmacm": True, "ucx_cuda": False, "verbs": True}
-    assert specs[REPO_TWIN].features["mpi_cuda"] is True
-    assert "cuda_provider" not in specs["smoke-cpu"].image_json
+    assert specs_by_id[REPO_TWIN].features["mpi_cuda"] is True
+    assert "cuda_provider" not in specs_by_id["smoke-cpu"].image_json
 
 
-def test_recipe_has_no_cuda_repository_package_or_second_nccl(k, specs):
-    spec = specs[IMAGE]
+def test_recipe_has_no_cuda_repository_package_or_second_nccl(k, specs_by_id):
+    spec = specs_by_id[IMAGE]
     r = render.Renderer()
     steps = [s for st in r.stages(spec, k) for s in st.steps]
     fragments = [s.fragment for s in steps if s.fragment]
@@ -99,24 +89,24 @@ def test_recipe_has_no_cuda_repository_package_or_second_nccl(k, specs):
     assert "RUN --mount=type=secret,id=ca-bundle" in text and "--require-hashes --no-deps" in text
 
 
-def test_nvidia_runtime_env_is_the_same_as_a_repository_image(k, specs):
+def test_nvidia_runtime_env_is_the_same_as_a_repository_image(k, specs_by_id):
     r = render.Renderer()
-    mine = _env(r.dockerfile(specs[IMAGE], k))
-    twin = _env(r.dockerfile(specs[REPO_TWIN], k))
+    mine = _env(r.dockerfile(specs_by_id[IMAGE], k))
+    twin = _env(r.dockerfile(specs_by_id[REPO_TWIN], k))
     same = [e for e in NVIDIA_ENV if e != "NVIDIA_REQUIRE_CUDA"]
     assert {e: mine[e] for e in same} == {e: twin[e] for e in same}
     # the same floor; only the repository image carries cuda-compat, and the branches its package
     # serves (R570, R535) are past their end of life on the matrix's as_of (S6): neither image is
     # started through forward compatibility, so both say the same
-    assert mine["NVIDIA_REQUIRE_CUDA"] == f"cuda>=13.0,driver>={specs[IMAGE].min_driver}"
+    assert mine["NVIDIA_REQUIRE_CUDA"] == f"cuda>=13.0,driver>={specs_by_id[IMAGE].min_driver}"
     assert twin["NVIDIA_REQUIRE_CUDA"] == mine["NVIDIA_REQUIRE_CUDA"]
     # nothing of the repository's CUDA tree: no CUDA_HOME, no LD_LIBRARY_PATH into /usr/local/cuda
     assert "CUDA_HOME" not in mine and "LD_LIBRARY_PATH" not in mine
     assert "CUDA_HOME" in twin
 
 
-def test_check_reads_the_image_as_it_was_built(k, specs):
-    spec = specs[IMAGE]
+def test_check_reads_the_image_as_it_was_built(k, specs_by_id):
+    spec = specs_by_id[IMAGE]
     assert check(k, Host(), dict(spec.stack), image=True, cuda_from="wheels").ok
     # read as a repository image, Debian 12 has no confirmed CUDA repository: refused, and why
     res = check(k, Host(), dict(spec.stack), image=True)
@@ -129,13 +119,13 @@ def test_check_reads_the_image_as_it_was_built(k, specs):
     res = check(k, Host(driver="570.86.10", gpu="H100", date="2026-01-15"), dict(spec.stack), image=True,
                 cuda_from="wheels")
     assert not res.ok and "the image carries no cuda-compat-13-0" in " ".join(res.explanation)
-    twin = check(k, Host(driver="570.86.10", gpu="H100", date="2026-01-15"), dict(specs[REPO_TWIN].stack),
+    twin = check(k, Host(driver="570.86.10", gpu="H100", date="2026-01-15"), dict(specs_by_id[REPO_TWIN].stack),
                  image=True)
     assert twin.ok and twin.mode.mode == "forward-compat"
 
 
-def test_check_from_labels_takes_the_provider(specs, tmp_path, capsys):
-    labels = specs[IMAGE].labels
+def test_check_from_labels_takes_the_provider(specs_by_id, tmp_path, capsys):
+    labels = specs_by_id[IMAGE].labels
     f = tmp_path / "labels.json"
     f.write_text(json.dumps({"Config": {"Labels": labels}}))
     assert cli.main(["check", "--matrix", str(MATRIX), "--from-json", str(f)]) == 0
@@ -232,8 +222,8 @@ def test_every_cpu_tier_check_passes(report, wheels_image):
     assert_cpu_tier_passed(report, IMAGE)
 
 
-def test_versions_come_from_the_libraries_and_equal_the_labels(report, specs):
-    s = specs[IMAGE].stack
+def test_versions_come_from_the_libraries_and_equal_the_labels(report, specs_by_id):
+    s = specs_by_id[IMAGE].stack
     detail = next(c["detail"] for c in report[1]["checks"] if c["name"] == "versions")
     # torch's own answers (torch.version.cuda, torch.backends.cudnn.version(),
     # torch.cuda.nccl.version()) and the wheels' libraries through ctypes, no GPU needed
@@ -259,13 +249,13 @@ def test_mpi_is_debians_and_says_it_is_not_cuda_aware(report):
     assert "CUDA support in Open MPI: no (not required: the image does not promise" in detail
 
 
-def test_no_cuda_package_and_the_runtime_env(wheels_image, docker_client, specs):
+def test_no_cuda_package_and_the_runtime_env(wheels_image, docker_client, specs_by_id):
     out = _run(docker_client, wheels_image, "dpkg-query -W -f '${Package}\\n' | grep -Ei '^(cuda|libcuda|libnccl|libcudnn|nvidia)' || true; "
                              "ls /etc/apt/sources.list.d; ls -d /usr/local/cuda* 2>/dev/null || true")
     assert out.strip() == "", out   # no CUDA package, no NVIDIA repository, no /usr/local/cuda
     attrs = docker_client.images.get(wheels_image).attrs["Config"]
     env = dict(e.split("=", 1) for e in attrs["Env"])
-    spec = specs[IMAGE]
+    spec = specs_by_id[IMAGE]
     assert env["NVIDIA_REQUIRE_CUDA"] == f"cuda>=13.0,driver>={spec.min_driver}"
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility" and env["NVIDIA_VISIBLE_DEVICES"] == "all"
     assert attrs["Labels"][images.CUDA_PROVIDER_LABEL] == "wheels"

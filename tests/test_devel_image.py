@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 
 from conftest import CA_BUNDLE, ROOT, build_debian_image
-from imagebuild import cli, dockerfile, knowledge
-from imagebuild.render import images, renderer as render
+from imagebuild import cli, dockerfile
+from imagebuild.render import renderer as render
 from imagebuild.deliver import lockfile
 from imagebuild.cli.commands.build import jobs_for
 from imagebuild.deliver.plan import github_matrix, plan
@@ -35,35 +35,25 @@ MATRIX = ROOT / "matrix.yaml"
 COMPILED = {"gdrcopy", "ucx", "openmpi", "nccl-tests"}
 
 
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
-
-
-@pytest.fixture(scope="module")
-def specs(k):
-    return {s.id: s for s in images.expand(k)[0]}
-
-
 def _fragments(stage) -> list[str]:
     return [s.fragment for s in stage.steps if s.kind == "run"]
 
 
-def test_every_devel_image_depends_on_its_runtime_image(specs):
-    devels = [s for s in specs.values() if s.flavor == "devel"]
-    assert len(devels) > 20 and DEVEL in specs
+def test_every_devel_image_depends_on_its_runtime_image(specs_by_id):
+    devels = [s for s in specs_by_id.values() if s.flavor == "devel"]
+    assert len(devels) > 20 and DEVEL in specs_by_id
     for spec in devels:
         head, _, platform = spec.id.rpartition("-devel")          # platform: "" or "-arm64"
-        runtime = specs[f"{head}-runtime{platform}"]
+        runtime = specs_by_id[f"{head}-runtime{platform}"]
         assert spec.depends_on == (runtime.id,)
         assert spec.from_image == runtime.local_ref
         assert spec.stack == runtime.stack and spec.wheel_lock == runtime.wheel_lock
-    assert all(not s.depends_on and s.from_image is None for s in specs.values() if s.flavor != "devel")
+    assert all(not s.depends_on and s.from_image is None for s in specs_by_id.values() if s.flavor != "devel")
 
 
-def test_a_devel_recipe_is_one_stage_from_its_runtime_image_that_compiles_nothing(k, specs):
+def test_a_devel_recipe_is_one_stage_from_its_runtime_image_that_compiles_nothing(k, specs_by_id):
     r = render.Renderer()
-    for spec in (s for s in specs.values() if s.flavor == "devel"):
+    for spec in (s for s in specs_by_id.values() if s.flavor == "devel"):
         (stage,) = r.stages(spec, k)
         assert stage.base == spec.from_image and stage.bootstrap == "docker-daemon"
         frags = _fragments(stage)
@@ -81,8 +71,8 @@ def test_a_devel_recipe_is_one_stage_from_its_runtime_image_that_compiles_nothin
         assert labels["io.imagebuild.flavor"] == "devel" and labels["io.imagebuild.image-id"] == spec.id
 
 
-def test_the_debian_devel_adds_the_toolkit_wheels_without_redoing_the_runtime_links(k, specs):
-    text = render.Renderer().dockerfile(specs[DEVEL], k)
+def test_the_debian_devel_adds_the_toolkit_wheels_without_redoing_the_runtime_links(k, specs_by_id):
+    text = render.Renderer().dockerfile(specs_by_id[DEVEL], k)
     assert "COPY requirements/wheels.txt /opt/imagebuild/requirements/wheels.txt" in text
     assert "-r /opt/imagebuild/requirements/wheels.txt" in text
     # the runtime image's cuda-wheels-runtime step made lib64 and CUDA_HOME: not again
@@ -91,17 +81,17 @@ def test_the_debian_devel_adds_the_toolkit_wheels_without_redoing_the_runtime_li
     assert "libibverbs-dev librdmacm-dev" in text      # the RDMA headers
     assert "COPY image.json /opt/imagebuild/image.json" in text and "COPY lib/" not in text
     # the runtime recipe makes both links
-    runtime = render.Renderer().dockerfile(specs[RUNTIME], k)
+    runtime = render.Renderer().dockerfile(specs_by_id[RUNTIME], k)
     assert "ln -s lib /opt/venv/lib/python3.11/site-packages/nvidia/cu13/lib64" in runtime
     assert "ln -s /opt/venv/lib/python3.11/site-packages/nvidia/cu13 /usr/local/cuda-13.0" in runtime
 
 
-def test_the_singularity_definition_bootstraps_from_the_runtime_image(k, specs):
-    text = render.Renderer().singularity(specs[DEVEL], k)
-    assert f"Bootstrap: docker-daemon\nFrom: {specs[RUNTIME].local_ref}\n" in text
+def test_the_singularity_definition_bootstraps_from_the_runtime_image(k, specs_by_id):
+    text = render.Renderer().singularity(specs_by_id[DEVEL], k)
+    assert f"Bootstrap: docker-daemon\nFrom: {specs_by_id[RUNTIME].local_ref}\n" in text
     assert "# Built on the runtime image of the same stack" in text
     assert text.count("Bootstrap:") == 1 and "Stage:" not in text
-    runtime = render.Renderer().singularity(specs[RUNTIME], k)
+    runtime = render.Renderer().singularity(specs_by_id[RUNTIME], k)
     assert "docker-daemon" not in runtime and "# Built on the runtime image" not in runtime
 
 
@@ -150,8 +140,8 @@ def test_the_lock_drops_a_base_built_in_the_same_run():
     assert lockfile.without_bases(other, {ours}) is other
 
 
-def test_the_plan_names_the_devels_base(k, specs):
-    verdicts = plan(k, list(specs.values()), "550.54.14", "580.65.06")
+def test_the_plan_names_the_devels_base(k, specs_by_id):
+    verdicts = plan(k, list(specs_by_id.values()), "550.54.14", "580.65.06")
     rows = {row["image"]: row for row in github_matrix(verdicts)["include"]}
     # one entry for both: the job builds the runtime once, then the devel FROM it
     assert rows[DEVEL]["base"] == RUNTIME and RUNTIME not in rows
@@ -271,14 +261,14 @@ ONE_ARCH = "-gencode=arch=compute_90,code=sm_90"
 _KERNEL = "__global__ void k(float *x) { x[threadIdx.x] += 1.0f; }\nint main() { return 0; }\n"
 
 
-def _recipe_step(k, specs, fragment: str):
-    (stage,) = [s for s in render.Renderer().stages(specs[RUNTIME], k) if s.name == "nccl-bench"]
+def _recipe_step(k, specs_by_id, fragment: str):
+    (stage,) = [s for s in render.Renderer().stages(specs_by_id[RUNTIME], k) if s.name == "nccl-bench"]
     (step,) = [s for s in stage.steps if s.fragment == fragment]
     return step
 
 
-def _repro_recipe(k, specs, devel_ref: str) -> str:
-    bench = _recipe_step(k, specs, "nccl-bench")
+def _repro_recipe(k, specs_by_id, devel_ref: str) -> str:
+    bench = _recipe_step(k, specs_by_id, "nccl-bench")
     (compile_,) = [c for c in bench.commands if c.startswith("mpicc ")]
     src = compile_.split(" -o ")[0].split()[-1]
     return "\n".join([
@@ -293,7 +283,7 @@ def _repro_recipe(k, specs, devel_ref: str) -> str:
         ""])
 
 
-def test_what_the_recipe_compiles_builds_to_one_image_id(built, k, specs, docker_client, tmp_path):
+def test_what_the_recipe_compiles_builds_to_one_image_id(built, k, specs_by_id, docker_client, tmp_path):
     import shutil
     import secrets as _secrets
     from imagebuild.sourcedate import source_epoch
@@ -304,12 +294,12 @@ def test_what_the_recipe_compiles_builds_to_one_image_id(built, k, specs, docker
     ctx.mkdir()
     shutil.copy(render.package_files() / "smoke" / NCCL_BENCH_SOURCE, ctx / "nccl_bw.c")
     (ctx / "k.cu").write_text(_KERNEL)
-    (ctx / "Dockerfile").write_text(_repro_recipe(k, specs, built[1]))
+    (ctx / "Dockerfile").write_text(_repro_recipe(k, specs_by_id, built[1]))
     token = _secrets.token_hex(4)
     refs = [f"imagebuild/test-repro-bench-{token}-{i}:local" for i in (1, 2)]
     try:
         (one, id1, img1, _), (two, id2, img2, _) = build_cold_twice(
-            docker_client, ctx, refs, tmp_path / "logs", epoch=source_epoch(specs[RUNTIME].as_of),
+            docker_client, ctx, refs, tmp_path / "logs", epoch=source_epoch(specs_by_id[RUNTIME].as_of),
             fresh_files=["Dockerfile", "nccl_bw.c", "k.cu"])
         out = docker_client.containers.run(
             id1, ["-c", "imagebuild-nccl-bw --version; ls /usr/local/bin/k"],

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from imagebuild import cli, knowledge
+from imagebuild import cli
 from imagebuild.deliver import doctor, hostfit, lockfile
-from imagebuild.render import images
 from imagebuild.smoke import gdr
 from imagebuild.smoke.report import CheckResult, Report
 from imagebuild.versions import version_key
@@ -26,16 +25,6 @@ TREES = ROOT / "tests" / "fixtures" / "doctor"
 DGX, ROCE, CPU = (str(TREES / n) for n in ("dgx-h100-ib", "roce-h100-open", "cpu-node"))
 MATRIX = str(ROOT / "matrix.yaml")
 H100 = "NVIDIA H100 80GB HBM3"
-
-
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
-
-
-@pytest.fixture(scope="module")
-def specs(k):
-    return images.expand(k)[0]
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:

@@ -6,27 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild import knowledge
 from imagebuild.deliver import hostfit
-from imagebuild.render import images as I
 from imagebuild.resolve import solver as R
 from imagebuild.versions import version_key
 
-from conftest import ROOT
 
 HOSTS = [R.Host(driver="535.104.05", gpu="H100"), R.Host(driver="580.95.05", gpu="B200"),
          R.Host(driver="470.82.01", gpu="V100"), R.Host(driver="550.54.15", gpu="GH200"),
          R.Host()]
-
-
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(str(ROOT / "matrix.yaml"))
-
-
-@pytest.fixture(scope="module")
-def specs(k):
-    return I.expand(k)[0]
 
 
 def _one_by_one(k, specs, host, platform=None):

@@ -28,11 +28,6 @@ H100_R580 = {"driver": "580.95.05", "gpu": "H100"}
 NO_TORCH_134 = {"pytorch": "none", "cuda": "==13.4.*"}
 
 
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(str(MATRIX))
-
-
 def _chain(res) -> str:
     assert not res.ok, res.stack
     return "\n".join(res.explanation)

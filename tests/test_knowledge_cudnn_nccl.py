@@ -10,17 +10,12 @@ import json
 
 import pytest
 
-from imagebuild import cli, knowledge
+from imagebuild import cli
 from imagebuild.resolve import solver as R
 
 from conftest import ROOT
 
 MATRIX = str(ROOT / "matrix.yaml")
-
-
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
 
 
 def _resolve_json(capsys, *argv) -> tuple[int, dict]:

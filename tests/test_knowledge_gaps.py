@@ -11,16 +11,11 @@ import json
 import pytest
 
 from conftest import ROOT
-from imagebuild import cli, knowledge
+from imagebuild import cli
 from imagebuild.knowledge import completeness
 from imagebuild.resolve import solver as R
 
 MATRIX = str(ROOT / "matrix.yaml")
-
-
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
 
 
 def _cli(capsys, *argv):

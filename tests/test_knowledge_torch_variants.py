@@ -9,18 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild import knowledge
 from imagebuild.resolve import solver as R
 
 from conftest import ROOT
 
 MATRIX = str(ROOT / "matrix.yaml")
 H100 = R.Host(driver="580.95.05", gpu="H100")
-
-
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
 
 
 @pytest.mark.parametrize("torch, source", [("2.13.0", "TORCHREL213"), ("2.12.1", "TORCHRELNCCL")])

@@ -17,9 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-from imagebuild import knowledge
-from imagebuild.render import images
 from imagebuild.render.imageneeds import image_needs
 from imagebuild.render.requires import image_requires, representative_gpu
 from imagebuild.resolve.solver import Host, check
@@ -29,16 +26,6 @@ from imagebuild.smoke.nvrequire import (Gpu, InvalidRequirement, Node, admits, c
 from imagebuild.versions import parse_driver
 
 DATA = Path(__file__).resolve().parent / "data" / "nvidia_require.json"
-
-
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(ROOT / "matrix.yaml")
-
-
-@pytest.fixture(scope="module")
-def specs(k):
-    return images.expand(k)[0]
 
 
 # --- the runtime's rules ------------------------------------------------------------------------

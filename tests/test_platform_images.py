@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild import cli, knowledge, platforms
+from imagebuild import cli, platforms
 from imagebuild.builder import emulation
 from imagebuild.engines.base import check_platform
 from imagebuild.errors import UsageError
@@ -22,13 +22,8 @@ ARM = f"{NAME}-arm64"
 
 
 @pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
-
-
-@pytest.fixture(scope="module")
-def every(k):
-    return {s.id: s for s in images.expand(k)[0]}
+def every(specs_by_id):
+    return specs_by_id
 
 
 def test_the_family_gives_one_image_per_platform_under_one_tag(k, every):

@@ -21,16 +21,6 @@ from conftest import RECIPES, ROOT, need
 MATRIX = str(ROOT / "matrix.yaml")
 
 
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
-
-
-@pytest.fixture(scope="module")
-def specs(k):
-    return images.expand(k)[0]
-
-
 def test_at_least_twenty_images_with_stable_unique_ids(specs):
     ids = [s.id for s in specs]
     assert len(ids) >= 20 and len(set(ids)) == len(ids)

@@ -6,18 +6,13 @@ import json
 
 import pytest
 
-from imagebuild import cli, knowledge
+from imagebuild import cli
 from imagebuild.resolve import solver as R
 from imagebuild.errors import UsageError
 
 from conftest import ROOT, answer
 
 MATRIX = str(ROOT / "matrix.yaml")
-
-
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
 
 
 def test_every_fact_names_a_known_source(k):

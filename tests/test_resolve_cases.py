@@ -12,16 +12,11 @@ import pytest
 
 from conftest import answer
 
-from imagebuild import cli, knowledge
+from imagebuild import cli
 from imagebuild.resolve import solver as R
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = str(ROOT / "matrix.yaml")
-
-
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
 
 
 def _ok(k, wishes=None, **host):

@@ -8,33 +8,22 @@ from __future__ import annotations
 
 import pytest
 
-from imagebuild import cli, knowledge
+from imagebuild import cli
 from imagebuild.builder import shards
 from imagebuild.deliver import lockfile
-from imagebuild.render import images as I
 
 from conftest import ROOT, answer
 
 MATRIX = str(ROOT / "matrix.yaml")
 
 
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
-
-
-@pytest.fixture(scope="module")
-def specs(k):
-    return {s.id: s for s in I.expand(k)[0]}
-
-
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
-def test_the_shards_are_every_image_once_with_each_chain_whole(k, specs, n):
-    parts = [shards.shard_of(k, specs, part, n) for part in range(1, n + 1)]
+def test_the_shards_are_every_image_once_with_each_chain_whole(k, specs_by_id, n):
+    parts = [shards.shard_of(k, specs_by_id, part, n) for part in range(1, n + 1)]
     flat = [i for p in parts for i in p]
-    assert sorted(flat) == sorted(specs) and len(flat) == len(set(flat))
+    assert sorted(flat) == sorted(specs_by_id) and len(flat) == len(set(flat))
     where = {i: part for part, ids in enumerate(parts) for i in ids}
-    devels = [s for s in specs.values() if s.depends_on]
+    devels = [s for s in specs_by_id.values() if s.depends_on]
     assert devels, "the matrix has images built FROM others"
     for spec in devels:
         assert all(where[d] == where[spec.id] for d in spec.depends_on), spec.id
@@ -42,19 +31,19 @@ def test_the_shards_are_every_image_once_with_each_chain_whole(k, specs, n):
         assert all(ids.index(d) < ids.index(spec.id) for d in spec.depends_on)   # bases first
 
 
-def test_what_compiles_weighs_more(k, specs):
-    comms = next(s for s in specs.values() if s.family == "comms" and s.compiles)
-    assert shards.image_weight(k, comms) > shards.image_weight(k, specs["smoke-cpu"]) == 1
+def test_what_compiles_weighs_more(k, specs_by_id):
+    comms = next(s for s in specs_by_id.values() if s.family == "comms" and s.compiles)
+    assert shards.image_weight(k, comms) > shards.image_weight(k, specs_by_id["smoke-cpu"]) == 1
     # the communication image built from the registries compiles one small program: no more
-    registry = specs["comms-cu130-nccl2.30.7-debian12-runtime"]
+    registry = specs_by_id["comms-cu130-nccl2.30.7-debian12-runtime"]
     assert shards.image_weight(k, registry) == 1
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
-def test_balanced_and_stable_when_one_chain_comes_or_goes(k, specs, n):
-    chains = shards.chains(k, specs)
+def test_balanced_and_stable_when_one_chain_comes_or_goes(k, specs_by_id, n):
+    chains = shards.chains(k, specs_by_id)
     base = shards.assign(chains, n)
-    load = shards.loads(k, specs, n)
+    load = shards.loads(k, specs_by_id, n)
     # within the bound, or over it by less than one chain (placed where the least was)
     bound = shards.SLACK * sum(load.values()) / n + 1
     assert max(load.values()) <= bound + max(c.weight for c in chains)
@@ -74,33 +63,33 @@ def test_shard_arguments_are_checked(capsys):
     assert "not both" in capsys.readouterr().err
 
 
-def test_images_lists_one_shard(k, specs, capsys):
+def test_images_lists_one_shard(k, specs_by_id, capsys):
     assert cli.main(["images", "--matrix", MATRIX, "--shard", "2/3", "--json"]) == 0
     doc = answer(capsys.readouterr().out, "images")
-    assert [i["id"] for i in doc["images"]] == [s for s in specs if s in shards.shard_of(k, specs, 2, 3)]
-    assert doc["shard"] == {"shard": 2, "of": 3, "weight": shards.loads(k, specs, 3)[2]}
+    assert [i["id"] for i in doc["images"]] == [s for s in specs_by_id if s in shards.shard_of(k, specs_by_id, 2, 3)]
+    assert doc["shard"] == {"shard": 2, "of": 3, "weight": shards.loads(k, specs_by_id, 3)[2]}
 
 
-def test_shards_n_is_the_whole_split_and_its_job_matrix(k, specs, capsys):
+def test_shards_n_is_the_whole_split_and_its_job_matrix(k, specs_by_id, capsys):
     """`images --shards N`: every shard of N with its images, the same as `--shard K/N` gives one
     by one; `--format github` is the job matrix the shards workflow feeds its build jobs."""
     assert cli.main(["images", "--matrix", MATRIX, "--shards", "4", "--json"]) == 0
     parts = answer(capsys.readouterr().out, "images")["shards"]
     assert [p["shard"] for p in parts] == ["1/4", "2/4", "3/4", "4/4"]
     for part, p in enumerate(parts, start=1):
-        assert p["images"] == shards.shard_of(k, specs, part, 4) and p["images"]
-        assert p["weight"] == shards.loads(k, specs, 4)[part]
-    assert sorted(i for p in parts for i in p["images"]) == sorted(specs)
+        assert p["images"] == shards.shard_of(k, specs_by_id, part, 4) and p["images"]
+        assert p["weight"] == shards.loads(k, specs_by_id, 4)[part]
+    assert sorted(i for p in parts for i in p["images"]) == sorted(specs_by_id)
     assert cli.main(["images", "--matrix", MATRIX, "--shards", "4", "--format", "github"]) == 0
     out = capsys.readouterr().out
     assert out.count("\n") == 1                  # one line for $GITHUB_OUTPUT
     import json
     assert json.loads(out) == {"include": [{"shard": p["shard"], "images": len(p["images"])} for p in parts]}
     # more builders than chains: the empty shards get no job
-    n = len(shards.chains(k, specs)) + 3
+    n = len(shards.chains(k, specs_by_id)) + 3
     assert cli.main(["images", "--matrix", MATRIX, "--shards", str(n), "--format", "github"]) == 0
     include = json.loads(capsys.readouterr().out)["include"]
-    assert 0 < len(include) < n and sum(e["images"] for e in include) == len(specs)
+    assert 0 < len(include) < n and sum(e["images"] for e in include) == len(specs_by_id)
     for bad in (["--shards", "0"], ["--shards", "x"], ["--shards", "10000"], ["--shards", "2", "--shard", "1/2"],
                 ["--format", "github"]):
         assert cli.main(["images", "--matrix", MATRIX, *bad]) == 2

@@ -23,17 +23,11 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from imagebuild import knowledge
 from imagebuild.knowledge import sync
 
 from conftest import ROOT, need
 
 MATRIX = ROOT / "matrix.yaml"
-
-
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,7 @@ import time
 
 import pytest
 
-from imagebuild import cli, knowledge
-from imagebuild.render import images as I
+from imagebuild import cli
 from imagebuild.render import sources as S
 
 from conftest import ROOT, need
@@ -25,34 +24,24 @@ MATRIX = ROOT / "matrix.yaml"
 COMMS = "comms-cu130-nccl2.30.7-ubuntu24.04-runtime"
 
 
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
-
-
-@pytest.fixture(scope="module")
-def specs(k):
-    return {s.id: s for s in I.expand(k)[0]}
-
-
-def test_a_cuda_image_compiles_four_tarballs_each_with_its_checksum(k, specs):
-    tbs = S.for_image(k, specs[COMMS])
+def test_a_cuda_image_compiles_four_tarballs_each_with_its_checksum(k, specs_by_id):
+    tbs = S.for_image(k, specs_by_id[COMMS])
     assert [t.name for t in tbs] == ["gdrcopy", "nccl-tests", "ucx", "openmpi"]
     assert all(len(t.sha256) == 64 and t.url.startswith("https://") for t in tbs)
     assert {t.file for t in tbs} == {"gdrcopy-2.5.1.tar.gz", "nccl-tests-2.17.6.tar.gz",
                                      "ucx-1.22.0.tar.gz", "openmpi-5.0.10.tar.bz2"}
 
 
-def test_the_git_form_takes_the_tag_archives_the_matrix_records(k, specs):
-    tbs = {t.name: t for t in S.for_image(k, specs[COMMS], "git")}
+def test_the_git_form_takes_the_tag_archives_the_matrix_records(k, specs_by_id):
+    tbs = {t.name: t for t in S.for_image(k, specs_by_id[COMMS], "git")}
     assert tbs["ucx"].file == "ucx-1.22.0-git.tar.gz" and tbs["ucx"].url is None
     assert tbs["openmpi"].sha256.startswith("e0e4679b") and tbs["openmpi"].source == "OMPIGIT"
     # gdrcopy's release URL already is a tag archive: one form
     assert tbs["gdrcopy"].form == "release"
 
 
-def test_an_image_with_the_os_mpi_compiles_nothing(k, specs):
-    assert S.for_image(k, specs["smoke-cpu"]) == []
+def test_an_image_with_the_os_mpi_compiles_nothing(k, specs_by_id):
+    assert S.for_image(k, specs_by_id["smoke-cpu"]) == []
 
 
 def _fake(tmp_path, content=b"payload"):
@@ -161,10 +150,10 @@ def _site_mirror(tmp_path, k, spec, form: str):
 
 
 @pytest.mark.parametrize("form", ["release", "git"])
-def test_fill_the_cache_from_a_site_mirror(tmp_path, capsys, k, specs, form):
+def test_fill_the_cache_from_a_site_mirror(tmp_path, capsys, k, specs_by_id, form):
     """`sources fetch IMAGE --from MIRROR` as a site runs it: every tarball the image compiles,
     in either form, copied into the cache and checked against what its matrix records."""
-    mirror, matrix = _site_mirror(tmp_path, k, specs[COMMS], form)
+    mirror, matrix = _site_mirror(tmp_path, k, specs_by_id[COMMS], form)
     cache = tmp_path / "cache"
     assert cli.main(["sources", "--matrix", str(matrix), "fetch", COMMS, "--form", form,
                      "--from", str(mirror), "--cache", str(cache)]) == 0

@@ -38,11 +38,6 @@ hip: Optional[str] = None
 """
 
 
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
-
-
 def _cli(capsys, *argv):
     code = cli.main([str(a) for a in argv])
     out, err = capsys.readouterr()

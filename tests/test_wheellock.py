@@ -31,16 +31,6 @@ nvidia-nccl-cu12==2.27.5 \\
 """
 
 
-@pytest.fixture(scope="module")
-def k():
-    return knowledge.load(MATRIX)
-
-
-@pytest.fixture(scope="module")
-def specs(k):
-    return {s.id: s for s in images.expand(k)[0]}
-
-
 def _ws(**kw) -> WheelSet:
     base = dict(key="x", requirements=("nvidia-nccl-cu12==2.27.5", "torch==2.9.1"), python="3.12",
                 glibc="2.39", index=None, host=False, exclude_newer="2026-11-21",
@@ -97,9 +87,9 @@ def test_a_local_version_label_satisfies_the_release_pin():
     check_lock(lock, _ws(requirements=("torch==2.13.0",)))
 
 
-def test_wheel_sets_of_the_matrix(k, specs):
+def test_wheel_sets_of_the_matrix(k, specs_by_id):
     def ws(iid):
-        s = specs[iid]
+        s = specs_by_id[iid]
         return wheellock.wheel_set(k, s.stack, s.os, s.wheels)
 
     default = ws("pytorch-2.9.1-cu128-ubuntu24.04-runtime")
@@ -200,8 +190,8 @@ def test_an_orphan_lock_fails_check(tmp_path, capsys):
     assert "orphan: locks/wheels/torch-0.1.0" in capsys.readouterr().out
 
 
-def test_the_lock_sha_is_a_label_so_a_new_lock_changes_the_recipe(tmp_path, k, specs):
-    spec = specs["comms-cu129-nccl2.27.5-ubuntu24.04-runtime"]
+def test_the_lock_sha_is_a_label_so_a_new_lock_changes_the_recipe(tmp_path, k, specs_by_id):
+    spec = specs_by_id["comms-cu129-nccl2.27.5-ubuntu24.04-runtime"]
     before = render.Renderer().dockerfile(spec, k)
     lock = ROOT / spec.wheel_lock
     assert f'io.imagebuild.wheels-lock="sha256:{wheellock.parse_lock(lock.read_text(), "x").sha256}"' \
@@ -214,8 +204,8 @@ def test_the_lock_sha_is_a_label_so_a_new_lock_changes_the_recipe(tmp_path, k, s
     assert after != before and "io.imagebuild.wheels-lock" in after
 
 
-def test_the_build_context_carries_the_lock_and_its_nccl_subset(tmp_path, k, specs):
-    spec = specs["pytorch-2.9.1-cu128-ubuntu24.04-runtime"]
+def test_the_build_context_carries_the_lock_and_its_nccl_subset(tmp_path, k, specs_by_id):
+    spec = specs_by_id["pytorch-2.9.1-cu128-ubuntu24.04-runtime"]
     ctx = output.write_context(spec, tmp_path / "ctx", k=k)
     whole = (ctx / "requirements" / "wheels.txt").read_text()
     assert whole == (ROOT / spec.wheel_lock).read_text()
