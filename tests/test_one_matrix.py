@@ -11,7 +11,7 @@ import pytest
 
 from imagebuild import cli, knowledge
 from imagebuild.deliver import lockfile
-from imagebuild.knowledge import grammar
+from imagebuild.knowledge import grammar, loader
 from imagebuild.render import renderer as render
 
 from conftest import ROOT
@@ -38,15 +38,23 @@ def project(tmp_path_factory) -> Path:
 
 
 def _reads(monkeypatch) -> list[str]:
-    """The matrix files read from now on (every load goes through grammar.read_text)."""
+    """The matrix files read from now on: knowledge.load opens each once (loader.read_bytes, also
+    when its knowledge then comes from the cache); grammar.read_text reads only when it is given
+    no bytes (a file load could not open)."""
     seen: list[str] = []
-    real = grammar.read_text
+    real_bytes, real_text = loader.read_bytes, grammar.read_text
 
-    def spy(path, *a, **kw):
+    def spy_bytes(path, *a, **kw):
         seen.append(str(Path(path).resolve()))
-        return real(path, *a, **kw)
+        return real_bytes(path, *a, **kw)
 
-    monkeypatch.setattr(grammar, "read_text", spy)
+    def spy_text(path, data=None):
+        if data is None:
+            seen.append(str(Path(path).resolve()))
+        return real_text(path, data)
+
+    monkeypatch.setattr(loader, "read_bytes", spy_bytes)
+    monkeypatch.setattr(grammar, "read_text", spy_text)
     return seen
 
 
