@@ -23,11 +23,9 @@ signals that stop a command cleanly.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import os
-import secrets
 import shutil
 import signal
 import stat
@@ -113,7 +111,7 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", *, perm: int | None =
     text = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
     create = 0o666 if perm is None else 0o600   # a file meant to be private is private from the start
     for _ in range(100):
-        tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}{suffix}")
+        tmp = target.with_name(f".{target.name}.{os.urandom(4).hex()}{suffix}")
         try:
             fh = open(tmp, mode.replace("w", "x"), **text,
                       opener=lambda name, flags: os.open(name, flags | os.O_CLOEXEC, create))
@@ -147,6 +145,7 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, *, perm: int | None
 
 def exchange(a: Path, b: Path) -> bool:
     """Swap ``a`` and ``b`` atomically; False where the system or file system cannot."""
+    import ctypes       # here: every command imports this module, few swap folders
     global _renameat2
     if _renameat2 is None:
         try:
