@@ -5,13 +5,14 @@ bases, so the grammar lives here, below all of them, once."""
 from __future__ import annotations
 
 import re
+from . import labels as L
 
 #: ``FROM [--platform=P] REF [AS NAME]``, one line
 FROM_RE = re.compile(r"^\s*FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*\Z", re.IGNORECASE)
 
 #: the labels naming the image the last stage starts from, and its registry digest or engine id
-BASE_NAME_LABEL = "org.opencontainers.image.base.name"
-BASE_DIGEST_LABEL = "org.opencontainers.image.base.digest"
+BASE_NAME_LABEL = L.BASE_NAME
+BASE_DIGEST_LABEL = L.BASE_DIGEST
 
 
 def base_refs(dockerfile_text: str) -> list[str]:

@@ -13,7 +13,8 @@
 - Nothing outside `knowledge/` reads the parsed matrix (`Knowledge.document`): the other packages
   take typed values (families, tools, project, releases, ...) that the loader made once.
 - One hasher: only `digests.py` imports hashlib (every file, text and stream hash goes through it);
-  one table of value patterns (`patterns.py`), the only place a 64-hex digest is spelled.
+  one table of value patterns (`patterns.py`), the only place a 64-hex digest is spelled; one
+  labels module (`labels.py`), the only place a label key is spelled.
 - No package is named like build output (`build/`, `dist/`): tools skip such folders (a default
   ruff run never linted `imagebuild/build/`), and `ruff check` with the rules pyproject.toml
   configures is clean on the whole project.
@@ -259,6 +260,30 @@ def _section_key_reads(root: Path, owner: str = "knowledge") -> list[str]:
     return out
 
 
+LABEL_PREFIXES = ("io.imagebuild.", "org.opencontainers.image.")
+
+
+def _label_spellings(root: Path, owner: str = "labels.py") -> list[str]:
+    """String literals outside `owner` (docstrings aside) that spell a label key: one labels
+    module (the smoke suite, a program of its own inside the image, reads image.json instead)."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.as_posix() == owner or rel.parts[0] == "smoke":
+            continue
+        tree = ast.parse(path.read_text())
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)
+                and isinstance(n.value, ast.Constant)}
+        out += [f"{path.relative_to(root.parent).as_posix()}:{n.lineno}" for n in ast.walk(tree)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
+                and any(p in n.value for p in LABEL_PREFIXES)]
+    return out
+
+
+def test_one_labels_module():
+    assert _label_spellings(PACKAGE) == []
+
+
 def test_no_string_key_read_of_the_typed_sections():
     assert _section_key_reads(PACKAGE) == []
 
@@ -397,3 +422,6 @@ def test_the_pipeline_rules_see_planted_violations(tmp_path):
     (pkg / "render" / "h.py").write_text("def f(spec, k, v):\n    a = k.os[v]\n"
                                          "    return spec.os['id'], k.ucx[v].get('install'), a\n")
     assert _section_key_reads(pkg) == ["pkg/render/h.py:3", "pkg/render/h.py:3"]
+    (pkg / "labels.py").write_text("ID = 'io.imagebuild.image-id'\n")
+    (pkg / "render" / "i.py").write_text('"""Reads io.imagebuild.image-id."""\nK = f"io.imagebuild.stack.{1}"\n')
+    assert _label_spellings(pkg) == ["pkg/render/i.py:2"]

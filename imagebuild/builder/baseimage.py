@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from .. import labels as L
 from ..digests import sha256_bytes, sha256_file
 from ..engines import check_ref
 from ..errors import ImagebuildError, UsageError
@@ -269,10 +270,10 @@ def image_config(diff_id: str, spec: BaseSpec, target: Platform | None = None) -
             "Env": [PATH_ENV],
             "Cmd": ["bash"],
             "Labels": {
-                "io.imagebuild.base": spec.name,
-                "org.opencontainers.image.title": f"imagebuild base {spec.name}",
-                "org.opencontainers.image.description": spec.description,
-                "org.opencontainers.image.version": spec.suite,
+                L.BASE: spec.name,
+                L.TITLE: f"imagebuild base {spec.name}",
+                L.DESCRIPTION: spec.description,
+                L.VERSION: spec.suite,
             },
         },
         "rootfs": {"type": "layers", "diff_ids": [diff_id]},

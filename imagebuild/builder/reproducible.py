@@ -69,6 +69,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from .. import labels as L
 from ..errors import EngineRefused, ImagebuildError
 from ..digests import sha256_digest, sha256_file, sha256_hasher
 from ..dockerfile import BASE_DIGEST_LABEL, BASE_NAME_LABEL, final_base
@@ -436,7 +437,7 @@ def _normalize_in(engine, ref: str, epoch: int, base: str | None, where: Path,
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-REVISION_LABEL = "org.opencontainers.image.revision"
+REVISION_LABEL = L.REVISION
 
 
 def base_labels(engine, dockerfile_text: str) -> dict[str, str]:

@@ -29,6 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import labels as L
 from .. import untrusted
 from ..errors import ImagebuildError, RegistryError, RegistryUnavailable
 from ..platforms import repository_names
@@ -92,7 +93,7 @@ def write(api: RegistryAPI, target: Target, image_id: str, lock_entry: dict, *, 
         "schemaVersion": 2, "mediaType": OCI_MANIFEST, "artifactType": ARTIFACT_TYPE,
         "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": sha256_digest(EMPTY_BLOB), "size": len(EMPTY_BLOB)},
         "layers": [{"mediaType": ARTIFACT_TYPE, "digest": sha256_digest(layer), "size": len(layer)}],
-        "annotations": {"io.imagebuild.image-id": image_id}})
+        "annotations": {L.IMAGE_ID: image_id}})
     api.push_blob(repo, EMPTY_BLOB)
     api.push_blob(repo, layer)
     digest, _ = api.put_manifest(repo, sha256_digest(manifest), manifest, OCI_MANIFEST)

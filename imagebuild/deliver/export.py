@@ -65,6 +65,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .. import labels as L
 from .. import reference
 from ..atomic import output_target
 from ..errors import ExportError, ImagebuildError
@@ -335,7 +336,7 @@ def _flatten(engine, image, ref: str, rootfs: Path, say: Progress) -> None:
     tar = require_tool("tar")
     rootfs.mkdir()
     os.chmod(rootfs, 0o755)
-    with engine.export_filesystem(image.id, labels={"io.imagebuild.export": "1"}) as chunks:
+    with engine.export_filesystem(image.id, labels={L.EXPORT: "1"}) as chunks:
         say(f"flattening {ref} into {rootfs}")
         untar = subprocess.Popen(
             [tar, "-C", str(rootfs), "--numeric-owner", "-p", "-x", "--anchored",

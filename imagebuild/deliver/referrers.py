@@ -26,6 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Callable
 
+from .. import labels as L
 from .. import untrusted
 from ..errors import ImagebuildError, RegistryError
 from .publish import DIGEST_RE, Manifest, RegistryAPI
@@ -35,8 +36,8 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 EMPTY_MEDIA_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY_BLOB = b"{}"
 CYCLONEDX_JSON = "application/vnd.cyclonedx+json"
-IMAGE_ID_ANNOTATION = "io.imagebuild.image-id"
-TITLE_ANNOTATION = "org.opencontainers.image.title"
+IMAGE_ID_ANNOTATION = L.IMAGE_ID
+TITLE_ANNOTATION = L.TITLE
 #: the largest SBOM read back from a registry (smoke-cpu's is about 0.3 MB)
 MAX_SBOM_BYTES = 16 * 1024 * 1024
 #: the most SBOM referrers `verify` fetches and checks for one manifest (a hostile index may list

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .. import labels as L
 from ..dockerfile import final_base
 from ..errors import UsageError
 from .sbomread import (MARK, REQUIREMENTS_DIR, Contents, Dist, OsPackage, SbomError,  # noqa: F401 - re-exported
@@ -56,14 +57,14 @@ SERIAL_NAMESPACE = uuid.UUID("6f1d2a5e-3c0b-5e4f-9a7d-2b8c1e0f4d3a")
 
 def created_of(labels: dict[str, str], ref: str) -> datetime:
     """The image's own creation date (its org.opencontainers.image.created label), in UTC."""
-    text = labels.get("org.opencontainers.image.created", "")
+    text = labels.get(L.CREATED, "")
     try:
         if re.fullmatch(r"\d{4}-\d\d-\d\d", text):
             return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
         stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
         return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
     except ValueError:
-        raise SbomError(f"{ref}: label org.opencontainers.image.created is {text!r}, not a date: "
+        raise SbomError(f"{ref}: label {L.CREATED} is {text!r}, not a date: "
                         "the SBOM's timestamp comes from it") from None
 
 
@@ -208,13 +209,13 @@ def _image_component(ref: str, info, spec, labels: dict[str, str]):
     from cyclonedx.model.component import Component, ComponentType
 
     image_props = [Property(name=f"imagebuild:label:{k}", value=v) for k, v in sorted(labels.items())
-                   if k.startswith("io.imagebuild.")]
+                   if k.startswith(L.PREFIX)]
     # the image id, not its registry digests: those say where it was pushed, not what it is, and
     # would make the SBOM written after a publish differ from the one published beside the image
     image_props.append(Property(name="imagebuild:image-id", value=info.id))
     image_props.append(Property(name="imagebuild:reference", value=ref))
     return Component(type=ComponentType.CONTAINER, name=spec.id if spec else ref,
-                     version=labels.get("org.opencontainers.image.version") or info.id,
+                     version=labels.get(L.VERSION) or info.id,
                      bom_ref=f"image:{info.id}", properties=image_props,
                      hashes=[HashType(alg=HashAlgorithm.SHA_256, content=info.id.split(":")[-1])])
 
@@ -253,7 +254,7 @@ def build_sbom(*, ref: str, info, contents: Contents, spec, lock, tarballs, base
     ImageSpec; `lock` the repository's wheel lock (or None); `tarballs` sources.Tarball list;
     `base`: (reference, ImageInfo or None) of the FROM image."""
     labels = dict(info.labels)
-    origins, problems = cross_check(contents, lock, labels.get("io.imagebuild.wheels-lock")
+    origins, problems = cross_check(contents, lock, labels.get(L.WHEELS_LOCK)
                                     if lock is not None else None)
     comps = _os_components(contents)
     wheels, wheel_counts = _wheel_components(contents, lock, origins, records, problems)
@@ -285,9 +286,9 @@ def generate(engine, *, run, image: str, lock_path: str | None = None,
     if ":" in image or "/" in image:
         ref = check_ref(image)
         info = engine.inspect(ref)
-        iid = info.labels.get("io.imagebuild.image-id")
+        iid = info.labels.get(L.IMAGE_ID)
         if iid not in specs:
-            what = f"its io.imagebuild.image-id {iid!r} is not" if iid else "it has no io.imagebuild.image-id label naming"
+            what = f"its {L.IMAGE_ID} {iid!r} is not" if iid else f"it has no {L.IMAGE_ID} label naming"
             raise UsageError(f"{ref}: {what} an image of {matrix}: imagebuild describes the images "
                              "it builds", argument="IMAGE")
         spec = specs[iid]
@@ -313,7 +314,7 @@ def generate(engine, *, run, image: str, lock_path: str | None = None,
             raise UsageError(str(exc)) from None
     # the base: the built image's label, else the last FROM of the Dockerfile `build` renders
     # from the matrix (no generated file needed: a pip-installed imagebuild works from any folder)
-    base_ref = info.labels.get("org.opencontainers.image.base.name")
+    base_ref = info.labels.get(L.BASE_NAME)
     if not base_ref:
         from ..render.renderer import Renderer
         base_ref = final_base(Renderer().dockerfile(spec, k))

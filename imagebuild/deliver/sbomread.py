@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import labels as L
 from ..errors import ImagebuildError
 from ..patterns import SHA256_HEX
 
@@ -222,7 +223,7 @@ def cross_check(contents: Contents, lock, label: str | None) -> tuple[dict[str, 
             problems.append(f"{name}=={entry.version} is locked but not installed in the image")
     want = f"sha256:{lock.sha256}"
     if label is not None and label != want:
-        problems.append(f"label io.imagebuild.wheels-lock is {label}, the lock {Path(lock.path).name} "
+        problems.append(f"label {L.WHEELS_LOCK} is {label}, the lock {Path(lock.path).name} "
                         f"is {want}: the image was built from another lock")
     for path, text in sorted(contents.requirements.items()):
         try:

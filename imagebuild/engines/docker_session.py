@@ -8,11 +8,12 @@ import contextlib
 import secrets as _secrets
 from typing import Iterator, Mapping, Sequence
 
+from .. import labels as L
 from ..errors import EngineError, EngineRefused, EngineUnavailable, ImagebuildError, NoSuchImage
 from .base import Container, check_hostname, check_key, check_name, docker_host
 from .common import _one_line
 
-OWNER_LABEL = {"io.imagebuild.owner": "imagebuild"}
+OWNER_LABEL = {L.OWNER: "imagebuild"}
 
 
 @contextlib.contextmanager

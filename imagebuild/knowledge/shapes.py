@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from .. import labels as L
 from .schema import COMPONENTS, TOP
 
 LIST_OF = "list of "
@@ -210,7 +211,7 @@ def _images_and_tools() -> dict[str, Shape]:
     out = {
         "images[]": Shape("an image family: its flavors, stacks, OSes and platforms",
                           ("family", "flavors", "os"), {k: family[k] for k in FAMILY_KEYS}),
-        "images[].build": Shape("the family's build choices (label io.imagebuild.build)", (),
+        "images[].build": Shape(f"the family's build choices (label {L.BUILD})", (),
                                 {k: "bool" if k in BUILD_SWITCHES else "texts" for k in BUILD_KEYS}),
         "tools": Shape("the tools and keys the recipes download, pinned", (),
                        {name: f"tools.{name}" for name in TOOLS}),

@@ -22,6 +22,7 @@ from ..knowledge.families import Family
 from ..knowledge.schema import BUILD_SWITCHES
 from ..knowledge import Knowledge, version_matcher
 from ..knowledge.model import MpiRelease, OsEntry, RdmaEntry
+from .. import labels as L
 from ..resolve.solver import Host, image_reading, resolve
 from ..versions import NONE, major_minor, parse_version
 from .fingerprint import _NotCached, _lock_folder, file_sha256, matrix_sha256  # noqa: F401 - matrix_sha256: re-exported
@@ -122,15 +123,15 @@ class ImageSpec:
     @property
     def labels(self) -> dict[str, str]:
         labels = {
-            "io.imagebuild.image-id": self.id,
-            "io.imagebuild.flavor": self.flavor,
-            "io.imagebuild.min-driver": self.min_driver or "none",
-            "org.opencontainers.image.title": self.id,
-            "org.opencontainers.image.version": self.tag,
-            "org.opencontainers.image.description": self.description,
+            L.IMAGE_ID: self.id,
+            L.FLAVOR: self.flavor,
+            L.MIN_DRIVER: self.min_driver or "none",
+            L.TITLE: self.id,
+            L.VERSION: self.tag,
+            L.DESCRIPTION: self.description,
             # RFC 3339, as the OCI annotation asks: the source date (the matrix's as_of at 00:00 UTC)
-            "org.opencontainers.image.created": created_rfc3339(self.as_of),
-            "io.imagebuild.rdma": self.rdma_label,
+            L.CREATED: created_rfc3339(self.as_of),
+            L.RDMA: self.rdma_label,
         }
         if self.source:   # a fact from the matrix, never a made-up default (see project_source)
             labels[SOURCE_LABEL] = self.source
@@ -141,15 +142,15 @@ class ImageSpec:
             labels[LICENSES_LABEL] = self.licenses
         if self.compiles:
             # what was compiled, and how: the tarball form and the family's build choices
-            labels["io.imagebuild.sources"] = self.sources
-            labels["io.imagebuild.build"] = self.build_label
+            labels[L.SOURCES] = self.sources
+            labels[L.BUILD] = self.build_label
         if self.stack["openmpi"] != NONE or self.stack["nccl"] != NONE:
             # what the image's communication stack can do: RDMA transports, CUDA-aware MPI,
             # imagebuild's NCCL benchmark (image.json's features, which the smoke suite checks)
-            labels["io.imagebuild.features"] = self.features_label
+            labels[L.FEATURES] = self.features_label
         for comp in ("os", "platform", "python", "cuda", "cudnn", "nccl", "ucx", "openmpi",
                      "pytorch"):
-            labels[f"io.imagebuild.stack.{comp}"] = self.stack[comp]
+            labels[L.stack(comp)] = self.stack[comp]
         return dict(sorted(labels.items()))
 
     @property
@@ -241,7 +242,7 @@ class Skipped:
             k, self.cuda_from, dict(self.wishes))).explanation)
 
 
-CUDA_PROVIDER_LABEL = "io.imagebuild.cuda.provider"
+CUDA_PROVIDER_LABEL = L.CUDA_PROVIDER
 
 
 def _one_line(text: str) -> str:

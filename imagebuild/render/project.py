@@ -8,11 +8,12 @@ import functools
 import subprocess
 from urllib.parse import urlsplit, urlunsplit
 
+from .. import labels as L
 from ..knowledge import Knowledge
 from ..sourcedate import rfc3339, source_epoch
 
 
-SOURCE_LABEL = "org.opencontainers.image.source"
+SOURCE_LABEL = L.SOURCE
 
 
 def project_source(k: Knowledge) -> str | None:
@@ -22,7 +23,7 @@ def project_source(k: Knowledge) -> str | None:
     return k.project.source or None
 
 
-LICENSES_LABEL = "org.opencontainers.image.licenses"
+LICENSES_LABEL = L.LICENSES
 
 
 def project_licenses(k: Knowledge) -> str | None:

@@ -5,6 +5,7 @@ add. The renderer (renderer.py, cudastages.py) builds the stages; shape.py check
 
 from __future__ import annotations
 from dataclasses import dataclass, field
+from .. import labels as L
 from . import blocks, sources as S
 from .checked import safe as _safe
 from ..errors import RenderError
@@ -70,7 +71,7 @@ def image_labels(spec: ImageSpec, k) -> list[tuple[str, str]]:
     labels = dict(spec.labels)
     lock = image_lock(spec, k)
     if lock is not None:
-        labels["io.imagebuild.wheels-lock"] = f"sha256:{lock.sha256}"
+        labels[L.WHEELS_LOCK] = f"sha256:{lock.sha256}"
     for key, value in labels.items():  # a LABEL value sits in double quotes: no " \ $ `
         _safe("text", value, f"label {_safe('word', key, 'label key')} of {spec.id}")
     return sorted(labels.items())

@@ -13,12 +13,13 @@ import secrets
 import tarfile
 import time
 
+from .. import labels as L
 from ..errors import EngineError, SmokeError
 from ..smoke.report import FAIL, PASS, SKIP, CheckResult, combine
 
 from .containers import Containers, ImageUnderTest, TestOptions
 
-LABEL_PREFIX = "io.imagebuild."
+LABEL_PREFIX = L.PREFIX
 RDZV_PORT = 29500
 
 

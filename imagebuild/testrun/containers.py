@@ -9,6 +9,7 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 
+from .. import labels as L
 from ..engines import Container, ImageInfo
 from ..errors import EngineError, EngineRefused, NoSuchImage, SmokeError
 
@@ -30,7 +31,7 @@ class Containers:
     """
 
     def __init__(self, engine, prefix: str = "imagebuild-smoke", env: dict | None = None):
-        self._session = engine.containers(prefix, "io.imagebuild.smoke")
+        self._session = engine.containers(prefix, L.SMOKE)
         self.token = self._session.token
         self._networks = 0
         self._env = dict(env or {})      # every container's, under what each start() adds

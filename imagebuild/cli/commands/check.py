@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from ... import labels as L
 from .. import add_matrix_option
 from ...errors import UsageError
 from ..reporter import Reporter
@@ -14,7 +15,7 @@ from ..options import (WISH_FLAGS, add_host_options, add_system_options, host_fr
                        wishes_from)
 from ..resolution import print_resolution
 
-LABEL_PREFIX = "io.imagebuild.stack."
+LABEL_PREFIX = L.STACK
 
 
 def configure(parser) -> None:
