@@ -1,4 +1,4 @@
-"""The one table of value grammars: every kind of string imagebuild checks by pattern (a matrix
+"""The one table of value grammars (and the one host-name grammar): every kind of string imagebuild checks by pattern (a matrix
 field, a value that reaches a recipe's shell line, a digest read from an engine or a lock), with
 the words a refusal describes it by. knowledge/grammar.py checks the matrix's fields against it,
 render/checked.py the renderer's values; the sha256 forms below are the only spelling of a
@@ -8,6 +8,17 @@ anchor accepts a trailing newline). Imports nothing of imagebuild: every stage m
 from __future__ import annotations
 
 import re
+
+#: one label of a host name (RFC 1123): letters, digits and inner hyphens, at most 63 (a container's
+#: host name is one such label)
+HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_LOWER_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+#: a host name as registries, repositories and URLs are written here: lower-case labels and dots
+DNS_NAME = rf"{_LOWER_LABEL}(?:\.{_LOWER_LABEL})*"
+#: a registry's or a server's host: a DNS name or a bracketed IPv6 address
+HOST = rf"(?:{DNS_NAME}|\[[0-9A-Fa-f:.]{{2,45}}\])"
+#: the same with a port
+HOST_PORT = rf"{HOST}(?::[0-9]{{1,5}})?"
 
 #: a sha256 in hex, as every digest, lock hash and image ID spells it
 SHA256_HEX = r"[0-9a-f]{64}"
@@ -34,7 +45,7 @@ PATTERNS = {
                        r"(?: (?:AND|OR|WITH) \(*[A-Za-z0-9][A-Za-z0-9.-]{0,63}\+?\)*){0,15}"),
     # what only the renderer checks: an absolute path in an image, a host name, an environment value
     "path": re.compile(r"/[A-Za-z0-9._/-]*"),
-    "host": re.compile(r"[a-z0-9][a-z0-9.-]*[a-z0-9]"),
+    "host": re.compile(DNS_NAME),
     "env": re.compile(r"[A-Za-z0-9 ,.:;/+_=<>^-]*"),
 }
 

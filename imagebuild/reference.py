@@ -26,14 +26,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from . import patterns
 from .patterns import SHA256_DIGEST
 
 NAME_MAX = 255
 
-_LABEL = r"(?:[a-z0-9]|[a-z0-9][a-z0-9-]*[a-z0-9])"
-_IPV6 = r"\[[0-9A-Fa-f:.]{2,45}\]"
-HOST = rf"(?:{_LABEL}(?:\.{_LABEL})*|{_IPV6})"
-DOMAIN = rf"{HOST}(?::[0-9]{{1,5}})?"
+HOST = patterns.HOST                 # the one host grammar (patterns.py)
+DOMAIN = patterns.HOST_PORT
 COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 PATH = rf"{COMPONENT}(?:/{COMPONENT})*"
 TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"

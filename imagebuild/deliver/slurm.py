@@ -32,7 +32,7 @@ import shlex
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..patterns import SHA256_DIGEST
+from ..patterns import HOST_PORT, SHA256_DIGEST
 
 RUNTIMES = ("pyxis", "oci")
 JOBS = ("smoke", "torchrun")
@@ -51,7 +51,7 @@ _S = r"[0-5]?[0-9]"
 TIME_RE = re.compile(rf"^(?:{_F}|{_F}:{_S}|{_F}:{_S}:{_S}|{_F}-{_F}|{_F}-{_F}:{_S}|{_F}-{_F}:{_S}:{_S}"
                      r"|UNLIMITED|INFINITE|unlimited|infinite)\Z")
 # a registry reference as pyxis and enroot take it: [USER@][REGISTRY#]IMAGE[:TAG|@sha256:DIGEST]
-_HOST = r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?(?::[0-9]{1,5})?"
+_HOST = HOST_PORT                    # the one host grammar (patterns.py)
 _PATH = r"[a-z0-9]+(?:[._-][a-z0-9]+)*(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*){0,15}"
 PYXIS_REF_RE = re.compile(rf"^(?:[A-Za-z0-9_.-]{{1,64}}@)?(?:{_HOST}#)?{_PATH}"
                           rf"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}}|@{SHA256_DIGEST})?\Z")

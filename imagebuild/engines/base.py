@@ -13,6 +13,7 @@ from typing import (Any, Callable, ContextManager, Iterable, Iterator, Mapping, 
 
 from .. import reference
 from ..errors import UsageError
+from ..patterns import HOST_LABEL
 
 Progress = Callable[[str], None]
 
@@ -29,7 +30,7 @@ def docker_host() -> str:
 # Validation of everything that reaches an engine or a command line
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}\Z")           # containers, networks
-HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
+HOSTNAME_RE = re.compile(rf"^{HOST_LABEL}\Z")
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}\Z")              # build args, labels, env
 SECRET_ID_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}\Z")
 SIZE_RE = re.compile(r"^[0-9]{1,12}[bkmgBKMG]?\Z")
