@@ -43,18 +43,24 @@ def read_bytes(path: str | os.PathLike, limit: int) -> bytes:
     """The bytes of the regular file at ``path`` (open_regular's refusals), read under ``limit``."""
     fd = open_regular(path, limit)
     try:
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:            # it grew while being read
-                raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
-        return b"".join(chunks)
+        return read_fd(fd, limit, path)
     finally:
         os.close(fd)
+
+
+def read_fd(fd: int, limit: int, path: str | os.PathLike = "") -> bytes:
+    """Everything left to read from ``fd``, at most ``limit`` bytes: OSError (EFBIG) when there is
+    more (a file that grew while being read). The caller closes ``fd``."""
+    chunks, size = [], 0
+    while True:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    return b"".join(chunks)
 
 
 def read_text(path: str | os.PathLike, limit: int) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from . import __version__
 from .digests import sha256_hasher
+from .localfile import read_fd
 
 #: the setting that turns the caches off
 OFF = "IMAGEBUILD_NO_CACHE"
@@ -99,16 +100,7 @@ def read_own(path: Path, limit: int) -> bytes | None:
                 or (hasattr(os, "geteuid") and st.st_uid != os.geteuid())
                 or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
             return None
-        chunks, size = [], 0
-        while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                return None
-        return b"".join(chunks)
+        return read_fd(fd, limit, path)
     except OSError:
         return None
     finally:
