@@ -155,3 +155,30 @@ def test_no_section_declares_a_mapping_of_its_own(tmp_path):
     assert inline(ROOT / "imagebuild" / "knowledge" / "sections") == []
     (tmp_path / "x.py").write_text("def load(c, doc):\n    c.mapping(doc, 'x', ('a',))\n")
     assert inline(tmp_path) == ["x.py:2"]
+
+
+@pytest.mark.parametrize("edit, loader_ok", [
+    # what the loader accepts, the schema accepts: each was refused by the schema while the
+    # JSON Schema type and gate 2's form were declared in two places (shapes.py, grammar.FIELDS)
+    (lambda d: d.setdefault("project", {}).update(licenses="Apache-2.0"), True),
+    (lambda d: d["images"][0].update(flavors="runtime"), True),
+    (lambda d: d["images"][0].update(os=d["images"][0]["os"][0]), True),
+    # and what it refuses, the schema refuses too (a family pins one Python)
+    (lambda d: d["images"][0].update(python=["3.12", "3.11"]), False),
+])
+def test_the_schema_and_gate_2_agree_on_a_field_s_form(schema, doc, tmp_path, edit, loader_ok):
+    import copy
+    edited = copy.deepcopy(doc)
+    edit(edited)
+    errors = list(jsonschema.Draft202012Validator(schema).iter_errors(edited))
+    assert (not errors) == loader_ok, errors[:1]
+    path = tmp_path / "matrix.yaml"           # gate 2 (grammar.check_fields) on the same document
+    path.write_text(yaml.safe_dump(edited, sort_keys=False))
+    from imagebuild.errors import KnowledgeError
+    from imagebuild.knowledge.yamlfile import load_yaml
+    try:
+        load_yaml(path)
+        gate2_ok = True
+    except KnowledgeError:
+        gate2_ok = False
+    assert gate2_ok == loader_ok

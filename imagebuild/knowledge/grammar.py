@@ -12,7 +12,8 @@ the line and column:
    built); no scalar holds a control character, a line or paragraph separator or a format (bidi)
    character, except that a `note:` may span lines (notes never reach a recipe).
 2. `check_fields` (called by load_yaml on the composed document): each string field that reaches a
-   recipe, an image id, a tag or a label matches its own grammar (FIELDS), whatever section it is
+   recipe, an image id, a tag or a label matches its own grammar (shapes.FIELDS: the grammar is
+   declared with the key's shape), whatever section it is
    in, so a hostile value is refused on its own line before any section is compiled.
 3. `recipe_inputs.validate` (called once at the end of knowledge.build; a module of its own):
    the `tools:`, `images:` and the recipe-facing parts of `rdma:` checked in full, keys, types,
@@ -33,7 +34,6 @@ from typing import Any, Iterable
 
 import yaml
 
-from ..components import TARBALL_TOOLS
 from ..errors import KnowledgeError
 from ..localfile import read_bytes
 from ..patterns import DESCRIBE, PATTERNS
@@ -300,74 +300,12 @@ def _url(*ph):
     return ("url", ph)
 
 
-# (path, grammar, shape): `*` is every item of a list, `?` every value of a mapping; shape is "str"
-# (one string), "list" (a list of strings) or "any" (one string or a list of them). A value of the
-# wrong type is refused here too, with the line it stands on: YAML reads `cuda: 12.10` as the number
-# 12.1, and a !!binary value would reach a recipe as "b'...'".
-FIELDS: tuple[tuple[tuple[str, ...], Any, str], ...] = (
-    (("as_of",), "date", "str"),
-    (("project", "source"), _url(), "str"),
-    (("project", "licenses"), "spdx", "str"),
-    (("platforms", "*", "id"), "word", "str"),
-    (("platforms", "*", "cuda_repo"), "word", "str"),
-    (("platforms", "*", "oci"), "oci", "str"),
-    (("platforms", "*", "aliases"), "word", "list"),
-    (("os", "*", "id"), "id", "str"),
-    (("os", "*", "name"), "text", "str"),
-    (("os", "*", "family"), "word", "str"),
-    (("os", "*", "base"), "ref", "str"),
-    (("os", "*", "nvidia_repo"), "word", "str"),
-    (("os", "*", "glibc"), "version", "str"),
-    (("os", "*", "python"), "version", "list"),
-    (("cuda", "releases", "*", "version"), "version", "str"),
-    (("cuda", "releases", "*", "driver"), "driver", "str"),
-    (("pytorch", "releases", "*", "version"), "version", "str"),
-    (("pytorch", "releases", "*", "variants", "*", "cuda"), "version", "str"),
-    (("pytorch", "releases", "*", "variants", "*", "cudnn"), "version", "str"),
-    (("pytorch", "releases", "*", "variants", "*", "nccl"), "version", "str"),
-    (("pytorch", "releases", "*", "variants", "*", "cuda_runtime"), "version", "str"),
-    *[((comp, "releases", "*", f), g, "str") for comp in ("ucx", "openmpi")
-      for f, g in (("version", "version"), ("line", "version"), ("url", _url("version")),
-                   ("sha256", "sha256"))],
-    *[((comp, "releases", "*", "git_archive", f), g, "str") for comp in ("ucx", "openmpi")
-      for f, g in (("file", "word"), ("sha256", "sha256"), ("commit", "commit"))],
-    *[(("tools", t, f), g, "str") for t in TARBALL_TOOLS
-      for f, g in (("version", "version"), ("url", _url("version")), ("sha256", "sha256"))],
-    # a source tarball's exact length beside its sha256: a mirror or upstream is read no further
-    *[((comp, "releases", "*", *where, "size"), "bytes", "int") for comp in ("ucx", "openmpi")
-      for where in ((), ("git_archive",))],
-    *[(("tools", t, "size"), "bytes", "int") for t in TARBALL_TOOLS],
-    *[(("tools", t, f), g, "str") for t in ("cuda-repo-key", "cuda-repo-key-dnf")
-      for f, g in (("fingerprint", "fingerprint"), ("url", _url("repo")))],
-    (("tools", "pytorch-index", "url"), _url("tag"), "str"),
-    (("rdma", "*", "id"), "id", "str"),
-    (("rdma", "*", "name"), "text", "str"),
-    (("rdma", "*", "version"), "version", "str"),
-    (("rdma", "*", "released"), "month", "str"),
-    (("rdma", "*", "repo"), _url("version", "os"), "str"),
-    (("rdma", "*", "os", "?"), "word", "str"),
-    (("rdma", "*", "key", "url"), _url(), "str"),
-    (("rdma", "*", "key", "fingerprint"), "fingerprint", "str"),
-    (("rdma", "*", "key", "long_id"), "keyid", "str"),
-    (("rdma", "*", "packages", "?", "?"), "package", "list"),
-    (("images", "*", "family"), "id", "str"),
-    (("images", "*", "description"), "text", "str"),
-    (("images", "*", "flavors"), "id", "any"),
-    (("images", "*", "pytorch"), "spec", "str"),
-    (("images", "*", "variants"), "id", "str"),
-    (("images", "*", "os"), "id", "any"),
-    (("images", "*", "cuda"), "version|none", "any"),
-    (("images", "*", "nccl"), "version", "any"),
-    (("images", "*", "ucx"), "version", "str"),
-    (("images", "*", "openmpi"), "version", "str"),
-    (("images", "*", "python"), "version", "str"),
-    (("images", "*", "wheels"), "id", "str"),
-    (("images", "*", "rdma"), "id", "str"),
-    (("images", "*", "cuda_from"), "id", "str"),
-    (("images", "*", "platforms"), "word", "list"),
-    (("images", "*", "sources"), "id", "str"),
-    (("images", "*", "build", "cuda_arch"), "version", "list"),
-)
+# Gate 2's fields are declared with the shapes (knowledge/shapes.py: each recipe-facing key's leaf
+# says its grammar, g(), and shapes.FIELDS lists them): `*` is every item of a list, `?` every value
+# of a mapping whose keys are data; the form is "str" (one string), "list" (a list of strings),
+# "any" (one string or a list of them) or "int". A value of the wrong type is refused here too,
+# with the line it stands on: YAML reads `cuda: 12.10` as the number 12.1, and a !!binary value
+# would reach a recipe as "b'...'".
 
 
 def _item_pos(lst, i) -> tuple[int | None, int | None]:
@@ -433,13 +371,14 @@ def _bytes_error(path: str, label: str, value, pos) -> KnowledgeError | None:
                           file=path, line=pos[0], column=pos[1])
 
 
-def check_fields(doc: Any, path: str) -> None:
-    """Every recipe-facing value of FIELDS is a string (or a list of strings, where the field is a
-    list) of its grammar: KnowledgeError naming its line otherwise (the first in the file)."""
+def check_fields(doc: Any, path: str, fields) -> None:
+    """Every recipe-facing value of `fields` (shapes.FIELDS) is a string (or a list of strings,
+    where the field is a list) of its grammar: KnowledgeError naming its line otherwise (the first
+    in the file)."""
     if not isinstance(doc, dict):
         return
     errors = []
-    for pattern, grammar, shape in FIELDS:
+    for pattern, grammar, shape in fields:
         for label, value, pos in _walk(doc, pattern, "", (None, None)):
             if shape == "int":
                 err = _bytes_error(path, label, value, pos)

@@ -62,6 +62,19 @@ NOTE = {"note": "text"}
 SOURCED = {"source": "text", **NOTE}
 
 
+def g(kind: str, grammar: str) -> str:
+    """A leaf of `kind` whose value reaches a recipe, an image id, a tag or a label: gate 2
+    (grammar.check_fields, before any section reads the document) holds it to `grammar` (a kind of
+    patterns.py, or text, ref, spec, version|none, bytes; `url(a,b)` is an https URL whose only
+    {placeholders} are a and b), in the form its kind has (FORMS), so that the JSON Schema and
+    gate 2 say the same of it."""
+    return f"{kind}:{grammar}"
+
+
+#: a leaf kind's form at gate 2: one string, a list of strings, either, an integer
+FORMS = {"text": "str", "texts": "list", "int": "int", "text-or-texts": "any"}
+
+
 def _s(about: str, required: tuple[str, ...], **values: str) -> Shape:
     missing = [k for k in required if k not in values]
     assert not missing, f"{about}: required keys without a value: {missing}"
@@ -72,19 +85,21 @@ SHAPES: dict[str, Shape] = {
     "matrix": _s(
         "matrix.yaml: imagebuild's knowledge base",
         ("schema", "as_of", "sources", "cuda", "drivers", "architectures", "gpus", "pytorch", "os"),
-        schema="int", as_of="text", sources="sources", preference="texts",
+        schema="int", as_of=g("text", "date"), sources="sources", preference="texts",
         platforms=LIST_OF + "platforms[]", cuda="cuda", drivers="drivers",
         architectures=LIST_OF + "architectures[]", gpus=LIST_OF + "gpus[]", cudnn="cudnn",
         nccl="nccl", pytorch="pytorch", ucx="ucx", openmpi="openmpi", os=LIST_OF + "os[]",
         rdma=LIST_OF + "rdma[]", gpudirect=LIST_OF + "gpudirect[]",
         constraints=LIST_OF + "constraints[]", images=LIST_OF + "images[]", tools="tools",
         project="project"),
-    "project": _s("the project's own source and licenses", (), source="text", licenses="mapping"),
+    "project": _s("the project's own source and licenses", (), source=g("text", "url()"),
+                  licenses=g("text", "spdx")),
     "sources": Shape("every source a fact names, by id", any_key="sources.ID"),
     "sources.ID": _s("a published document (url) or a file of this repository (file)", ("title",),
                      title="text", url="text", file="text"),
     "platforms[]": _s("a CPU architecture a stack can be for", ("id", "cuda_repo", "oci", "source"),
-                      id="text", cuda_repo="text", oci="text", aliases="texts", **SOURCED),
+                      id=g("text", "word"), cuda_repo=g("text", "word"), oci=g("text", "oci"),
+                      aliases=g("texts", "word"), **SOURCED),
     # cuda
     "cuda": _s("CUDA: compatibility modes, majors, releases, forward compatibility, availability",
                ("modes", "majors", "releases"), modes=LIST_OF + "cuda.modes[]",
@@ -100,7 +115,8 @@ SHAPES: dict[str, Shape] = {
                         ("major", "minor_compat_driver", "source"), major="int",
                         minor_compat_driver="text", source="text"),
     "cuda.releases[]": _s("a CUDA release and the driver it shipped with", ("version", "source"),
-                          version="text", driver="text", verified="bool", wheels_only="bool", **SOURCED),
+                          version=g("text", "version"), driver=g("text", "driver"), verified="bool",
+                          wheels_only="bool", **SOURCED),
     "cuda.compat[]": _s("the driver branches a CUDA release's cuda-compat package runs on",
                         ("cuda", "branches", "source"), cuda="text", branches="ints", **SOURCED),
     "cuda.availability[]": _s("where a CUDA release is published: OS repositories, images",
@@ -140,7 +156,7 @@ SHAPES: dict[str, Shape] = {
     # PyTorch
     "pytorch": _s("PyTorch releases", ("releases",), releases=LIST_OF + "pytorch.releases[]"),
     "pytorch.releases[]": _s("a PyTorch release: its Pythons and CUDA variants",
-                             ("version", "python", "variants", "source"), version="text",
+                             ("version", "python", "variants", "source"), version=g("text", "version"),
                              python="text", variants=LIST_OF + "pytorch.releases[].variants[]",
                              wheels=LIST_OF + "pytorch.releases[].wheels[]", **SOURCED),
     "pytorch.releases[].wheels[]": _s(
@@ -151,7 +167,8 @@ SHAPES: dict[str, Shape] = {
         **SOURCED),
     "pytorch.releases[].variants[]": _s(
         "a build of the release: its CUDA (or CPU), cuDNN, NCCL, architectures and platforms",
-        ("source",), cuda="text", cpu="bool", cudnn="text", nccl="text", cuda_runtime="text",
+        ("source",), cuda=g("text", "version"), cpu="bool", cudnn=g("text", "version"),
+        nccl=g("text", "version"), cuda_runtime=g("text", "version"),
         arch="texts", default="bool", verified="bool", nccl_verified="bool", nccl_source="text",
         platforms="texts", platforms_source="text", **SOURCED),
     # UCX, Open MPI
@@ -159,28 +176,33 @@ SHAPES: dict[str, Shape] = {
     "openmpi": _s("Open MPI releases", ("releases",), releases=LIST_OF + "releases[] (ucx, openmpi)"),
     "releases[] (ucx, openmpi)": _s(
         "a UCX or Open MPI release: how it is installed, what it needs, its tarballs",
-        ("version", "source"), version="text", date="text", install="text", os="text-or-texts",
-        cuda="text-or-bool", line="text", pml="text", needs="mapping", url="text", sha256="text",
-        size="int", git_archive="git_archive", transports="texts", transports_source="text",
-        **SOURCED),
+        ("version", "source"), version=g("text", "version"), date="text", install="text",
+        os="text-or-texts", cuda="text-or-bool", line=g("text", "version"), pml="text",
+        needs="mapping", url=g("text", "url(version)"), sha256=g("text", "sha256"),
+        size=g("int", "bytes"), git_archive="git_archive", transports="texts",
+        transports_source="text", **SOURCED),
     "git_archive": _s("the git tag archive with its submodules", ("file", "sha256", "commit", "source"),
-                      file="text", sha256="text", commit="text", size="int", **SOURCED),
+                      file=g("text", "word"), sha256=g("text", "sha256"), commit=g("text", "commit"),
+                      size=g("int", "bytes"), **SOURCED),
     # operating systems, RDMA, GPUDirect, constraints
     "os[]": _s("an operating system images build on", ("id", "name", "family", "python", "source"),
-               id="text", name="text", family="text", python="texts", kernel="text", glibc="text",
-               cuda="text", nvidia_repo="text", base="text", platforms="texts", **SOURCED),
+               id=g("text", "id"), name=g("text", "text"), family=g("text", "word"),
+               python=g("texts", "version"), kernel="text", glibc=g("text", "version"),
+               cuda="text", nvidia_repo=g("text", "word"), base=g("text", "ref"), platforms="texts",
+               **SOURCED),
     "rdma[]": _s("an RDMA user space other than the distribution's rdma-core",
                  ("id", "name", "version", "repo", "os", "key", "packages", "source"),
-                 id="text", name="text", version="text", repo="text", os="rdma[].os",
-                 key="rdma[].key", packages="rdma[].packages", verified="bool", released="text",
+                 id=g("text", "id"), name=g("text", "text"), version=g("text", "version"),
+                 repo=g("text", "url(version,os)"), os="rdma[].os", key="rdma[].key",
+                 packages="rdma[].packages", verified="bool", released=g("text", "month"),
                  **SOURCED),
-    "rdma[].os": Shape("the repository's folder for each OS id", any_key="text"),
-    "rdma[].key": _s("the repository's signing key", ("url",), url="text", fingerprint="text",
-                     long_id="text", **SOURCED),
+    "rdma[].os": Shape("the repository's folder for each OS id", any_key=g("text", "word")),
+    "rdma[].key": _s("the repository's signing key", ("url",), url=g("text", "url()"),
+                     fingerprint=g("text", "fingerprint"), long_id=g("text", "keyid"), **SOURCED),
     "rdma[].packages": _s("packages per package manager", (), apt="rdma[].packages.PM",
                           dnf="rdma[].packages.PM"),
     "rdma[].packages.PM": _s("run-time and development packages", ("runtime", "devel"),
-                             runtime="texts", devel="texts"),
+                             runtime=g("texts", "package"), devel=g("texts", "package")),
     "gpudirect[]": _s("a GPUDirect RDMA method and what it needs of the host", ("id", "requires", "source"),
                       id="text", requires="gpudirect[].requires", preferred="int", nccl="text",
                       **SOURCED),
@@ -201,28 +223,78 @@ assert set(SHAPES["matrix"].values) == TOP, set(SHAPES["matrix"].values) ^ TOP
 # their values here
 
 def _images_and_tools() -> dict[str, Shape]:
+    from ..components import TARBALL_TOOLS
     from .recipe_inputs import BUILD_KEYS, BUILD_SWITCHES, FAMILY_KEYS, TOOLS
-    family = {"family": "text", "description": "text", "flavors": "texts", "pytorch": "text",
-              "variants": "text", "os": "texts", "cuda": "text-or-texts", "nccl": "text-or-texts",
-              "ucx": "text", "openmpi": "text", "python": "text-or-texts", "wheels": "text",
-              "rdma": "text", "cuda_from": "text", "sources": "text", "build": "images[].build",
-              "platforms": "texts"}
+    family = {"family": g("text", "id"), "description": g("text", "text"),
+              "flavors": g("text-or-texts", "id"), "pytorch": g("text", "spec"),
+              "variants": g("text", "id"), "os": g("text-or-texts", "id"),
+              "cuda": g("text-or-texts", "version|none"), "nccl": g("text-or-texts", "version"),
+              "ucx": g("text", "version"), "openmpi": g("text", "version"),
+              "python": g("text", "version"), "wheels": g("text", "id"),
+              "rdma": g("text", "id"), "cuda_from": g("text", "id"), "sources": g("text", "id"),
+              "build": "images[].build", "platforms": g("texts", "word")}
     assert set(family) == set(FAMILY_KEYS), set(family) ^ set(FAMILY_KEYS)
     out = {
         "images[]": Shape("an image family: its flavors, stacks, OSes and platforms",
                           ("family", "flavors", "os"), {k: family[k] for k in FAMILY_KEYS}),
         "images[].build": Shape(f"the family's build choices (label {L.BUILD})", (),
-                                {k: "bool" if k in BUILD_SWITCHES else "texts" for k in BUILD_KEYS}),
+                                {k: "bool" if k in BUILD_SWITCHES else g("texts", "version")
+                                 for k in BUILD_KEYS}),
         "tools": Shape("the tools and keys the recipes download, pinned", (),
                        {name: f"tools.{name}" for name in TOOLS}),
     }
-    for name, (required, optional, _) in TOOLS.items():
+    for name, (required, optional, grammars) in TOOLS.items():
         out[f"tools.{name}"] = Shape(f"tool {name}", tuple(required), {
-            k: "int" if k == "size" else "text" for k in (*required, *optional)})
+            k: g("int", "bytes") if k == "size" and name in TARBALL_TOOLS else "int" if k == "size"
+            else g("text", _grammar_text(grammars[k])) if k in grammars else "text"
+            for k in (*required, *optional)})
     return out
 
 
+def _grammar_text(grammar) -> str:
+    """recipe_inputs' grammar of a tool key as g() writes it: a kind, or ("url", placeholders)."""
+    return grammar if isinstance(grammar, str) else f"url({','.join(grammar[1])})"
+
+
 SHAPES.update(_images_and_tools())
+
+
+# --- gate 2's fields, from the declarations --------------------------------------------------------
+
+def _leaf(value: str) -> tuple[str, object, str] | None:
+    """(kind, grammar, form) of a leaf declared with g(); None for one without a grammar."""
+    kind, _, grammar = value.partition(":")
+    if not grammar:
+        return None
+    if grammar.startswith("url(") and grammar.endswith(")"):
+        return kind, ("url", tuple(p for p in grammar[4:-1].split(",") if p)), FORMS[kind]
+    return kind, grammar, FORMS[kind]
+
+
+def fields() -> tuple[tuple[tuple[str, ...], object, str], ...]:
+    """Every recipe-facing value of matrix.yaml, from the declarations above: (path, grammar,
+    form), a path's `*` being every item of a list and `?` every value of a mapping whose keys
+    are data. grammar.check_fields checks the document against them (gate 2)."""
+    out = []
+
+    def walk(name: str, path: tuple[str, ...]) -> None:
+        shape = SHAPES[name]
+        items = [("?", shape.any_key)] if shape.any_key is not None and shape.keys_from is None \
+            else list(shape.values.items())
+        for key, value in items:
+            here = path + (key,)
+            if value.startswith(LIST_OF):
+                walk(value[len(LIST_OF):], here + ("*",))
+            elif value in SHAPES:
+                walk(value, here)
+            elif (leaf := _leaf(value)) is not None:
+                out.append((here, leaf[1], leaf[2]))
+    walk("matrix", ())
+    return tuple(out)
+
+
+#: gate 2's fields (grammar.check_fields), derived once
+FIELDS = fields()
 
 
 # --- the JSON Schema ------------------------------------------------------------------------------
@@ -246,7 +318,7 @@ def _value(kind: str) -> dict:
         return {"type": "array", "items": _value(kind[len(LIST_OF):])}
     if kind in SHAPES:
         return _ref(kind)
-    return dict(LEAVES[kind])
+    return dict(LEAVES[kind.partition(":")[0]])     # a leaf, with or without its grammar (g())
 
 
 def _object(shape: Shape) -> dict:

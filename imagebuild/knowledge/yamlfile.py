@@ -117,7 +117,8 @@ def load_yaml(path: Path, data: bytes | None = None) -> Any:
                              line=text.count("\n", 0, pos) + 1) from None
     except yaml.YAMLError as exc:
         raise KnowledgeError(f"YAML error: {exc}", file=str(path)) from None
-    grammar.check_fields(doc, str(path))
+    from .shapes import FIELDS
+    grammar.check_fields(doc, str(path), FIELDS)
     digest = sha256_bytes(text.encode("utf-8"))       # the bytes parsed: read_text decodes strictly
     try:
         doc.sha256 = digest
