@@ -21,7 +21,8 @@ from typing import Callable
 
 from .checked import safe
 from .images import ImageSpec
-from ..components import COMPONENTS, Component, needs_nccl
+from ..components import COMPONENTS, Component
+from ..components import needs_nccl as on_nccl   # a block is built on NCCL: after NVIDIA's NCCL
 from ..components import for_build as _for_build
 from ..packagers import packages
 from ..sourcedate import source_epoch
@@ -136,11 +137,6 @@ def for_build(build: dict | None) -> tuple[Block, ...]:
 def for_image(spec: ImageSpec) -> tuple[Block, ...]:
     """The blocks `spec` compiles, in build order (none for an image that compiles nothing)."""
     return for_build(spec.build_choices) if spec.compiles else ()
-
-
-def on_nccl(b: Block, chosen: tuple[Block, ...]) -> bool:
-    """Whether block `b` of an image's `chosen` blocks is built on NCCL (after NVIDIA's NCCL)."""
-    return needs_nccl(b, chosen)
 
 
 def search_path(kind: str, nccl: str | None, cuda: str, build: dict | None) -> list[str]:

@@ -13,7 +13,7 @@ from .. import usercache
 from ..digests import sha256_bytes
 from ..knowledge import Knowledge
 from . import images
-from .fingerprint import _NotCached, _lock_folder, _read_regular, file_sha256, matrix_sha256  # noqa: F401 - matrix_sha256: re-exported
+from .fingerprint import _NotCached, _lock_folder, file_sha256, matrix_sha256  # noqa: F401 - matrix_sha256: re-exported
 from .images import ImageSpec, Skipped
 
 

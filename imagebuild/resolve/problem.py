@@ -359,7 +359,7 @@ class Problem:
                     parts, host_ok = [], True
                     for comp, m in alt:
                         if comp in pos:
-                            parts.append((comp, self._allowed(comp, m)))
+                            parts.append((comp, self.k.admitted(comp, m)))
                         elif comp in self.facts_host and not m(self.facts_host[comp]):
                             host_ok = False   # an unknown host fact is not checked
                     if host_ok:
@@ -372,7 +372,7 @@ class Problem:
                     if comp not in pos and comp not in self.facts_host:
                         continue
                     if comp in pos:
-                        compiled.append((part, comp, self._allowed(comp, m)))
+                        compiled.append((part, comp, self.k.admitted(comp, m)))
                     else:
                         holds = m(self.facts_host[comp])
                         if part == "when" and not holds:
@@ -391,9 +391,6 @@ class Problem:
             depth = max(pos[c] for c in stack_comps)
             self.by_depth[depth].append((r, compiled))
         return self.host_violations, self.by_depth
-
-    def _allowed(self, comp: str, m: Matcher) -> frozenset[str]:
-        return self.k.admitted(comp, m)
 
     @staticmethod
     def violated(compiled, assign: dict[str, str]) -> bool:
