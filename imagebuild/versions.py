@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 NONE = "none"
@@ -87,13 +86,20 @@ def parse_host_driver(text: str) -> DriverVersion:
 
 @dataclass(frozen=True)
 class Spec:
-    """A specifier over versions, or the literal 'none' (component absent), or 'any'."""
+    """A specifier over versions, or the literal 'none' (component absent), or 'any'.
+
+    Its clauses are PEP 440 comparisons of plain releases (`_SPEC_ATOM_RE`), and the versions it
+    is asked about are plain releases too (parse_version), so each clause is one comparison of
+    release numbers, evaluated here as PEP 440 defines it for such versions (zero padding; `.*`
+    prefix matching; `~=`); no pre-, post- or dev-release or local label can occur on either
+    side, which is all that packaging's SpecifierSet adds. tests/test_versions.py holds the two
+    to the same verdicts over every version the matrix names."""
 
     text: str
-    specset: SpecifierSet | None  # None for "none"
+    clauses: tuple[tuple[str, tuple[int, ...], bool], ...] | None   # (op, release, .*); None: "none"
     none: bool = False
     # value -> verdict: the resolver asks the same few hundred versions of each specifier over
-    # and over (packaging's contains() is most of a query's time); bounded, cleared when full
+    # and over; bounded, cleared when full
     _memo: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def contains(self, value: str) -> bool:
@@ -104,7 +110,8 @@ class Spec:
             elif self.none:
                 verdict = False
             else:
-                verdict = self.specset.contains(parse_version(value), prereleases=True)
+                release = parse_version(value).release
+                verdict = all(_holds(op, want, wild, release) for op, want, wild in self.clauses)
             if len(self._memo) >= 4096:
                 self._memo.clear()
             self._memo[value] = verdict
@@ -114,7 +121,39 @@ class Spec:
         return self.text
 
 
-ANY = Spec("any", SpecifierSet(""))
+def _strip(release: tuple[int, ...]) -> tuple[int, ...]:
+    """A release without its trailing zeros: 12.4 and 12.4.0 are one version (PEP 440)."""
+    end = len(release)
+    while end > 1 and release[end - 1] == 0:
+        end -= 1
+    return release[:end]
+
+
+def _prefixed(release: tuple[int, ...], prefix: tuple[int, ...]) -> bool:
+    """`==prefix.*`: the release, padded with zeros to the prefix's length, starts with it."""
+    n = len(prefix)
+    return (release + (0,) * (n - len(release)))[:n] == prefix
+
+
+def _holds(op: str, want: tuple[int, ...], wild: bool, release: tuple[int, ...]) -> bool:
+    if op == "==":
+        return _prefixed(release, want) if wild else _strip(release) == _strip(want)
+    if op == "!=":
+        return not (_prefixed(release, want) if wild else _strip(release) == _strip(want))
+    have, want_s = _strip(release), _strip(want)
+    if op == ">=":
+        return have >= want_s
+    if op == "<=":
+        return have <= want_s
+    if op == ">":
+        return have > want_s
+    if op == "<":
+        return have < want_s
+    # "~=": this release or a later one of the same series (~=2.4.1: >=2.4.1, ==2.4.*)
+    return have >= want_s and _prefixed(release, want[:-1])
+
+
+ANY = Spec("any", ())
 
 
 @lru_cache(maxsize=4096)
@@ -125,20 +164,21 @@ def parse_spec(text: str) -> Spec:
         return Spec(NONE, None, none=True)
     if raw in ("", "any", "*"):
         return ANY
-    atoms = [a.strip() for a in raw.split(",")]
-    parts: list[str] = []
-    for atom in atoms:
-        if not _SPEC_ATOM_RE.match(atom):
+    clauses = []
+    for atom in (a.strip() for a in raw.split(",")):
+        match = _SPEC_ATOM_RE.match(atom)
+        if not match:
             raise VersionSyntaxError(
                 f"malformed specifier {raw!r} (expected e.g. '>=2.4', '12.4', '>=12,<13' or 'none')")
-        if atom[0].isdigit():  # a bare version: that release and its patch releases
-            parts.append(f"=={atom}.*" if not atom.endswith(".*") else f"=={atom}")
-        else:
-            parts.append(atom)
-    try:
-        return Spec(raw, SpecifierSet(",".join(parts)))
-    except InvalidSpecifier:
-        raise VersionSyntaxError(f"malformed specifier {raw!r}") from None
+        op = match.group(1) or "=="         # a bare version: that release and its patch releases
+        number = atom[len(match.group(1) or ""):].strip()
+        wild = number.endswith(".*") or not match.group(1)
+        release = parse_version(number.removesuffix(".*")).release
+        # PEP 440: a wildcard only after == and !=; ~= needs two release numbers, and no wildcard
+        if wild and op not in ("==", "!=") or op == "~=" and len(release) < 2:
+            raise VersionSyntaxError(f"malformed specifier {raw!r}")
+        clauses.append((op, release, wild))
+    return Spec(raw, tuple(clauses))
 
 
 def version_key(value: str):
