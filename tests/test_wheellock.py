@@ -87,6 +87,34 @@ def test_a_local_version_label_satisfies_the_release_pin():
     check_lock(lock, _ws(requirements=("torch==2.13.0",)))
 
 
+def test_a_pin_is_met_by_its_release_only():
+    """check_lock's verdicts are packaging's for `==release` (the oracle): a local label is
+    ignored, zero padding is equal, a pre-, post- or other release is stale."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+    for pinned in ("2.13.0", "2.13", "2.13.0.0", "2.13.0+cu130", "2.13.0rc1", "2.13.0.post1",
+                   "2.13.1", "2.12.9"):
+        lock = parse_lock(f"torch=={pinned} \\\n    --hash=sha256:{H1}\n", "x.txt")
+        met = SpecifierSet("==2.13.0").contains(Version(pinned), prereleases=True)
+        if met:
+            check_lock(lock, _ws(requirements=("torch==2.13.0",)))
+        else:
+            with pytest.raises(LockError, match="stale lock"):
+                check_lock(lock, _ws(requirements=("torch==2.13.0",)))
+    with pytest.raises(LockError, match="is not name==version"):
+        check_lock(lock, _ws(requirements=("torch>=2.13",)))
+
+
+def test_names_are_normalised_as_packaging_does():
+    from packaging.utils import canonicalize_name
+    names = {m.group(1) for lock in (ROOT / "locks" / "wheels").glob("*.txt")
+             for m in re.finditer(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==", lock.read_text(), re.M)}
+    names |= {"Torch", "nvidia_nccl.cu12", "A--b__C..d", "x-_.y", "ruamel.yaml", "a"}
+    assert len(names) > 50
+    for name in names:
+        assert wheellock.canonical_name(name) == canonicalize_name(name), name
+
+
 def test_wheel_sets_of_the_matrix(k, specs_by_id):
     def ws(iid):
         s = specs_by_id[iid]

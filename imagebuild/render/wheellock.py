@@ -23,7 +23,6 @@ from pathlib import Path
 
 from ..errors import KnowledgeError, LockError, Unavailable  # LockError: errors.py's, named here too
 from ..redact import redact
-from ..knowledge.sync import pip_settings
 from ..versions import NONE, major_minor, parse_version
 from ..digests import sha256_bytes
 from ..patterns import SHA256_HEX
@@ -34,6 +33,16 @@ HEADER = "# Wheel lock written by `imagebuild wheels lock` from matrix.yaml: do 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9][0-9A-Za-z.+!_-]*)\s*\\?\Z")
 _HASH = re.compile(rf"^--hash=sha256:({SHA256_HEX})\s*\\?\Z")
+# a wheel set's top-level requirement, as wheel_set writes it: name[extras]==version
+_REQUIREMENT = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[A-Za-z0-9,._-]*\])?==([0-9][0-9.]*)\Z")
+_SEPARATORS = re.compile(r"[-_.]+")
+
+
+def canonical_name(name: str) -> str:
+    """A project name as PEP 503 normalises it (runs of -, _ and . are one -, lower case): what
+    packaging.utils.canonicalize_name returns, without importing packaging's platform tags (most of
+    a first `resolve`'s imports); tests/test_wheellock.py holds the two to the same names."""
+    return _SEPARATORS.sub("-", name).lower()
 
 
 class LockUnavailable(Unavailable, LockError):
@@ -172,10 +181,9 @@ class Lock:
 
     def subset(self, names: list[str]) -> str:
         """A requirements text holding only these packages (their pins and hashes)."""
-        from packaging.utils import canonicalize_name
         out = [HEADER.replace("do not edit.", f"a subset of {Path(self.path).name}.")]
         for n in names:
-            out.append(self.entries[canonicalize_name(n)].text)
+            out.append(self.entries[canonical_name(n)].text)
         return "\n".join(out) + "\n"
 
 
@@ -189,7 +197,6 @@ def parse_lock(text: str, path: str) -> Lock:
 def _parse_lock(text: str, path: str) -> Lock:
     """Every entry is `name==version` followed by at least one `--hash=sha256:...`; anything else
     (an unpinned name, an option line such as --index-url, a URL) is refused with its line."""
-    from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
     entries: dict[str, Entry] = {}
     cur: dict | None = None
@@ -207,10 +214,15 @@ def _parse_lock(text: str, path: str) -> Lock:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        h = _HASH.match(line) if cur is not None else None     # most lines: one of an entry's hashes
+        if h:
+            cur["hashes"].append(h.group(1))
+            cur["lines"].append(raw.rstrip())
+            continue
         m = _PIN.match(line)
         if m:
             close()
-            name = canonicalize_name(m.group(1))
+            name = canonical_name(m.group(1))
             if name in entries:
                 raise LockError(f"{name} is pinned twice", file=path, line=no)
             try:
@@ -219,11 +231,6 @@ def _parse_lock(text: str, path: str) -> Lock:
                 raise LockError(f"malformed version {m.group(2)!r}", file=path, line=no) from None
             cur = {"name": name, "version": m.group(2), "hashes": [], "line": no,
                    "lines": [raw.rstrip()]}
-            continue
-        h = _HASH.match(line)
-        if h and cur is not None:
-            cur["hashes"].append(h.group(1))
-            cur["lines"].append(raw.rstrip())
             continue
         raise LockError(f"unexpected line {line[:60]!r} (expected name==version or "
                         "--hash=sha256:<64 hex>)", file=path, line=no)
@@ -238,18 +245,21 @@ def _parse_lock(text: str, path: str) -> Lock:
 
 
 def check_lock(lock: Lock, ws: WheelSet) -> None:
-    """The lock must pin every top-level requirement of its wheel set at the matrix's version."""
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
+    """The lock must pin every top-level requirement of its wheel set at the matrix's version
+    (a pinned `torch==2.9.1` is met by 2.9.1 and by 2.9.1+cu128, PyTorch's local label: PEP 440's
+    `==` without a local label ignores the pin's)."""
     from packaging.version import Version
     for req in ws.requirements:
-        r = Requirement(req)
-        e = lock.entries.get(canonicalize_name(r.name))
+        m = _REQUIREMENT.match(req)
+        if m is None:
+            raise LockError(f"{ws.key}: requirement {req!r} is not name==version")
+        name, want = m.groups()
+        e = lock.entries.get(canonical_name(name))
         if e is None:
-            raise LockError(f"stale lock: {r.name} is not pinned (matrix wants {req}); "
+            raise LockError(f"stale lock: {name} is not pinned (matrix wants {req}); "
                             f"run `imagebuild wheels lock --refresh`", file=lock.path)
-        if not r.specifier.contains(Version(e.version), prereleases=True):
-            raise LockError(f"stale lock: {r.name} {e.version}, matrix wants {req}; "
+        if Version(Version(e.version).public) != Version(want):
+            raise LockError(f"stale lock: {name} {e.version}, matrix wants {req}; "
                             f"run `imagebuild wheels lock --refresh`", file=lock.path, line=e.line)
 
 
@@ -290,6 +300,7 @@ def uv_binary() -> str:
 
 def pip_sources() -> dict[str, list[str]]:
     """pip's configured index-url and find-links, each as a list."""
+    from ..knowledge.wheelindex import pip_settings     # the index machinery: only to write locks
     got = pip_settings(keys=("index-url", "find-links"))
     return {k: v.split() for k, v in got.items()}
 
