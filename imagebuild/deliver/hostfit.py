@@ -12,7 +12,7 @@ gives the first of that order alone, checking only as many images as it needs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..knowledge.schema import FLAVORS
 from ..knowledge import Knowledge
@@ -97,12 +97,22 @@ def rank_key(k: Knowledge, fit: Fit, gpu_host: bool):
 def _leading_key(k: Knowledge, spec: ImageSpec, gpu_host: bool) -> list:
     """The start of rank_key that needs no check: a CPU image on a GPU host last, then the
     preference components before `mode` (which only the check says)."""
-    key: list = [gpu_host and spec.stack.get("cuda", NONE) == NONE]
+    return _lead(k, spec.stack, spec.stack.get("cuda", NONE) != NONE, gpu_host)
+
+
+def _lead(k: Knowledge, stack: dict, cuda: bool | None, gpu_host: bool) -> list | None:
+    """_leading_key of a stack known in part (`cuda`: whether it holds CUDA, None: not known);
+    None when a part the key needs is not known."""
+    if gpu_host and cuda is None:
+        return None
+    key: list = [gpu_host and not cuda]
     oses = list(k.os)
     for comp in k.preference:
         if comp == "mode":
             break
-        key.append(_component_key(comp, spec.stack, oses))
+        if comp not in stack:
+            return None
+        key.append(_component_key(comp, stack, oses))
     return key
 
 
@@ -170,4 +180,39 @@ def best(k: Knowledge, specs: list[ImageSpec], host: Host, platform: str | None 
         if good:
             return good[0]
         i = j
+    return None
+
+
+def best_expanding(k: Knowledge, known: list[tuple[dict, bool | None]],
+                   expand: Callable[[list[int]], list[ImageSpec]], host: Host,
+                   platform: str | None = None, allow_unverified: bool = False,
+                   keep: Callable[[ImageSpec], bool] = lambda spec: True) -> Fit | None:
+    """best(k, [the images kept], host), where the images are not expanded yet: `known[i]` is
+    what combination i's images are known to hold before it is resolved (part of their stack;
+    whether they hold CUDA, None when not known), `expand(indices)` resolves combinations into
+    the images not given before. The combinations whose leading key is not known are expanded
+    first; then, best leading key first, those of each key, and the images of that key checked:
+    the first group in which any fits holds the best fit, as in best(). `resolve` thus expands
+    the newest PyTorch's combinations only, mostly, instead of every declared one."""
+    gpu_host = _gpu_host(host)
+    leads = [_lead(k, stack, cuda, gpu_host) for stack, cuda in known]
+    todo = sorted((i for i, lead in enumerate(leads) if lead is not None), key=lambda i: leads[i])
+    pool = [s for s in expand([i for i, lead in enumerate(leads) if lead is None]) if keep(s)]
+    j = 0
+    while pool or j < len(todo):
+        keys = [_leading_key(k, s, gpu_host) for s in pool]
+        lead = min(keys + ([leads[todo[j]]] if j < len(todo) else []))
+        batch = []
+        while j < len(todo) and leads[todo[j]] == lead:
+            batch.append(todo[j])
+            j += 1
+        new = [s for s in expand(batch) if keep(s)]
+        pool += new
+        keys += [_leading_key(k, s, gpu_host) for s in new]
+        group = [s for s, key in zip(pool, keys) if key == lead]
+        pool = [s for s, key in zip(pool, keys) if key != lead]
+        if group:
+            good, _ = fits(k, group, host, platform, allow_unverified)
+            if good:
+                return good[0]
     return None

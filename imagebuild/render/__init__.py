@@ -12,7 +12,8 @@
   Dockerfile or a Singularity definition;
 - `output`: the rendered recipes written as a tree (`generate`, `generate --check`) and an image's
   build context;
-- `expandcache`, `fingerprint`, `naming`, `project`: the expansion remembered across processes,
+- `combos`, `expandcache`, `fingerprint`, `naming`, `project`: the families' combinations before
+  they are resolved, the expansion done as `resolve` needs it and remembered across processes,
   the hashes of its inputs, image ids and tags, the project's labels.
 
 Reads `knowledge` and `resolve`; knows no engine."""

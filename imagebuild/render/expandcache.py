@@ -1,5 +1,5 @@
-"""The declared images' expansion remembered across processes (`expand_cached`), for
-`imagebuild resolve`: see the comment below for what is kept, where, and why nothing in it is
+"""The declared images' expansion, done as `imagebuild resolve` needs it and remembered across
+processes (`Declared`): see the comment below for what is kept, where, and why nothing in it is
 trusted."""
 
 from __future__ import annotations
@@ -14,25 +14,29 @@ from ..digests import sha256_bytes
 from ..knowledge import Knowledge
 from . import images
 from .fingerprint import _NotCached, _lock_folder, file_sha256, matrix_sha256  # noqa: F401 - matrix_sha256: re-exported
-from .images import ImageSpec, Skipped
+from .images import ImageSpec
 
 
 # -------------------------------------------------------------------------------------------------
-# The expansion remembered across processes
+# The expansion, one combination at a time, remembered across processes
 #
-# `imagebuild resolve` names the best declared image for the host, which needs the whole expansion
-# (~45 resolver runs, the wheel locks read and checked): most of such a process's time, and the
-# same answer every time until the matrix, a lock or imagebuild itself changes. expand_cached keeps
-# it in one JSON file per matrix, options and imagebuild source in imagebuild's cache folder
-# (usercache.py: $XDG_CACHE_HOME/imagebuild/, default ~/.cache/imagebuild/). Nothing in it is
-# trusted: a file that is not a small regular file of this user's, not JSON, of another schema or
-# key, or that names anything the knowledge lacks is not used, and the expansion is computed again
-# (silently: a cache never makes an answer fail). It is JSON: reading it runs no code.
+# `imagebuild resolve` names the best declared image for the host. Expanding every declared
+# combination (60 resolver runs, the wheel locks read and checked) was most of a first run's time,
+# though the best image is almost always among the newest PyTorch's few: hostfit.best_expanding
+# asks for the combinations of one leading key at a time, and Declared resolves only those. What
+# a combination gives is the same until the matrix, its wheel lock or imagebuild itself changes,
+# so Declared keeps it in one JSON file per matrix, options and imagebuild source in imagebuild's
+# cache folder (usercache.py: $XDG_CACHE_HOME/imagebuild/, default ~/.cache/imagebuild/), one
+# record per combination computed so far. Nothing in it is trusted: a file that is not a small
+# regular file of this user's, not JSON, of another schema or key is not used; a record that names
+# another combination, anything the knowledge lacks, a field of the wrong type, or a wheel lock
+# whose bytes are not the ones hashed when it was computed is computed again (silently: a cache
+# never makes an answer fail). It is JSON: reading it runs no code.
 
 #: what a cache file holds; bumped whenever that changes, so an older file is never read as new
-CACHE_SCHEMA = "imagebuild.declared-images/1"
+CACHE_SCHEMA = "imagebuild.declared-images/2"
 CACHE_PREFIX = "declared-images-"
-#: the largest cache file read (the project's matrix gives ~50 KB) and the most kept (one per
+#: the largest cache file read (the project's matrix gives ~60 KB) and the most kept (one per
 #: matrix, options and imagebuild source: the least recently written go first)
 CACHE_MAX_BYTES = 8 << 20
 CACHE_FILES = 8
@@ -42,76 +46,135 @@ _TABLE_FIELDS = {"os": "os", "ucx": "ucx", "openmpi": "openmpi", "rdma": "rdma"}
 
 
 def _cache_key(k: Knowledge, matrix: str, allow_unverified: bool) -> dict:
-    """Everything but the wheel locks that the expansion depends on (the locks' bytes are in the
-    file, checked on every read: which locks are read is known only once expanded)."""
+    """Everything but the wheel locks that the expansion depends on (each record holds the sha256
+    of the lock it read, checked on every read)."""
     return {**usercache.runtime_key(), "matrix": matrix, "folder": str(_lock_folder(k)),
             "allow_unverified": bool(allow_unverified), "require_locks": True}
 
 
-def expand_cached(k: Knowledge, matrix: str | None, *,
-                  allow_unverified: bool = False) -> tuple[list[ImageSpec], list[Skipped]]:
-    """expand(k, allow_unverified=...), remembered across processes (see above). `matrix`: the
-    sha256 of the bytes `k` was loaded from, from matrix_sha256() taken before loading; None: no
-    cache, the expansion is computed. The key is that digest, the options, imagebuild's version
-    and source, the library versions that parse the matrix and versions, and the matrix's folder;
-    the file also holds the sha256 of every wheel lock the expansion read (or that it was
-    absent), compared with the locks' bytes on every read."""
-    path = key = None
-    if matrix is not None:
+class Declared:
+    """The images the matrix declares, expanded combination by combination as asked
+    (`expand(indices)`, indices into `plan`, images.combinations(k)), each id once, as
+    images.expand() gives them: every combination asked, the same images. `matrix`: the sha256 of
+    the bytes `k` was loaded from (Knowledge.sha256); None: nothing is kept across processes.
+    `save()` keeps what was computed."""
+
+    def __init__(self, k: Knowledge, matrix: str | None, *, allow_unverified: bool = False):
+        self.k = k
+        self.plan = images.combinations(k)
+        self._exp = images._Expansion(k, True, allow_unverified, lock_digests={})
+        self._done: set[int] = set()
+        self._origin: list[int] = []           # the combination each image came from
+        self._fresh: dict[str, dict] = {}      # records computed in this process, by index
+        self._digests: dict[str, str | None] = {}  # lock -> sha256 now (None: absent)
+        self.path, self.key, self._stored = None, None, {}
+        if matrix is not None:
+            try:
+                here = usercache.folder()
+                if here is not None:
+                    self.key = _cache_key(k, matrix, allow_unverified)
+                    name = sha256_bytes(json.dumps(self.key, sort_keys=True))[:32]
+                    self.path = here / f"{CACHE_PREFIX}{name}.json"
+            except (_NotCached, OSError, RuntimeError, ValueError):  # RuntimeError: no home folder
+                self.path = None
+        if self.path is not None:
+            self._stored = _cache_read(self.path, self.key)
+
+    def known(self) -> list[tuple[dict, bool | None]]:
+        """For each combination, what its images are known to hold before it is resolved (for
+        hostfit.best_expanding)."""
+        return [(c.fixed(), c.cuda()) for c in self.plan]
+
+    def expand(self, indices) -> list[ImageSpec]:
+        """The images of these combinations that no earlier call gave, in the plan's order."""
+        before = len(self._exp.specs)
+        for i in sorted(set(indices) - self._done):
+            self._done.add(i)
+            c = self.plan[i]
+            specs = self._recalled(i)
+            if specs is None:
+                specs, lock = self._exp.images_of(c.family, c.combo, c.wishes, c.vtag, c.os_id,
+                                                  c.platform)
+                self._remember(i, specs, lock)
+            self._exp.add(c.family, specs)
+            self._origin += [i] * (len(self._exp.specs) - len(self._origin))
+        return self._exp.specs[before:]
+
+    def all(self) -> list[ImageSpec]:
+        """Every declared image, in images.expand()'s order."""
+        self.expand(range(len(self.plan)))
+        order = sorted(range(len(self._origin)), key=self._origin.__getitem__)   # stable
+        return [self._exp.specs[n] for n in order]
+
+    def _recalled(self, i: int) -> list[ImageSpec] | None:
+        rec = self._stored.get(str(i))
+        if rec is None:
+            return None
         try:
-            here = usercache.folder()
-            if here is not None:
-                key = _cache_key(k, matrix, allow_unverified)
-                name = sha256_bytes(json.dumps(key, sort_keys=True))[:32]
-                path = here / f"{CACHE_PREFIX}{name}.json"
-        except (_NotCached, OSError, RuntimeError, ValueError):   # RuntimeError: no home folder
-            path = None
-    if path is not None:
-        hit = _cache_read(k, path, key)
-        if hit is not None:
-            return hit
-    out = images._expansion(k, True, allow_unverified, lock_digests={} if path is not None else None)
-    if path is not None and out.lock_digests is not None:
-        _cache_write(path, k, key, out)
-    return out.specs, out.skipped
+            if not (isinstance(rec, dict) and set(rec) == {"label", "lock", "specs"}
+                    and rec["label"] == self.plan[i].label and isinstance(rec["specs"], list)):
+                return None
+            lock = rec["lock"]
+            if lock is not None:
+                if not (isinstance(lock, list) and len(lock) == 2 and isinstance(lock[0], str)
+                        and (lock[1] is None or isinstance(lock[1], str))):
+                    return None
+                rel, digest = lock
+                if os.path.isabs(rel) or ".." in rel.split("/") or self._digest(rel) != digest:
+                    return None                   # a lock was written, changed or removed
+            return [_spec_from(self.k, spec) for spec in rec["specs"]]
+        except (_NotCached, OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None
+
+    def _digest(self, rel: str) -> str | None:
+        if rel not in self._digests:
+            self._digests[rel] = file_sha256(_lock_folder(self.k) / rel)
+        return self._digests[rel]
+
+    def _remember(self, i: int, specs: list[ImageSpec], lock: str | None) -> None:
+        digests = self._exp.lock_digests
+        if self.path is None or digests is None or (lock is not None and lock not in digests):
+            return                                # a lock that could not be hashed: not kept
+        try:
+            self._fresh[str(i)] = {"label": self.plan[i].label,
+                                   "lock": None if lock is None else [lock, digests[lock]],
+                                   "specs": [_spec_record(self.k, spec) for spec in specs]}
+        except (_NotCached, ValueError, TypeError):
+            pass                                  # a value the record has no form for
+
+    def save(self) -> None:
+        """Keep what this process computed beside what the file held (best effort, atomic: a
+        reader sees the whole old file or the whole new one; two processes that save at once
+        keep one's records, and the other's are computed again later). The least recently
+        written files beyond CACHE_FILES are removed."""
+        if self.path is None or not self._fresh:
+            return
+        from ..atomic import OutputRefused, atomic_file
+        try:
+            doc = {"schema": CACHE_SCHEMA, "key": self.key,
+                   "combinations": {**self._stored, **self._fresh}}
+            text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
+            with atomic_file(self.path, "w", parents=True, own=True) as f:   # ours: damage replaced
+                f.write(text)
+            usercache.prune(self.path.parent, f"{CACHE_PREFIX}*.json", CACHE_FILES)
+        except (_NotCached, OSError, ValueError, TypeError, OutputRefused):
+            pass        # a FIFO or a folder where the cache file goes: not replaced, not cached
 
 
-def _cache_read(k: Knowledge, path: Path, key: dict) -> tuple[list, list] | None:
+def _cache_read(path: Path, key: dict) -> dict:
+    """The records of the cache file at `path` (by combination index), when it is one for `key`;
+    {} otherwise."""
     try:
         data = usercache.read_own(path, CACHE_MAX_BYTES)
         if data is None:
-            return None
+            return {}
         doc = json.loads(data)
-        if not (isinstance(doc, dict) and doc.get("schema") == CACHE_SCHEMA
-                and doc.get("key") == key and isinstance(doc.get("locks"), dict)
-                and isinstance(doc.get("specs"), list) and isinstance(doc.get("skipped"), list)):
-            return None
-        folder = _lock_folder(k)
-        for rel, digest in doc["locks"].items():
-            if not (isinstance(rel, str) and not os.path.isabs(rel) and ".." not in rel.split("/")
-                    and (digest is None or isinstance(digest, str))):
-                return None
-            if file_sha256(folder / rel) != digest:
-                return None                       # a lock was written, changed or removed
-        return [_spec_from(k, rec) for rec in doc["specs"]], [_skipped_from(rec) for rec in doc["skipped"]]
-    except (_NotCached, OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
-        return None     # (RecursionError: JSON nested deeper than the parser goes)
-
-
-def _cache_write(path: Path, k: Knowledge, key: dict, out: "images._Expansion") -> None:
-    """Best effort, atomic (a temporary file renamed over the old one: a reader sees the whole
-    old file or the whole new one); the least recently written beyond CACHE_FILES are removed."""
-    from ..atomic import OutputRefused, atomic_file
-    try:
-        doc = {"schema": CACHE_SCHEMA, "key": key, "locks": out.lock_digests,
-               "specs": [_spec_record(k, spec) for spec in out.specs],
-               "skipped": [_skipped_record(x) for x in out.skipped]}
-        text = json.dumps(doc, separators=(",", ":"))
-        with atomic_file(path, "w", parents=True, own=True) as f:   # our cache: damage replaced
-            f.write(text)
-        usercache.prune(path.parent, f"{CACHE_PREFIX}*.json", CACHE_FILES)
-    except (_NotCached, OSError, ValueError, TypeError, OutputRefused):
-        pass        # a FIFO or a folder where the cache file goes: not replaced, not cached
+    except (OSError, ValueError, RecursionError):   # (RecursionError: nested deeper than the parser goes)
+        return {}
+    if not (isinstance(doc, dict) and doc.get("schema") == CACHE_SCHEMA and doc.get("key") == key
+            and isinstance(doc.get("combinations"), dict)):
+        return {}
+    return doc["combinations"]
 
 
 def _spec_record(k: Knowledge, spec: ImageSpec) -> dict:
@@ -183,23 +246,3 @@ def _spec_from(k: Knowledge, rec) -> ImageSpec:
             raise ValueError(f.name)
         kw[f.name] = value
     return ImageSpec(**kw)
-
-
-def _skipped_record(x: Skipped) -> dict:
-    return {"family": x.family, "combination": x.combination, "wishes": [list(w) for w in x.wishes],
-            "why": x.why, "cuda_from": x.cuda_from, "no_lock": x.no_lock, "no_match": x.no_match}
-
-
-def _skipped_from(rec) -> Skipped:
-    if not isinstance(rec, dict) or set(rec) != {f.name for f in dataclasses.fields(Skipped)}:
-        raise ValueError("not a skipped record")
-    wishes = rec["wishes"]
-    if not (isinstance(wishes, list) and all(isinstance(w, list) and len(w) == 2 for w in wishes)):
-        raise ValueError("wishes")
-    if not (all(isinstance(rec[n], str) for n in ("family", "combination", "cuda_from"))
-            and (rec["why"] is None or isinstance(rec["why"], str))
-            and isinstance(rec["no_lock"], bool) and isinstance(rec["no_match"], bool)):
-        raise ValueError("skipped")
-    return Skipped(rec["family"], rec["combination"], tuple(_strs(w, "wish") for w in wishes),
-                   why=rec["why"], cuda_from=rec["cuda_from"], no_lock=rec["no_lock"],
-                   no_match=rec["no_match"])

@@ -1,4 +1,4 @@
-"""The inputs of the declared images' expansion, hashed for expand_cached's key (expandcache.py):
+"""The inputs of the declared images' expansion, hashed for the key of its cache (expandcache.py):
 the matrix (before it is loaded) and each wheel lock (before it is read), from regular files
 only, bounded, never blocking on a FIFO or a device."""
 
@@ -48,7 +48,7 @@ def file_sha256(path) -> str | None:
 
 
 def matrix_sha256(path) -> str | None:
-    """The matrix's sha256 for expand_cached, taken BEFORE the matrix is loaded: a matrix saved
+    """The matrix's sha256 for the expansion's cache, taken BEFORE the matrix is loaded: a matrix saved
     in between is then filed under its older bytes, never the other way round. None when it
     cannot be taken (not a regular file: the loader says why), which only means no cache."""
     try:

@@ -20,7 +20,7 @@ from ..errors import KnowledgeError, UsageError
 from ..platforms import PLATFORMS
 from ..knowledge.families import Family
 from ..knowledge.schema import BUILD_SWITCHES
-from ..knowledge import Knowledge, version_matcher
+from ..knowledge import Knowledge
 from ..knowledge.model import MpiRelease, OsEntry, RdmaEntry
 from .. import labels as L
 from ..resolve.solver import Host, image_reading, resolve
@@ -29,9 +29,10 @@ from .fingerprint import _NotCached, _lock_folder, file_sha256, matrix_sha256  #
 from .project import (LICENSES_LABEL, SOURCE_LABEL, created_rfc3339,  # noqa: F401 - re-exported
                       git_source_url, project_licenses, project_source)
 from .naming import _image_id, _tag
+from .combos import Combination, _family_plan, combinations  # noqa: F401 - re-exported
 
-# The wheel-lock module (.wheellock) is imported where it is used: it brings the index-sync
-# machinery with it, which a `resolve` that finds its expansion cached (expandcache.expand_cached) never needs.
+# The wheel-lock module (.wheellock) is imported where it is used: a `resolve` that finds its
+# combinations' images cached (expandcache.Declared) never needs it.
 
 # The `images:` section is checked in full when the matrix is loaded (knowledge/recipe_inputs.py,
 # gate 3) and read as typed values (knowledge/families.py): a family here is a Family.
@@ -299,27 +300,44 @@ class _Expansion:
         self.specs: list[ImageSpec] = []
         self.skipped: list[Skipped] = []
         self.seen: dict[str, int] = {}
-        # for expand_cached: the wheel locks read (path -> sha256, None: absent), each hashed
+        # for expandcache.Declared: the wheel locks read (path -> sha256, None: absent), each hashed
         # before it is read; None when not asked for, and once a lock cannot be hashed
         self.lock_digests = lock_digests
 
     def family(self, f: Family) -> None:
-        combos = list(_combinations(self.k, f))
+        combos = _family_plan(self.k, f)
         if not combos:
             # a family whose ranges match no release of the matrix declares nothing: said, not
             # dropped without a word
             self.skipped.append(Skipped(f.name, "every combination", (), no_match=True, why=(
                 "its versions match no release the matrix knows (check its pytorch/cuda ranges "
                 "against `imagebuild knowledge show pytorch`)")))
-        for combo, wishes, vtag in combos:
-            for os_id in f.oses:
-                for plat in f.platforms or [None]:
-                    self.combination(f, combo, wishes, vtag, os_id, plat)
+        for c in combos:
+            self.combination(f, c.combo, c.wishes, c.vtag, c.os_id, c.platform)
 
     def combination(self, f: Family, combo: str, wishes: dict, vtag: str, os_id: str,
                     platform: str | None = None) -> None:
         """One combination of the family on one OS: resolved to a stack and, when it resolves and
         its wheel lock is there, one image per flavor; otherwise one Skipped saying why."""
+        self.add(f, self.images_of(f, combo, wishes, vtag, os_id, platform)[0])
+
+    def add(self, f: Family, specs: list[ImageSpec]) -> None:
+        """A combination's images, each id once: a later one with an id already taken is the same
+        stack reached by another wish, and is dropped (it must read CUDA the same way)."""
+        for spec in specs:
+            if spec.id in self.seen:
+                if self.specs[self.seen[spec.id]].cuda_from != spec.cuda_from:
+                    _family_error(self.k, f, f"{f.name}: image {spec.id} is declared with CUDA from "
+                                  f"the {self.specs[self.seen[spec.id]].cuda_from} and from the "
+                                  f"{spec.cuda_from}")
+                continue
+            self.seen[spec.id] = len(self.specs)
+            self.specs.append(spec)
+
+    def images_of(self, f: Family, combo: str, wishes: dict, vtag: str, os_id: str,
+                  platform: str | None = None) -> tuple[list[ImageSpec], str | None]:
+        """combination()'s images before each id is taken once, and the wheel lock it read (its
+        path under the matrix's folder), if any; a combination that gives none adds its Skipped."""
         from .wheellock import read_lock, wheel_set
         k, rdma, cuda_from = self.k, self.k.rdma.get(f.rdma), f.cuda_from
         w = dict(wishes, os=os_id)
@@ -337,7 +355,7 @@ class _Expansion:
         why = _rdma_skip(rdma, os_id, self.allow_unverified)
         if why:
             self.skipped.append(Skipped(f.name, label, tuple(sorted(w.items())), why=why))
-            return
+            return [], None
         try:
             # the recipes install CUDA from the repository, or take torch's wheels' own
             res = resolve(k, Host(), w, allow_unverified=self.allow_unverified, explain=False,
@@ -347,13 +365,15 @@ class _Expansion:
         if not res.ok:
             self.skipped.append(Skipped(f.name, label, tuple(sorted(w.items())),
                                         cuda_from=cuda_from))
-            return
+            return [], None
         stack = {c: res.stack[c] for c in ("os", "platform", "python", "cuda", "cudnn",
                                           "nccl", "ucx", "openmpi", "pytorch")}
         _check_arch(k, f, stack["cuda"])
         ws = wheel_set(k, stack, k.os[os_id], f.wheels,
                        toolkit=toolkit_wheels(stack, k.ucx[stack["ucx"]], cuda_from))
+        lock = None
         if ws is not None and self.require_locks:
+            lock = ws.path.as_posix()
             self.note_lock(ws.path)
             if read_lock(k, ws) is None:
                 self.skipped.append(Skipped(f.name, label, tuple(sorted(w.items())),
@@ -361,11 +381,11 @@ class _Expansion:
                     f"no wheel lock {ws.path} for {' '.join(ws.requirements)} "
                     f"(`imagebuild wheels lock` writes it; it needs "
                     f"{'the host pip' if ws.host else ws.index or 'the configured package index'})")))
-                return
-        self.flavors(f, stack, vtag, os_id, res.min_driver, ws)
+                return [], lock
+        return self.flavors(f, stack, vtag, os_id, res.min_driver, ws), lock
 
     def note_lock(self, rel: Path) -> None:
-        """Hash a wheel lock before read_lock reads it, for expand_cached's key (before, not
+        """Hash a wheel lock before read_lock reads it, for expandcache's records (before, not
         after: a lock changed in between is then filed under its older bytes, and the next
         process, seeing other bytes, computes again instead of trusting a stale answer)."""
         if self.lock_digests is None or rel.as_posix() in self.lock_digests:
@@ -376,32 +396,27 @@ class _Expansion:
             self.lock_digests = None     # read_lock says what is wrong with it, if anything
 
     def flavors(self, f: Family, stack: dict, vtag: str, os_id: str, min_driver,
-                ws) -> None:
-        """One ImageSpec per flavor of a resolved stack (an id two wishes both resolved to is
-        kept once), with its id, tags and everything the recipe reads."""
+                ws) -> list[ImageSpec]:
+        """One ImageSpec per flavor of a resolved stack, with its id, tags and everything the
+        recipe reads."""
         k, rdma = self.k, self.k.rdma.get(f.rdma)
         entry = k.platforms.get(stack["platform"])
         oci = entry.oci if entry else ""
         # each platform's image has its own id (-arm64; x86_64's as before platforms were
         # listed) and the same tag, so that one published tag holds every platform
         suffix = PLATFORMS[oci].suffix if oci in PLATFORMS else ""
+        out = []
         for flavor in f.flavors:
             iid = _image_id(f.name, stack, vtag, os_id, flavor, rdma) + suffix
-            if iid in self.seen:
-                if self.specs[self.seen[iid]].cuda_from != f.cuda_from:
-                    _family_error(k, f, f"{f.name}: image {iid} is declared with CUDA from the "
-                           f"{self.specs[self.seen[iid]].cuda_from} and from the {f.cuda_from}")
-                continue  # two wishes resolved to the same stack
             tag = _tag(stack, flavor, os_id, rdma)
             if not SAFE_ID.fullmatch(iid) or not SAFE_ID.fullmatch(tag):
                 _family_error(k, f, f"{f.name}: derived id {iid!r} or tag {tag!r} is not safe")
-            self.seen[iid] = len(self.specs)
             base = {}
             if flavor == "devel":   # FROM the runtime image of the same stack (gate 3: listed)
                 rid = _image_id(f.name, stack, vtag, os_id, "runtime", rdma) + suffix
                 base = {"depends_on": (rid,),
                         "from_image": f"imagebuild/{rid}:{_tag(stack, 'runtime', os_id, rdma)}"}
-            self.specs.append(ImageSpec(
+            out.append(ImageSpec(
                 id=iid, family=f.name, flavor=flavor,
                 description=f.description, stack=stack,
                 os=k.os[os_id], variant_tag=vtag, min_driver=min_driver, tag=tag,
@@ -410,6 +425,7 @@ class _Expansion:
                 as_of=k.as_of, wheel_lock=str(ws.path) if ws else None, rdma=rdma,
                 source=project_source(k), cuda_from=f.cuda_from, licenses=project_licenses(k),
                 sources=f.sources, build=dict(f.build), oci_platform=oci, **base))
+        return out
 
 
 def skipped_summary(k: Knowledge, skipped: list[Skipped]) -> list[str]:
@@ -462,45 +478,6 @@ def _expansion(k: Knowledge, require_locks: bool, allow_unverified: bool,
     for fam in k.families:
         out.family(fam)
     return out
-
-
-def _combinations(k: Knowledge, fam: Family):
-    """(label, wishes, variant tag) for each PyTorch release x variant (or NCCL for comms)."""
-    if fam.pytorch is None or fam.pytorch == NONE:
-        for nccl in fam.nccl or (None,):
-            w = {"pytorch": NONE}
-            if nccl:
-                w["nccl"] = "==" + nccl
-            for cuda in fam.cuda or (None,):
-                ww = dict(w)
-                if cuda:
-                    ww["cuda"] = cuda
-                yield (f"nccl {nccl}" if nccl else "comms"), ww, ""
-        return
-    spec = fam.pytorch
-    match = version_matcher(spec if spec[:1] in tuple("<>=!~") else "==" + spec)
-    mode = fam.variants
-    # a family without PyTorch's CUDA (cuda: none) takes the CPU builds; gate 3 allows it only
-    # for the cpu flavor
-    cpu_only = fam.cuda == (NONE,)
-    for ver in sorted(k.pytorch, key=parse_version, reverse=True):
-        if not match(ver):
-            continue
-        # an image is built only from a build whose every library is confirmed
-        vs = [v for (pv, _), v in k.variants.items() if pv == ver and v.verified and v.nccl_verified]
-        if cpu_only:
-            vs = [v for v in vs if v.cuda == NONE]
-        else:
-            vs = [v for v in vs if v.cuda != NONE]
-            if mode == "default-and-newest" and vs:
-                newest = max(vs, key=lambda v: parse_version(v.cuda))
-                vs = [v for v in vs if v.default or v is newest]
-            elif mode == "default":
-                vs = [v for v in vs if v.default]
-        for v in sorted(vs, key=lambda v: (v.cuda == NONE, parse_version("0" if v.cuda == NONE
-                                                                             else v.cuda))):
-            cuda_w = NONE if v.cuda == NONE else v.cuda
-            yield f"torch {ver}+{v.tag}", {"pytorch": "==" + ver, "cuda": cuda_w}, v.tag
 
 
 def with_bases(specs: list[ImageSpec], every: dict[str, ImageSpec]) -> list[ImageSpec]:

@@ -78,23 +78,26 @@ def declared_image(k, host, wishes: dict, res, allow_unverified: bool,
                    matrix_sha256: str | None = None) -> dict:
     """The best image the matrix declares for this host and these wishes (what `doctor` and
     `find` would name), and whether it is the stack resolved above: the resolver answers from
-    every fact, the matrix builds only the images its `images:` section declares. The matrix's
-    images do not depend on the host: with `matrix_sha256` (images.matrix_sha256, taken before
-    `k` was loaded) their expansion is remembered across processes (render.expandcache)."""
+    every fact, the matrix builds only the images its `images:` section declares. Only the
+    combinations that can hold the best image are expanded (hostfit.best_expanding), and with
+    `matrix_sha256` (Knowledge.sha256) what they give is remembered across processes
+    (render.expandcache)."""
     from ...deliver import hostfit
     from ...knowledge.matchers import version_matcher
-    from ...render.expandcache import expand_cached
+    from ...render.expandcache import Declared
 
-    specs, _ = expand_cached(k, matrix_sha256, allow_unverified=allow_unverified)
+    declared = Declared(k, matrix_sha256, allow_unverified=allow_unverified)
     matches = {comp: (frozenset(n.strip() for n in text.split(",")).__contains__
                       if comp in ("os", "platform") else version_matcher(text))
                for comp, text in wishes.items()}
-    wanted = [spec for spec in specs
-              if all(spec.stack.get(comp) is None or m(spec.stack[comp]) for comp, m in matches.items())]
-    best = hostfit.best(k, wanted, host, allow_unverified=allow_unverified)   # fits()'s first
-    if best is None:
+    best = hostfit.best_expanding(   # fits()'s first of the images these wishes keep
+        k, declared.known(), declared.expand, host, allow_unverified=allow_unverified,
+        keep=lambda spec: all(spec.stack.get(comp) is None or m(spec.stack[comp])
+                              for comp, m in matches.items()))
+    declared.save()
+    if best is None:        # every combination was expanded
         return {"id": None, "matches_stack": False,
-                "note": f"none of the {len(specs)} declared images runs on this host"
+                "note": f"none of the {len(declared.all())} declared images runs on this host"
                         + (" with these wishes" if wishes else "")
                         + "; declare one under `images:` in matrix.yaml to build it"}
     same = res.ok and all(res.stack.get(c) == v for c, v in best.spec.stack.items()
