@@ -9,7 +9,7 @@ total wall time of `imagebuild-smoke` (target: under 60 s with 2 ranks on the CI
     python benchmarks/bench_smoke.py [IMAGE] [--ranks 2] [--repeat 3]
     python benchmarks/bench_smoke.py --host          # the same on the bare host, no container
 
-IMAGE defaults to imagebuild/smoke-cpu-proto:test (built by tests/test_smoke_image.py).
+IMAGE defaults to imagebuild/smoke-cpu-proto:test (built by tests/smoke/test_smoke_image.py).
 """
 
 from __future__ import annotations

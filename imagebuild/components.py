@@ -20,7 +20,7 @@ and a family turns it on in matrix.yaml (`images[].build.<switch>: true`). rende
 gives its fragment the CUDA and NCCL homes and every row's prefix (`prefixes`), or the values a
 row's name has there (flags computed from the family's build choices); the OS packages it needs
 are named by role, which each package manager's row in packagers.py maps to its packages.
-tests/test_components.py plants one (family-gated, built after NCCL and beneath Open MPI) and
+tests/render/test_components.py plants one (family-gated, built after NCCL and beneath Open MPI) and
 follows it to the matrix's checks, the recipe, image.json and the smoke suite. Pure data:
 imports nothing of imagebuild."""
 

@@ -1,7 +1,7 @@
 """sha256, the one hash imagebuild checks bytes with: of a file read in chunks (the source cache,
 base images, the lock file, the normalising step), of bytes or text in memory, streamed in pieces,
 and as an OCI digest (``sha256:<hex>``: manifests, referrers, signatures). Nothing else in
-imagebuild calls hashlib (tests/test_layout.py keeps it so)."""
+imagebuild calls hashlib (tests/house/test_layout.py keeps it so)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Every image label and annotation key imagebuild writes or reads, spelled once: the recipes'
 LABEL lines (render/images.py), the engine's own labels on what it starts (a smoke container, an
 export), the base images it builds, the SBOM's and the referrers' annotations, and what `test`,
-`check`, `sbom` and `doctor` read back from a built image. tests/test_layout.py keeps these
+`check`, `sbom` and `doctor` read back from a built image. tests/house/test_layout.py keeps these
 strings out of every other module. Imports nothing: every stage may use it."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ against), the fragments that add NVIDIA's
 repositories (`repo_fragments`: key and repository files differ in kind, not only in name), the
 NVIDIA key tool (tools.cuda-repo-key[-dnf]), the repository files the run-time stage copies from
 the devel stage, and how Python is named. A new package manager is a row here, its two
-repository fragments and an OS of its family in matrix.yaml (tests/test_packagers.py plants one)."""
+repository fragments and an OS of its family in matrix.yaml (tests/render/test_packagers.py plants one)."""
 
 from __future__ import annotations
 

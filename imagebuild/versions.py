@@ -92,7 +92,7 @@ class Spec:
     is asked about are plain releases too (parse_version), so each clause is one comparison of
     release numbers, evaluated here as PEP 440 defines it for such versions (zero padding; `.*`
     prefix matching; `~=`); no pre-, post- or dev-release or local label can occur on either
-    side, which is all that packaging's SpecifierSet adds. tests/test_versions.py holds the two
+    side, which is all that packaging's SpecifierSet adds. tests/knowledge/test_versions.py holds the two
     to the same verdicts over every version the matrix names."""
 
     text: str

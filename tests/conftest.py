@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -268,6 +269,31 @@ def pytest_sessionfinish(session, exitstatus):
 #: recipes these machines render, lint and check as data but never compile (issue 42)
 SITE_GIT_EXAMPLE = ROOT / "docs" / "examples" / "comms-from-git.yaml"
 _REGISTRY_FAMILY_HEAD = '  - family: comms\n    description: "communication base from the package registries'
+
+
+def edit_matrix(tmp_path, pattern: str, replacement: str, site: bool = False) -> tuple[str, int]:
+    """A copy of the matrix with the one line matching ``pattern`` rewritten; (path, its line).
+    ``site``: of the matrix with the site's git-form communication family (conftest.site_matrix),
+    which has the `sources: git` and `build:` lines these mistakes are made in."""
+    base = site_matrix(tmp_path / "site") if site else ROOT / "matrix.yaml"
+    lines = base.read_text().splitlines(keepends=True)
+    hits = [i for i, line in enumerate(lines) if re.search(pattern, line)]
+    assert len(hits) == 1, (pattern, hits)
+    lines[hits[0]] = re.sub(pattern, replacement, lines[hits[0]])
+    path = tmp_path / "matrix.yaml"
+    path.write_text("".join(lines))
+    shutil.copytree(ROOT / "locks", tmp_path / "locks")
+    return str(path), hits[0] + 1
+
+
+def refused_in_one_line(capsys, argv, path: str, line: int | None, words: str):
+    """`imagebuild argv` refuses with exit 2 and one line naming `path` (and `line`) and `words`."""
+    from imagebuild import cli
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "Traceback" not in err[0], err
+    where = f"{path}:{line}" if line else path
+    assert where in err[0] and words in err[0], err[0]
 
 
 def site_matrix(folder: Path) -> Path:

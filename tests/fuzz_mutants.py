@@ -1,5 +1,5 @@
 """Hostile mutations of matrix.yaml and the three commands they go through, shared by
-tests/test_fuzz_matrix.py (a seeded sample, every run) and tests/fuzz_report.py (the figures in
+tests/knowledge/test_fuzz_matrix.py (a seeded sample, every run) and tests/fuzz_report.py (the figures in
 docs/reliability.md).
 
 A mutant replaces one scalar of the real matrix.yaml, at its exact place in the text, with a hostile

@@ -196,7 +196,7 @@ def _main(argv: list[str] | None) -> int:
 #: the arguments through which a command writes (or replaces) a file or folder the user names:
 #: each is checked before the command does any work (atomic.output_target: no device node, FIFO,
 #: socket, dangling link or system path), and again where it is written. docs/hardening.md
-#: lists them; tests/test_hardening.py plants the attacks on each.
+#: lists them; tests/house/test_hardening.py plants the attacks on each.
 OUTPUT_ARGS = ("output", "report", "capture", "lock", "dir", "reports_dir")
 
 

@@ -1,5 +1,5 @@
 """The examples each command's --help ends with: the calls a newcomer makes first, as the README
-walks them. One place, so that `tests/test_cli_help.py` can run each against the parser."""
+walks them. One place, so that `tests/house/test_cli_help.py` can run each against the parser."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """One command's matrix, read once: `MatrixRun` holds the file a command was given, its Knowledge
 and every image it declares, expanded once. The CLI makes one per command and passes it down;
 what lies below (deliver/'s lock provenance and SBOM, the lookups by id) takes it, never the
-path, so that no stage opens matrix.yaml a second time (tests/test_one_matrix.py counts)."""
+path, so that no stage opens matrix.yaml a second time (tests/knowledge/test_one_matrix.py counts)."""
 
 from __future__ import annotations
 

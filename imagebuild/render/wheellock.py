@@ -41,7 +41,7 @@ _SEPARATORS = re.compile(r"[-_.]+")
 def canonical_name(name: str) -> str:
     """A project name as PEP 503 normalises it (runs of -, _ and . are one -, lower case): what
     packaging.utils.canonicalize_name returns, without importing packaging's platform tags (most of
-    a first `resolve`'s imports); tests/test_wheellock.py holds the two to the same names."""
+    a first `resolve`'s imports); tests/render/test_wheellock.py holds the two to the same names."""
     return _SEPARATORS.sub("-", name).lower()
 
 

@@ -9,7 +9,7 @@ The expectation is /opt/imagebuild/image.json (or ``--expect FILE``)::
 
 ``features`` is optional; ``features.verbs`` true makes ``mpi.config`` require UCX's verbs support.
 
-Comparison rules (documented here, unit-tested in tests/test_smoke_unit.py):
+Comparison rules (documented here, unit-tested in tests/smoke/test_smoke_unit.py):
 
 * ``"none"`` (or a missing component) means *absent*: the component must not be found.
 * Versions compare on their numeric release parts, up to the precision of the *shorter* one:
