@@ -154,7 +154,7 @@ class Declared:
             doc = {"schema": CACHE_SCHEMA, "key": self.key,
                    "combinations": {**self._stored, **self._fresh}}
             text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
-            with atomic_file(self.path, "w", parents=True, own=True) as f:   # ours: damage replaced
+            with atomic_file(self.path, "w", perm=0o600, parents=True, own=True) as f:   # ours
                 f.write(text)
             usercache.prune(self.path.parent, f"{CACHE_PREFIX}*.json", CACHE_FILES)
         except (_NotCached, OSError, ValueError, TypeError, OutputRefused):

@@ -90,6 +90,7 @@ def test_a_hit_gives_the_very_images_expand_gives(project, tmp_path, computed):
     k, first = _cached(matrix)
     plan = I.combinations(k)
     assert len(computed) == len(plan) > 40 and len(_cache_files(tmp_path)) == 1
+    assert _cache_files(tmp_path)[0].stat().st_mode & 0o777 == 0o600     # this user's alone
     k, second = _cached(matrix)
     assert len(computed) == len(plan)                         # read, not computed
     expected = I.expand(k)[0]
