@@ -10,7 +10,9 @@
 - query: one resolve() on an already loaded knowledge base. Target: < 20 ms. (Repeated queries
   reuse the specifiers' verdicts, versions.Spec; the first query of a process is in "process".)
 - enumerate: every consistent stack of the whole knowledge base (no host facts). Target: < 1 s.
-Prints medians of N runs; run from the repository root.
+Prints medians of N runs; each process row's ratio is the median of the ratios of each run to an
+anchor run made just before it (the machine's speed drifts between rows). Run from the repository
+root.
 """
 
 from __future__ import annotations
@@ -53,25 +55,45 @@ def median(f, n=N) -> float:
     return statistics.median(f() for _ in range(n))
 
 
+ANCHORS: list[float] = []       # every anchor run of the process rows
+
+
+def paired(anchor, f, n=N) -> tuple[float, float]:
+    """(median seconds of `f`, median of the ratios of `f` to the anchor run just before it): the
+    machine's speed drifts over a run of minutes, and a ratio of two runs made side by side
+    drifts far less than a ratio of two medians taken minutes apart."""
+    times, ratios = [], []
+    for _ in range(n):
+        a = anchor()
+        t = f()
+        ANCHORS.append(a)
+        times.append(t)
+        ratios.append(t / a)
+    return statistics.median(times), statistics.median(ratios)
+
+
 def main() -> None:
     py = sys.executable
-    anchor_load = median(lambda: wall([py, "-c", f"import yaml; yaml.safe_load(open({MATRIX!r}))"]))
+    load = [py, "-c", f"import yaml; yaml.safe_load(open({MATRIX!r}))"]
+    anchor = lambda: wall(load)                                       # noqa: E731
     anchor_cload = median(lambda: wall([py, "-c", "import yaml; yaml.load(open(%r), Loader=yaml.CSafeLoader)" % MATRIX]))
     query = [py, "-m", "imagebuild", "resolve", "--driver", "535.104.05", "--gpu", "H100",
              "--torch", ">=2.4"]
     wall(query)                                   # fills the cache folder, as any first run does
-    proc = median(lambda: wall(query))
-    proc_json = median(lambda: wall(query + ["--json"]))
-    proc_cold = median(lambda: cold(query), max(3, N // 3))
-    proc_fail = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "470.82.01",
-                                     "--gpu", "A100", "--why-not", "torch==2.9.1"]))
-    proc_sys = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "580.95.05",
-                                    "--gpu", "H100", "--system-cudnn", "8.9.7", "--system-nccl", "2.18.3"]))
-    proc_all = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--all"]), max(3, N // 3))
+    proc = paired(anchor, lambda: wall(query))
+    proc_json = paired(anchor, lambda: wall(query + ["--json"]))
+    proc_cold = paired(anchor, lambda: cold(query))
+    proc_fail = paired(anchor, lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "470.82.01",
+                                             "--gpu", "A100", "--why-not", "torch==2.9.1"]), max(3, N // 3))
+    proc_sys = paired(anchor, lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "580.95.05",
+                                            "--gpu", "H100", "--system-cudnn", "8.9.7", "--system-nccl", "2.18.3"]),
+                      max(3, N // 3))
+    proc_all = paired(anchor, lambda: wall([py, "-m", "imagebuild", "resolve", "--all"]), max(3, N // 3))
     # the longest explanation known: every torch release rules itself out on an aarch64 host
     # R520: no torch build runs on a Grace node (R550 got one once 2.10's aarch64 builds were known)
-    proc_arm = median(lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "520.61.05",
-                                    "--gpu", "GH200", "--torch", ">=2.0"]), 3)
+    proc_arm = paired(anchor, lambda: wall([py, "-m", "imagebuild", "resolve", "--driver", "520.61.05",
+                                            "--gpu", "GH200", "--torch", ">=2.0"]), 3)
+    anchor_load = statistics.median(ANCHORS)
 
     sys.path.insert(0, str(ROOT))
     from imagebuild import knowledge
@@ -98,15 +120,18 @@ def main() -> None:
     groups = R.enumerate_stacks(k, R.Host())
     count = sum(len(g.tails) for g in groups)
 
-    print(f"anchor  process: python + yaml.safe_load(matrix.yaml)     {anchor_load*1000:8.1f} ms")
+    print(f"anchor  process: python + yaml.safe_load(matrix.yaml)     {anchor_load*1000:8.1f} ms"
+          f"  (median of {len(ANCHORS)} runs, one before each run below)")
     print(f"        (same with the C loader, for reference)            {anchor_cload*1000:8.1f} ms")
-    print(f"process imagebuild resolve, warm (a stack found)          {proc*1000:8.1f} ms  ratio {proc/anchor_load:5.2f}  (target <= 0.7)")
-    print(f"process imagebuild resolve --json, warm                   {proc_json*1000:8.1f} ms  ratio {proc_json/anchor_load:5.2f}  (target <= 0.7)")
-    print(f"process imagebuild resolve, cold (empty cache folder)     {proc_cold*1000:8.1f} ms  ratio {proc_cold/anchor_load:5.2f}  (target <= 1.3)")
-    print(f"process imagebuild resolve --why-not (no stack, chain)    {proc_fail*1000:8.1f} ms  ratio {proc_fail/anchor_load:5.2f}")
-    print(f"process imagebuild resolve --system-cudnn --system-nccl    {proc_sys*1000:8.1f} ms  ratio {proc_sys/anchor_load:5.2f}  (target <= 2)")
-    print(f"process imagebuild resolve --all (whole table)            {proc_all*1000:8.1f} ms  ratio {proc_all/anchor_load:5.2f}")
-    print(f"process imagebuild resolve, no stack on GH200/R520 (60-line chain) {proc_arm*1000:8.1f} ms  ratio {proc_arm/anchor_load:5.2f}")
+    rows = [("imagebuild resolve, warm (a stack found)", proc, "(target <= 0.7)"),
+            ("imagebuild resolve --json, warm", proc_json, "(target <= 0.7)"),
+            ("imagebuild resolve, cold (empty cache folder)", proc_cold, "(target <= 1.3)"),
+            ("imagebuild resolve --why-not (no stack, chain)", proc_fail, ""),
+            ("imagebuild resolve --system-cudnn --system-nccl", proc_sys, "(target <= 2)"),
+            ("imagebuild resolve --all (whole table)", proc_all, ""),
+            ("imagebuild resolve, no stack on GH200/R520 (60-line chain)", proc_arm, "")]
+    for label, (t, ratio), target in rows:
+        print(f"process {label:<58} {t*1000:8.1f} ms  ratio {ratio:5.2f}  {target}".rstrip())
     print(f"in-process load + validate + compile of matrix.yaml       {load_full*1000:8.1f} ms")
     print(f"in-process load from the knowledge cache                  {load_in*1000:8.1f} ms")
     for label, t in per_query.items():
