@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 from pathlib import Path
 
+from .. import usercache
 from ..digests import sha256_bytes, sha256_digest
 from ..errors import ImagebuildError
 from ..patterns import SHA256_DIGEST
@@ -21,18 +21,24 @@ from ..patterns import SHA256_DIGEST
 NORMALIZER = 2
 
 
-def _memo_folder() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "imagebuild" / "normalized"
+def _memo_folder() -> Path | None:
+    """normalized/ in imagebuild's cache folder (usercache.folder: an absolute XDG_CACHE_HOME or
+    ~/.cache); None when caching is off (IMAGEBUILD_NO_CACHE) or there is no home folder."""
+    here = usercache.folder()
+    return None if here is None else here / "normalized"
 
 
 class NormalizeMemo:
     """Which normalised image a builder's image became, one small JSON file per image reference:
-    ``{"ref", "built", "key", "image"}``. Reading never fails (a missing, unreadable or foreign
-    file is no memo); writing is atomic and best effort (a read-only home only costs the time)."""
+    ``{"ref", "built", "key", "image"}``, in imagebuild's cache folder. Reading never fails and
+    trusts nothing (a missing file, a link, a FIFO, another user's or a group-writable file, a
+    larger one or a foreign one is no memo: usercache.read_own); writing is atomic, 0600 and best
+    effort (a read-only home only costs the time); with caching off there is no memo."""
 
     def __init__(self, ref: str, folder: Path | None = None):
         self.ref = ref
-        self.path = (folder or _memo_folder()) / (sha256_bytes(ref)[:32] + ".json")
+        base = folder if folder is not None else _memo_folder()
+        self.path = None if base is None else base / (sha256_bytes(ref)[:32] + ".json")
 
     @staticmethod
     def key(built_id: str, epoch: int, base_id: str | None, labels: dict[str, str] | None) -> str:
@@ -41,21 +47,25 @@ class NormalizeMemo:
         return sha256_digest(text.encode())
 
     def read(self) -> dict:
+        data = None if self.path is None else usercache.read_own(self.path, 4096)
+        if data is None:
+            return {}
         try:
-            if self.path.stat().st_size > 4096:
-                return {}
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            doc = json.loads(data)
+        except (ValueError, RecursionError):
             return {}
         ok = (isinstance(doc, dict) and doc.get("ref") == self.ref
               and all(isinstance(doc.get(k), str) and _IMAGE_ID.fullmatch(doc[k]) for k in ("built", "key", "image")))
         return doc if ok else {}
 
     def write(self, built_id: str, key: str, image_id: str) -> None:
-        from ..atomic import write_atomic
+        from ..atomic import OutputRefused, write_atomic
+        if self.path is None:
+            return
         doc = {"ref": self.ref, "built": built_id, "key": key, "image": image_id}
-        with contextlib.suppress(OSError):
-            write_atomic(self.path, json.dumps(doc, sort_keys=True) + "\n", parents=True, own=True)
+        with contextlib.suppress(OSError, OutputRefused):
+            write_atomic(self.path, json.dumps(doc, sort_keys=True) + "\n", perm=0o600, parents=True,
+                         own=True)
 
 
 _IMAGE_ID = re.compile(SHA256_DIGEST)

@@ -4,6 +4,8 @@ the same recipe on the real engine giving one image ID."""
 from __future__ import annotations
 
 import io
+import json
+import os
 import random
 import re
 import secrets
@@ -403,11 +405,37 @@ def test_a_memo_file_that_is_not_ours_is_no_memo(tmp_path):
                  " " * 5000):
         memo.path.write_text(text)
         assert memo.read() == {}, text
+    # a FIFO (read without blocking), a link, a group-writable file: no memo
+    memo.write(a, b, a)
+    assert memo.path.stat().st_mode & 0o777 == 0o600
+    memo.path.chmod(0o664)
+    assert memo.read() == {}
+    memo.path.unlink()
+    os.mkfifo(memo.path)
+    assert memo.read() == {}
+    memo.path.unlink()
+    other = tmp_path / "elsewhere.json"
+    other.write_text(json.dumps({"ref": "imagebuild/x:1", "built": a, "key": b, "image": a}))
+    memo.path.symlink_to(other)
+    assert memo.read() == {}
     # the key covers everything normalising depends on besides the builder's image
     keys = {rp.NormalizeMemo.key(a, EPOCH, None, None), rp.NormalizeMemo.key(b, EPOCH, None, None),
             rp.NormalizeMemo.key(a, EPOCH + 1, None, None), rp.NormalizeMemo.key(a, EPOCH, b, None),
             rp.NormalizeMemo.key(a, EPOCH, None, {"k": "v"})}
     assert len(keys) == 5
+
+
+def test_the_memo_lives_in_imagebuilds_cache_folder_and_obeys_its_switch(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert rp.NormalizeMemo("r").path.parent == tmp_path / "xdg" / "imagebuild" / "normalized"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")       # not absolute: ignored (XDG)
+    assert rp.NormalizeMemo("r").path.parent == tmp_path / "home" / ".cache" / "imagebuild" / "normalized"
+    monkeypatch.setenv("IMAGEBUILD_NO_CACHE", "1")
+    memo = rp.NormalizeMemo("r")
+    a = "sha256:" + "a" * 64
+    memo.write(a, a, a)
+    assert memo.path is None and memo.read() == {} and not (tmp_path / "home").exists()
 
 
 # quiet_engine: BuildKit shares and evicts cache records between concurrent builds (the session's
