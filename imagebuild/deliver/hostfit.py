@@ -186,14 +186,17 @@ def best(k: Knowledge, specs: list[ImageSpec], host: Host, platform: str | None 
 def best_expanding(k: Knowledge, known: list[tuple[dict, bool | None]],
                    expand: Callable[[list[int]], list[ImageSpec]], host: Host,
                    platform: str | None = None, allow_unverified: bool = False,
-                   keep: Callable[[ImageSpec], bool] = lambda spec: True) -> Fit | None:
+                   keep: Callable[[ImageSpec], bool] = lambda spec: True,
+                   possible: Callable[[int], bool] = lambda i: True) -> Fit | None:
     """best(k, [the images kept], host), where the images are not expanded yet: `known[i]` is
     what combination i's images are known to hold before it is resolved (part of their stack;
     whether they hold CUDA, None when not known), `expand(indices)` resolves combinations into
     the images not given before. The combinations whose leading key is not known are expanded
     first; then, best leading key first, those of each key, and the images of that key checked:
     the first group in which any fits holds the best fit, as in best(). `resolve` thus expands
-    the newest PyTorch's combinations only, mostly, instead of every declared one."""
+    the newest PyTorch's combinations only, mostly, instead of every declared one. `possible(i)`
+    False: no image of combination i can fit this host (solver.could_hold), so it is not
+    expanded."""
     gpu_host = _gpu_host(host)
     leads = [_lead(k, stack, cuda, gpu_host) for stack, cuda in known]
     todo = sorted((i for i, lead in enumerate(leads) if lead is not None), key=lambda i: leads[i])
@@ -204,7 +207,8 @@ def best_expanding(k: Knowledge, known: list[tuple[dict, bool | None]],
         lead = min(keys + ([leads[todo[j]]] if j < len(todo) else []))
         batch = []
         while j < len(todo) and leads[todo[j]] == lead:
-            batch.append(todo[j])
+            if possible(todo[j]):
+                batch.append(todo[j])
             j += 1
         new = [s for s in expand(batch) if keep(s)]
         pool += new

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from ..knowledge import Knowledge, version_matcher
 from ..knowledge.families import Family
-from ..versions import NONE, parse_version
+from ..versions import NONE, is_version, parse_version
 
 
 @dataclass(frozen=True, eq=False)
@@ -38,6 +38,24 @@ class Combination:
             out["pytorch"] = torch.removeprefix("==")
         if cuda == NONE:
             out["cuda"] = NONE
+        return out
+
+    def screen(self, k: Knowledge) -> dict[str, str]:
+        """Wishes every image of this combination meets as resolve.check reads its stack (each
+        component a prefix of the image's version): for solver.could_hold, so looser than the
+        combination's own where exactness is not certain. The PyTorch release is one of the
+        knowledge's (its images hold that very string); OS and platform are names; CUDA is `none`,
+        or the wished major.minor when no CUDA release of the knowledge is written shorter (a
+        12.8 wish met by a release written "12" could not be told from 12.9); the pins of UCX,
+        Open MPI, Python and NCCL are left out."""
+        out = {c: v for c, v in self.fixed().items() if c != "cuda"}
+        cuda = self.wishes.get("cuda")
+        if cuda == NONE:
+            out["cuda"] = NONE
+        elif cuda is not None and is_version(cuda) and all(
+                len(parse_version(v).release) >= len(parse_version(cuda).release)
+                for v in k.domain("cuda", True) if v != NONE):
+            out["cuda"] = cuda
         return out
 
     def cuda(self) -> bool | None:

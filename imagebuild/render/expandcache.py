@@ -40,6 +40,8 @@ CACHE_PREFIX = "declared-images-"
 #: matrix, options and imagebuild source: the least recently written go first)
 CACHE_MAX_BYTES = 8 << 20
 CACHE_FILES = 8
+#: the hosts whose ruled-out combinations a file keeps (the most recently asked)
+CACHE_HOSTS = 32
 # ImageSpec fields that hold an entry of a knowledge table: stored as the entry's key, read back
 # as the knowledge's own entry (the key names the matrix, so it is the same one)
 _TABLE_FIELDS = {"os": "os", "ucx": "ucx", "openmpi": "openmpi", "rdma": "rdma"}
@@ -61,6 +63,7 @@ class Declared:
 
     def __init__(self, k: Knowledge, matrix: str | None, *, allow_unverified: bool = False):
         self.k = k
+        self.allow_unverified = allow_unverified
         self.plan = images.combinations(k)
         self._exp = images._Expansion(k, True, allow_unverified, lock_digests={})
         self._done: set[int] = set()
@@ -68,6 +71,9 @@ class Declared:
         self._fresh: dict[str, dict] = {}      # records computed in this process, by index
         self._digests: dict[str, str | None] = {}  # lock -> sha256 now (None: absent)
         self.path, self.key, self._stored = None, None, {}
+        # host -> the combinations could_fit ruled out there (read, and found in this process)
+        self._ruled: dict[str, list] = {}
+        self._ruled_fresh: dict[str, set[int]] = {}
         if matrix is not None:
             try:
                 here = usercache.folder()
@@ -78,12 +84,29 @@ class Declared:
             except (_NotCached, OSError, RuntimeError, ValueError):  # RuntimeError: no home folder
                 self.path = None
         if self.path is not None:
-            self._stored = _cache_read(self.path, self.key)
+            self._stored, self._ruled = _cache_read(self.path, self.key)
 
     def known(self) -> list[tuple[dict, bool | None]]:
         """For each combination, what its images are known to hold before it is resolved (for
         hostfit.best_expanding)."""
         return [(c.fixed(), c.cuda()) for c in self.plan]
+
+    def could_fit(self, i: int, host) -> bool:
+        """False only when no image of combination i can run on `host` (solver.could_hold: one
+        resolver run instead of expanding it and checking its images); True for a combination
+        already expanded or remembered, which costs less to expand than to ask."""
+        if i in self._done or str(i) in self._stored:
+            return True
+        where = _host_key(host)
+        ruled = self._ruled.get(where)
+        if isinstance(ruled, list) and any(type(n) is int and n == i for n in ruled):   # not 1.0
+            return False
+        from ..resolve.solver import could_hold
+        c = self.plan[i]
+        if could_hold(self.k, host, c.screen(self.k), c.family.cuda_from, self.allow_unverified):
+            return True
+        self._ruled_fresh.setdefault(where, set()).add(i)
+        return False
 
     def expand(self, indices) -> list[ImageSpec]:
         """The images of these combinations that no earlier call gave, in the plan's order."""
@@ -147,13 +170,19 @@ class Declared:
         reader sees the whole old file or the whole new one; two processes that save at once
         keep one's records, and the other's are computed again later). The least recently
         written files beyond CACHE_FILES are removed."""
-        if self.path is None or not self._fresh:
+        if self.path is None or not (self._fresh or self._ruled_fresh):
             return
         from ..atomic import OutputRefused, atomic_file
         try:
+            ruled = dict(self._ruled)
+            for where, found in self._ruled_fresh.items():
+                old = ruled.pop(where, None)     # re-added last: the hosts asked most recently stay
+                old = [n for n in old if type(n) is int] if isinstance(old, list) else []
+                ruled[where] = sorted(set(old) | found)
+            ruled = dict(list(ruled.items())[-CACHE_HOSTS:])
             doc = {"schema": CACHE_SCHEMA, "key": self.key,
-                   "combinations": {**self._stored, **self._fresh}}
-            text = json.dumps(doc, separators=(",", ":"), sort_keys=True)
+                   "combinations": {**self._stored, **self._fresh}, "ruled_out": ruled}
+            text = json.dumps(doc, separators=(",", ":"))
             with atomic_file(self.path, "w", perm=0o600, parents=True, own=True) as f:   # ours
                 f.write(text)
             usercache.prune(self.path.parent, f"{CACHE_PREFIX}*.json", CACHE_FILES)
@@ -161,20 +190,26 @@ class Declared:
             pass        # a FIFO or a folder where the cache file goes: not replaced, not cached
 
 
-def _cache_read(path: Path, key: dict) -> dict:
-    """The records of the cache file at `path` (by combination index), when it is one for `key`;
-    {} otherwise."""
+def _host_key(host) -> str:
+    """A host as could_fit's verdicts are filed: every fact the resolver reads of it."""
+    return json.dumps(dataclasses.asdict(host), sort_keys=True, separators=(",", ":"))
+
+
+def _cache_read(path: Path, key: dict) -> tuple[dict, dict]:
+    """The records of the cache file at `path` (by combination index) and the combinations ruled
+    out per host, when it is one for `key`; ({}, {}) otherwise."""
     try:
         data = usercache.read_own(path, CACHE_MAX_BYTES)
         if data is None:
-            return {}
+            return {}, {}
         doc = json.loads(data)
     except (OSError, ValueError, RecursionError):   # (RecursionError: nested deeper than the parser goes)
-        return {}
+        return {}, {}
     if not (isinstance(doc, dict) and doc.get("schema") == CACHE_SCHEMA and doc.get("key") == key
             and isinstance(doc.get("combinations"), dict)):
-        return {}
-    return doc["combinations"]
+        return {}, {}
+    ruled = doc.get("ruled_out")
+    return doc["combinations"], ruled if isinstance(ruled, dict) else {}
 
 
 def _spec_record(k: Knowledge, spec: ImageSpec) -> dict:

@@ -329,6 +329,22 @@ def image_reading(k: Knowledge, cuda_from: str, stack: dict) -> dict:
             "compat_package": cuda_from != "wheels"}
 
 
+def could_hold(k: Knowledge, host: Host, wishes: dict[str, str], cuda_from: str,
+               allow_unverified: bool = False) -> bool:
+    """False only when no image of these wishes whose CUDA comes from `cuda_from` can pass
+    check(k, host, its stack, image=True, cuda_from=cuda_from): the query is asked with the
+    widest reading any such image gets (image_reading, with every rule tag an image's reading can
+    drop dropped; the same CUDA source and cuda-compat), and dropping rules only widens what is
+    consistent. `wishes` must hold for every image's stack as check reads it (each component a
+    prefix of the stack's version): a relaxation, never a guess. One resolver run, unexplained;
+    hostfit.best_expanding asks it before expanding a combination whose images it would check."""
+    wheels = cuda_from == "wheels"
+    skip = frozenset({"cuda-aware", "toolkit-repo"} if wheels else {"cuda-aware"})
+    return resolve(k, host, wishes, allow_unverified, explain=False, repo_cuda=not wheels,
+                   skip_tags=skip, compat_package=not wheels, warnings=False,
+                   wheels_route=False).ok
+
+
 def check_system_copy(k: Knowledge, host: Host, comp: str, val: str,
                       stack: dict[str, str]) -> list[str]:
     """The facts a system copy of cuDNN or NCCL violates (empty: none). The copy must be a release

@@ -131,24 +131,88 @@ def test_the_best_image_is_the_one_the_whole_expansion_gives(unchanged, driver, 
     host = Host(driver=driver, gpu=gpu)
     keep = _keep(wishes, version_matcher)
     whole = hostfit.best(k, [s for s in every if keep(s)], host)
-    declared = C.Declared(k, None)
-    asked = []
+    gpu_host = hostfit._gpu_host(host)
+    for screened in (False, True):             # as resolve asks it, and without the screen
+        declared = C.Declared(k, None)
+        asked = []
 
-    def expand(indices):
-        asked.extend(indices)
-        return declared.expand(indices)
+        def expand(indices):
+            asked.extend(indices)
+            return declared.expand(indices)
 
-    lazy = hostfit.best_expanding(k, declared.known(), expand, host, keep=keep)
-    assert (lazy is None) == (whole is None)
-    if whole is not None:
-        assert (lazy.spec.id, lazy.mode, lazy.detail) == (whole.spec.id, whole.mode, whole.detail)
-        # exactly the combinations that can rank as high as the best one were expanded
-        gpu_host = hostfit._gpu_host(host)
-        best = hostfit._leading_key(k, lazy.spec, gpu_host)
+        lazy = hostfit.best_expanding(k, declared.known(), expand, host, keep=keep,
+                                      possible=(lambda i: declared.could_fit(i, host)) if screened
+                                      else (lambda i: True))
+        assert (lazy is None) == (whole is None)
         leads = [hostfit._lead(k, fixed, cuda, gpu_host) for fixed, cuda in declared.known()]
-        assert set(asked) == {i for i, lead in enumerate(leads) if lead is None or not best < lead}
-    else:
-        assert sorted(set(asked)) == list(range(len(declared.plan)))
+        if whole is None:
+            rank = set(range(len(declared.plan)))
+        else:
+            assert (lazy.spec.id, lazy.mode, lazy.detail) == (whole.spec.id, whole.mode, whole.detail)
+            best = hostfit._leading_key(k, lazy.spec, gpu_host)
+            rank = {i for i, lead in enumerate(leads) if lead is None or not best < lead}
+        # exactly the combinations that can rank as high as the best one were expanded, less
+        # (screened) those whose images cannot run on the host
+        if screened:
+            assert set(asked) <= rank
+        else:
+            assert set(asked) == rank
+
+
+@pytest.mark.parametrize("driver, gpu, wishes", HOSTS)
+def test_a_combination_ruled_out_for_a_host_has_no_image_that_fits_there(unchanged, driver, gpu, wishes):
+    """solver.could_hold is a relaxation: where it says no, fits() says no for every image."""
+    k, _, _ = unchanged
+    host = Host(driver=driver, gpu=gpu)
+    declared = C.Declared(k, None)
+    ruled = [i for i in range(len(declared.plan)) if not declared.could_fit(i, host)]
+    for i in ruled:
+        specs = declared.expand([i])
+        assert hostfit.fits(k, specs, host)[0] == [], declared.plan[i].label
+    # not vacuous: an old driver cannot run the CUDA 13 builds, and the screen says so
+    if driver in ("470.82.01", "535.104.05"):
+        assert any(declared.plan[i].wishes.get("cuda", "").startswith("13.") for i in ruled)
+
+
+def test_what_is_ruled_out_for_a_host_is_remembered_for_that_host(unchanged, tmp_path, monkeypatch):
+    from imagebuild.resolve import solver
+    k, digest, _ = unchanged
+    asked = []
+    real = solver.could_hold
+    monkeypatch.setattr(solver, "could_hold", lambda *a, **kw: asked.append(a) or real(*a, **kw))
+    old, new = Host(driver="535.104.05", gpu="H100"), Host(driver="580.95.05", gpu="H100")
+    first = C.Declared(k, digest)
+    ruled = [i for i in range(len(first.plan)) if not first.could_fit(i, old)]
+    first.save()
+    assert ruled and len(asked) == len(first.plan)
+    again = C.Declared(k, digest)
+    assert [i for i in range(len(again.plan)) if not again.could_fit(i, old)] == ruled
+    assert len(asked) == len(first.plan) + len(first.plan) - len(ruled)   # only the others asked
+    n = len(asked)
+    other = C.Declared(k, digest)
+    other.could_fit(0, new)                                  # another host: asked again
+    assert len(asked) == n + 1
+    # a damaged verdict list is not trusted: its host's combinations are asked again
+    path = _cache_files(tmp_path)[0]
+    for damage in ({"x": 1}, [1.0 * ruled[0]], [True], "0"):
+        doc = json.loads(path.read_text())
+        doc["ruled_out"] = {next(iter(doc["ruled_out"])): damage}
+        path.write_text(json.dumps(doc))
+        n = len(asked)
+        assert C.Declared(k, digest).could_fit(ruled[0], old) is False and len(asked) == n + 1, damage
+
+
+def test_the_file_keeps_a_bounded_number_of_hosts(unchanged, tmp_path):
+    k, digest, _ = unchanged
+    days = [f"2026-{m:02d}-{d:02d}" for m in (1, 2) for d in range(1, 29)][:C.CACHE_HOSTS + 3]
+    for day in days:
+        declared = C.Declared(k, digest)
+        assert declared.could_fit(0, Host(driver="470.82.01", gpu="A100", date=day)) is False
+        declared.save()
+    doc = json.loads(_cache_files(tmp_path)[0].read_text())
+    assert len(doc["ruled_out"]) == C.CACHE_HOSTS
+    assert f'"{days[-1]}"' in list(doc["ruled_out"])[-1]       # the newest kept, the oldest gone
+    assert not any(f'"{day}"' in key for key in doc["ruled_out"] for day in days[:3])
 
 
 def _keep(wishes, version_matcher):

@@ -93,7 +93,8 @@ def declared_image(k, host, wishes: dict, res, allow_unverified: bool,
     best = hostfit.best_expanding(   # fits()'s first of the images these wishes keep
         k, declared.known(), declared.expand, host, allow_unverified=allow_unverified,
         keep=lambda spec: all(spec.stack.get(comp) is None or m(spec.stack[comp])
-                              for comp, m in matches.items()))
+                              for comp, m in matches.items()),
+        possible=lambda i: declared.could_fit(i, host))
     declared.save()
     if best is None:        # every combination was expanded
         return {"id": None, "matches_stack": False,
