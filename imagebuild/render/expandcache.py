@@ -65,7 +65,6 @@ class Declared:
         self.k = k
         self.allow_unverified = allow_unverified
         self.plan = images.combinations(k)
-        self._exp = images._Expansion(k, True, allow_unverified, lock_digests={})
         self._done: set[int] = set()
         self._origin: list[int] = []           # the combination each image came from
         self._fresh: dict[str, dict] = {}      # records computed in this process, by index
@@ -85,6 +84,9 @@ class Declared:
                 self.path = None
         if self.path is not None:
             self._stored, self._ruled = _cache_read(self.path, self.key)
+        # the locks are hashed (before they are read) only for a record to keep
+        self._exp = images._Expansion(k, True, allow_unverified,
+                                      lock_digests={} if self.path is not None else None)
 
     def known(self) -> list[tuple[dict, bool | None]]:
         """For each combination, what its images are known to hold before it is resolved (for
