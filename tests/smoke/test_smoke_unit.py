@@ -759,7 +759,7 @@ def test_nccl_tests_judge_finds_what_is_wrong():
 
 _FAKE_PERF = """#!{python}
 import os, sys
-sys.path.insert(0, {tests!r})
+sys.path[:0] = {tests!r}
 from test_smoke_unit import _nccl_table
 from imagebuild.smoke import bandwidth
 a = sys.argv[1:]
@@ -776,7 +776,7 @@ sys.exit(int(os.environ.get("FAKE_EXIT", "0")))
 def fake_nccl_tests(tmp_path, monkeypatch):
     exe = tmp_path / "bin" / "all_reduce_perf"
     exe.parent.mkdir()
-    exe.write_text(_FAKE_PERF.format(python=sys.executable, tests=os.path.join(ROOT, "tests")))
+    exe.write_text(_FAKE_PERF.format(python=sys.executable, tests=[os.path.dirname(os.path.abspath(__file__)), os.path.join(ROOT, "tests")]))
     exe.chmod(0o755)
     monkeypatch.setenv(checks.NCCL_TESTS_ENV, str(exe.parent))
     monkeypatch.setenv("PYTHONPATH", ROOT)
