@@ -361,9 +361,13 @@ def _misplaced_tests(tests: Path, package: Path) -> list[str]:
 
 def test_tests_are_grouped_by_pipeline_stage():
     assert _misplaced_tests(ROOT / "tests", PACKAGE) == []
-    # every stage folder holds tests: the grouping is not one folder with a new name
+    # every stage folder holds tests (the grouping is not one folder with a new name), and pytest
+    # collects each of them: pyproject.toml's testpaths lists them in pipeline order
+    import tomllib
     folders = {p.parent.name for p in (ROOT / "tests").glob("*/test_*.py")}
     assert {"knowledge", "resolve", "render", "builder", "smoke", "deliver", "house"} <= folders
+    paths = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["testpaths"]
+    assert sorted(paths) == sorted(f"tests/{name}" for name in folders)
 
 
 def test_no_command_imports_another():
