@@ -136,10 +136,9 @@ def _prefixed(release: tuple[int, ...], prefix: tuple[int, ...]) -> bool:
 
 
 def _holds(op: str, want: tuple[int, ...], wild: bool, release: tuple[int, ...]) -> bool:
-    if op == "==":
-        return _prefixed(release, want) if wild else _strip(release) == _strip(want)
-    if op == "!=":
-        return not (_prefixed(release, want) if wild else _strip(release) == _strip(want))
+    if op in ("==", "!="):
+        same = _prefixed(release, want) if wild else _strip(release) == _strip(want)
+        return same == (op == "==")
     have, want_s = _strip(release), _strip(want)
     if op == ">=":
         return have >= want_s

@@ -71,7 +71,7 @@ class Declared:
         self._digests: dict[str, str | None] = {}  # lock -> sha256 now (None: absent)
         self.path, self.key, self._stored = None, None, {}
         # host -> the combinations could_fit ruled out there (read, and found in this process)
-        self._ruled: dict[str, list] = {}
+        self._ruled: dict[str, set[int]] = {}
         self._ruled_fresh: dict[str, set[int]] = {}
         if matrix is not None:
             try:
@@ -100,8 +100,7 @@ class Declared:
         if i in self._done or str(i) in self._stored:
             return True
         where = _host_key(host)
-        ruled = self._ruled.get(where)
-        if isinstance(ruled, list) and any(type(n) is int and n == i for n in ruled):   # not 1.0
+        if i in self._ruled.get(where, ()):
             return False
         from ..resolve.solver import could_hold
         c = self.plan[i]
@@ -176,10 +175,9 @@ class Declared:
             return
         from ..atomic import OutputRefused, atomic_file
         try:
-            ruled = dict(self._ruled)
+            ruled = {where: sorted(found) for where, found in self._ruled.items()}
             for where, found in self._ruled_fresh.items():
-                old = ruled.pop(where, None)     # re-added last: the hosts asked most recently stay
-                old = [n for n in old if type(n) is int] if isinstance(old, list) else []
+                old = ruled.pop(where, [])       # re-added last: the hosts asked most recently stay
                 ruled[where] = sorted(set(old) | found)
             ruled = dict(list(ruled.items())[-CACHE_HOSTS:])
             doc = {"schema": CACHE_SCHEMA, "key": self.key,
@@ -199,7 +197,8 @@ def _host_key(host) -> str:
 
 def _cache_read(path: Path, key: dict) -> tuple[dict, dict]:
     """The records of the cache file at `path` (by combination index) and the combinations ruled
-    out per host, when it is one for `key`; ({}, {}) otherwise."""
+    out per host (a host's list is used only when it is a list of integers: 1.0 or true is no
+    index), when it is one for `key`; ({}, {}) otherwise."""
     try:
         data = usercache.read_own(path, CACHE_MAX_BYTES)
         if data is None:
@@ -211,7 +210,9 @@ def _cache_read(path: Path, key: dict) -> tuple[dict, dict]:
             and isinstance(doc.get("combinations"), dict)):
         return {}, {}
     ruled = doc.get("ruled_out")
-    return doc["combinations"], ruled if isinstance(ruled, dict) else {}
+    ruled = {where: set(found) for where, found in (ruled.items() if isinstance(ruled, dict) else ())
+             if isinstance(found, list) and all(type(n) is int for n in found)}
+    return doc["combinations"], ruled
 
 
 def _spec_record(k: Knowledge, spec: ImageSpec) -> dict:

@@ -29,7 +29,7 @@ from .fingerprint import _NotCached, _lock_folder, file_sha256, matrix_sha256  #
 from .project import (LICENSES_LABEL, SOURCE_LABEL, created_rfc3339,  # noqa: F401 - re-exported
                       git_source_url, project_licenses, project_source)
 from .naming import _image_id, _tag
-from .combos import Combination, _family_plan, combinations  # noqa: F401 - re-exported
+from .combos import _family_plan, combinations  # noqa: F401 - combinations: re-exported
 
 # The wheel-lock module (.wheellock) is imported where it is used: a `resolve` that finds its
 # combinations' images cached (expandcache.Declared) never needs it.

@@ -338,11 +338,10 @@ def could_hold(k: Knowledge, host: Host, wishes: dict[str, str], cuda_from: str,
     consistent. `wishes` must hold for every image's stack as check reads it (each component a
     prefix of the stack's version): a relaxation, never a guess. One resolver run, unexplained;
     hostfit.best_expanding asks it before expanding a combination whose images it would check."""
-    wheels = cuda_from == "wheels"
-    skip = frozenset({"cuda-aware", "toolkit-repo"} if wheels else {"cuda-aware"})
-    return resolve(k, host, wishes, allow_unverified, explain=False, repo_cuda=not wheels,
-                   skip_tags=skip, compat_package=not wheels, warnings=False,
-                   wheels_route=False).ok
+    reading = image_reading(k, cuda_from, {})            # no UCX named: the cuda-aware rules bind
+    reading["skip_tags"] = reading["skip_tags"] | {"cuda-aware"}     # ... unless dropped here
+    return resolve(k, host, wishes, allow_unverified, explain=False, warnings=False,
+                   wheels_route=False, **reading).ok
 
 
 def check_system_copy(k: Knowledge, host: Host, comp: str, val: str,
